@@ -1,0 +1,54 @@
+"""Autograd for launchables: BOO runs the forward kernel, a backward function the gradients.
+
+The default backward differentiates the signature's PyTorch reference, so every op is
+differentiable from its first day; an op replaces it with its own (torch's fused backward,
+or BOO backward kernels) by passing ``backward=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .launchable import Launchable
+
+Backward = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[bool]], Sequence[torch.Tensor | None]]
+"""``backward(inputs, output_grads, needs_grad) -> one gradient (or None) per input``."""
+
+
+def reference_backward(launchable: Launchable) -> Backward:
+    """Gradients by differentiating ``launchable.signature.reference`` with torch autograd."""
+
+    def backward(inputs, grads, needs_grad):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(need) for t, need in zip(inputs, needs_grad)]
+            outputs = launchable.signature.reference(*leaves)
+            outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+            wanted = [leaf for leaf in leaves if leaf.requires_grad]
+            found = iter(torch.autograd.grad(outputs, wanted, grads, allow_unused=True))
+        return [next(found) if need else None for need in needs_grad]
+
+    return backward
+
+
+class _LaunchFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, launchable: Launchable, backward: Backward, *inputs: torch.Tensor):  # type: ignore[override]
+        ctx.backward_fn = backward
+        ctx.save_for_backward(*inputs)
+        return launchable(*inputs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):  # type: ignore[override]
+        inputs = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        input_grads = ctx.backward_fn(inputs, grads, needs)
+        return (None, None, *input_grads)
+
+
+def launch(launchable: Launchable, *inputs: torch.Tensor, backward: Backward | None = None):
+    """Call ``launchable`` on ``inputs``, recording it for autograd when gradients are needed."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        return _LaunchFunction.apply(launchable, backward or reference_backward(launchable), *inputs)
+    return launchable(*inputs)

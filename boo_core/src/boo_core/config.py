@@ -1,0 +1,116 @@
+"""Process-wide settings: read from the environment on first use, settable from Python.
+
+============================  ===============================================================
+``BOO_CACHE_ON``              ``1`` (default) keeps compiled kernels on disk; ``0`` keeps them
+                              in memory only, for this process.
+``BOO_CACHE_DIR``             Where the disk cache lives (default ``$XDG_CACHE_HOME/boo`` or
+                              ``~/.cache/boo``).
+``BOO_EXTRA_COMPILE_FLAGS``   Extra iree-compile flags for every kernel (shell-quoted); they
+                              are part of the cache key.
+``BOO_CPU_DRIVER``            IREE runtime driver for CPU kernels: ``auto`` (default: small
+                              kernels on ``local-sync``, inline; the rest on ``local-task``,
+                              multithreaded), ``local-sync`` or ``local-task``.
+============================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "boo"
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r}: expected 0 or 1")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A snapshot of BOO's settings."""
+
+    cache_enabled: bool
+    cache_dir: Path
+    extra_compile_flags: tuple[str, ...]
+    cpu_driver: str = "auto"
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        return cls(
+            cache_enabled=_env_bool("BOO_CACHE_ON", True),
+            cache_dir=Path(os.environ.get("BOO_CACHE_DIR") or _default_cache_dir()).expanduser(),
+            extra_compile_flags=tuple(shlex.split(os.environ.get("BOO_EXTRA_COMPILE_FLAGS", ""))),
+            cpu_driver=os.environ.get("BOO_CPU_DRIVER", "").strip() or "auto",
+        )
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The current settings (the environment is read on the first call)."""
+    global _current
+    if _current is None:
+        with _lock:
+            if _current is None:
+                _current = Settings.from_environment()
+    return _current
+
+
+def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
+              extra_compile_flags: Sequence[str] | None = None, cpu_driver: str | None = None) -> Settings:
+    """Change settings from Python; arguments left as None keep their current value.
+
+    Launchables already built in this process keep working; new ones use the new settings.
+    """
+    global _current
+    with _lock:
+        base = _current if _current is not None else Settings.from_environment()
+        changes: dict[str, object] = {}
+        if cache_enabled is not None:
+            changes["cache_enabled"] = bool(cache_enabled)
+        if cache_dir is not None:
+            changes["cache_dir"] = Path(cache_dir).expanduser()
+        if extra_compile_flags is not None:
+            changes["extra_compile_flags"] = tuple(extra_compile_flags)
+        if cpu_driver is not None:
+            changes["cpu_driver"] = cpu_driver
+        _current = replace(base, **changes)
+        return _current
+
+
+def reload_from_environment() -> Settings:
+    """Forget Python-side changes and read the environment again."""
+    global _current
+    with _lock:
+        _current = Settings.from_environment()
+        return _current
+
+
+@contextmanager
+def settings_override(**changes: object) -> Iterator[Settings]:
+    """Temporarily :func:`configure` (restores the previous settings on exit)."""
+    global _current
+    previous = get_settings()
+    try:
+        yield configure(**changes)  # type: ignore[arg-type]
+    finally:
+        with _lock:
+            _current = previous

@@ -1,0 +1,135 @@
+"""Devices BOO launches on and the compile targets behind them.
+
+A :class:`Target` is what iree-compile generates code for; a :class:`BooDevice` is a torch
+device plus the IREE runtime driver and target that serve it. ``cpu`` (the default) uses
+IREE's ``llvm-cpu`` backend for the host CPU and the ``local-task`` runtime driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DeviceError
+
+_BACKEND_ALIASES = {"cpu": "llvm-cpu", "llvm-cpu": "llvm-cpu", "cuda": "cuda", "rocm": "rocm", "hip": "rocm"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compile target: ``backend`` (``llvm-cpu``, ``cuda``, ``rocm``) and ``arch``.
+
+    ``arch`` is ``host`` for the CPU this process runs on (``fingerprint`` then identifies
+    that CPU, so a shared cache never hands one machine's kernel to another), ``sm_80`` for
+    CUDA, ``gfx942`` for ROCm.
+    """
+
+    backend: str
+    arch: str
+    fingerprint: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        """Parse ``cpu``, ``cuda:sm_80`` or ``rocm:gfx942`` (the ``--target`` syntax)."""
+        backend, _, arch = text.strip().partition(":")
+        canonical = _BACKEND_ALIASES.get(backend.lower())
+        if canonical is None:
+            raise DeviceError(f"unknown target {text!r}: expected cpu, cuda:<sm_NN> or rocm:<gfxNNN>")
+        if canonical == "llvm-cpu":
+            if arch not in ("", "host"):
+                raise DeviceError(f"target {text!r}: only the host CPU is supported ('cpu')")
+            return cls("llvm-cpu", "host", host_cpu_fingerprint())
+        if not arch:
+            raise DeviceError(f"target {text!r} needs an architecture, e.g. cuda:sm_80 or rocm:gfx942")
+        return cls(canonical, arch)
+
+    @property
+    def name(self) -> str:
+        """Short name: ``cpu``, ``cuda:sm_80``, ``rocm:gfx942``."""
+        return "cpu" if self.backend == "llvm-cpu" else f"{self.backend}:{self.arch}"
+
+    def compile_flags(self) -> list[str]:
+        """iree-compile flags selecting this target."""
+        if self.backend == "llvm-cpu":
+            return ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                    f"--iree-llvmcpu-target-cpu={self.arch}"]
+        if self.backend == "cuda":
+            return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
+        if self.backend == "rocm":
+            return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
+        raise DeviceError(f"no compile flags for backend {self.backend!r}")
+
+
+#: On the CPU, kernels below this many FLOPs run on IREE's ``local-sync`` driver, inline on
+#: the calling thread: handing a call to ``local-task``'s worker threads costs about 60 us,
+#: more than such kernels take (see docs/architecture.md for the measurement).
+INLINE_FLOPS_LIMIT = 1 << 24
+
+
+@dataclass(frozen=True)
+class BooDevice:
+    """A torch device with the IREE runtime driver(s) and compile target that serve it.
+
+    ``inline_driver`` (CPU only) runs small kernels on the calling thread; ``driver``
+    runs the others.
+    """
+
+    torch_device: torch.device
+    driver: str
+    target: Target
+    inline_driver: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Identifies the device (runtime state is per device and driver)."""
+        return str(self.torch_device)
+
+    def driver_for(self, flops: int, policy: str = "auto") -> str:
+        """The runtime driver for a kernel of ``flops``: ``policy`` is ``auto`` or a driver name."""
+        if self.inline_driver is None:
+            return self.driver
+        if policy == "auto":
+            return self.inline_driver if flops < INLINE_FLOPS_LIMIT else self.driver
+        if policy not in (self.driver, self.inline_driver):
+            raise DeviceError(f"driver {policy!r} cannot run on {self.key}: use auto, {self.driver} "
+                              f"or {self.inline_driver}")
+        return policy
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_fingerprint() -> str:
+    """A short hash of this CPU's model and feature flags (``host`` kernels depend on them)."""
+    description = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        # The first processor's lines describe the part; the others repeat them.
+        description += "".join(dict.fromkeys(lines))
+    except OSError:
+        description += platform.processor()
+    return hashlib.sha256(description.encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve(text: str) -> BooDevice:
+    try:
+        torch_device = torch.device(text)
+    except (RuntimeError, TypeError):
+        raise DeviceError(f"unknown device {text!r}: expected 'cpu'") from None
+    if torch_device.type == "cpu":
+        if torch_device.index not in (None, 0):
+            raise DeviceError(f"device {text!r}: the CPU has no index other than 0")
+        return BooDevice(torch.device("cpu"), "local-task", Target.parse("cpu"), inline_driver="local-sync")
+    raise DeviceError(f"device {text!r}: BOO launches on 'cpu' only in this version "
+                      f"({torch_device.type} support is not built yet)")
+
+
+def resolve_device(device: str | torch.device | BooDevice | None = None) -> BooDevice:
+    """The :class:`BooDevice` for ``device`` (``"cpu"`` when None)."""
+    if isinstance(device, BooDevice):
+        return device
+    return _resolve(str(device) if device is not None else "cpu")

@@ -1,0 +1,59 @@
+"""Exception types raised by BOO.
+
+Every error BOO raises on purpose derives from :class:`BooError`, so callers can catch the
+family; each subclass also derives from the builtin type a Python user would expect.
+"""
+
+from __future__ import annotations
+
+
+class BooError(Exception):
+    """Base class of every error BOO raises on purpose."""
+
+
+class CommandError(BooError, ValueError):
+    """A command line is malformed: unknown op or flag, missing or bad value.
+
+    ``flag`` names the flag at fault (``"-n/--batchsize"``) when there is one.
+    """
+
+    def __init__(self, message: str, *, flag: str | None = None, command: str | None = None):
+        super().__init__(message)
+        self.flag = flag
+        self.command = command
+
+
+class UnknownOpError(CommandError):
+    """No installed op claims the command's base argument."""
+
+
+class UnsupportedError(BooError, ValueError):
+    """A well-formed request asks for something BOO does not support (yet).
+
+    ``flag`` names the flag at fault when the request came from a command line.
+    """
+
+    def __init__(self, message: str, *, flag: str | None = None):
+        super().__init__(message)
+        self.flag = flag
+
+
+class PluginError(BooError):
+    """A plugin failed to load or register, or two plugins claim the same thing."""
+
+
+class CompileError(BooError):
+    """iree-compile failed. The message carries the reproducer: MLIR path and command."""
+
+    def __init__(self, message: str, *, mlir_path: str | None = None, command: str | None = None):
+        super().__init__(message)
+        self.mlir_path = mlir_path
+        self.command = command
+
+
+class ArgumentError(BooError, ValueError):
+    """A tensor passed to a launchable does not match its signature."""
+
+
+class DeviceError(BooError, RuntimeError):
+    """A device string cannot be used: unknown, absent, or not targetable by IREE."""

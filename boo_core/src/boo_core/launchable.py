@@ -1,0 +1,166 @@
+"""Launchables: compiled kernels called on torch tensors.
+
+``get_launchable(signature, device)`` returns a :class:`Launchable`. Calling it checks each
+argument against the signature (shape, dtype, device, contiguity), imports the inputs
+through DLPack without copying, allocates the outputs with torch and lets the kernel write
+them in place. The call path does no hashing, no file I/O and no compilation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from iree.runtime import VmVariantList
+from torch.utils.dlpack import to_dlpack
+
+from . import runtime
+from .config import get_settings
+from .devices import BooDevice, resolve_device
+from .errors import ArgumentError
+from .kernels import KernelRequest
+from .signature import Signature, TensorSpec
+
+logger = logging.getLogger(__name__)
+
+#: IREE imports external buffers only at this alignment. torch allocates aligned memory; an
+#: input view at an odd offset is copied once, an ``out=`` view at one is refused.
+IMPORT_ALIGNMENT = 64
+
+
+class Launchable:
+    """A compiled kernel bound to a device; call it like the op: ``y = launchable(x, w)``.
+
+    Arguments must match the signature's input specs exactly: shape (the layout's shape),
+    dtype, device, and contiguity. Inputs are imported without a copy, except a view that
+    starts at an address IREE cannot import (not 64-byte aligned), which is copied once.
+    ``out=`` takes preallocated outputs (a tensor, or a sequence when the kernel has
+    several) that the kernel writes in place; they must match like inputs do.
+    """
+
+    def __init__(self, signature: Signature, device: BooDevice, request: KernelRequest, driver: str) -> None:
+        self.signature = signature
+        self.device = device
+        self.driver = driver
+        self._request = request
+        self._inputs = tuple(signature.input_specs())
+        self._outputs = tuple(signature.output_specs())
+        self._torch_device = device.torch_device
+        self._call_lock = threading.Lock()  # one VM context must not run two calls at once
+        self.cache_hit = False
+        self.compile_seconds = 0.0
+        self.load_seconds = 0.0
+        self.cache_directory: Path | None = None
+        self._load()
+
+    def _load(self) -> None:
+        start = time.perf_counter()
+        kernel = self._request.fetch()
+        device_runtime = self.runtime = runtime.get_runtime(self.device, self.driver)
+        try:
+            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+        except ValueError as e:
+            logger.debug("%s: cached kernel at %s unusable (%s); recompiling", self.signature.func_name,
+                         kernel.directory, e)
+            kernel = self._request.fetch(rebuild=True)
+            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+        self.cache_hit = kernel.hit
+        self.compile_seconds = kernel.compile_seconds
+        self.cache_directory = kernel.directory if get_settings().cache_enabled else None
+        self.load_seconds = time.perf_counter() - start - kernel.compile_seconds
+        self._generation = runtime.generation
+        self._context = loaded.context
+        self._function = loaded.function
+        self._module = loaded.module
+        self._import = device_runtime.hal_device.from_dlpack_capsule
+
+    def __repr__(self) -> str:
+        return f"<Launchable {self.signature.func_name} on {self.device.key}>"
+
+    def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
+        if self._generation != runtime.generation:  # forked child: the parent's runtime is gone
+            runtime.abandon(self._context, self._function, self._module, self._import)
+            self._load()
+        if len(args) != len(self._inputs):
+            names = ", ".join(s.name for s in self._inputs)
+            raise ArgumentError(f"{self.signature.func_name} takes {len(self._inputs)} tensors ({names}), "
+                                f"got {len(args)}")
+        for index, (tensor, spec) in enumerate(zip(args, self._inputs)):
+            self._check(tensor, spec, f"argument {index}")
+        if out is None:
+            outputs = tuple(torch.empty(s.shape, dtype=s.dtype, device=self._torch_device) for s in self._outputs)
+        else:
+            outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+            if len(outputs) != len(self._outputs):
+                raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, "
+                                    f"out= has {len(outputs)}")
+            for index, (tensor, spec) in enumerate(zip(outputs, self._outputs)):
+                self._check(tensor, spec, f"out[{index}]")
+        arg_list = VmVariantList(len(args) + len(outputs))
+        for tensor in args:
+            if tensor.requires_grad:
+                tensor = tensor.detach()
+            if tensor.data_ptr() % IMPORT_ALIGNMENT:
+                tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
+            arg_list.push_ref(self._import(to_dlpack(tensor)))
+        for tensor in outputs:
+            arg_list.push_ref(self._import(to_dlpack(tensor)))
+        with self._call_lock:
+            self._context.invoke(self._function, arg_list, VmVariantList(0))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) must be a torch.Tensor, "
+                                f"got {type(tensor).__name__}")
+        problem = None
+        if tensor.shape != spec.shape:
+            problem = f"has shape {tuple(tensor.shape)}"
+        elif tensor.dtype != spec.dtype:
+            problem = f"has dtype {tensor.dtype}"
+        elif tensor.device != self._torch_device:
+            problem = f"is on {tensor.device}"
+        elif not tensor.is_contiguous():
+            problem = f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape"
+        elif where.startswith("out") and tensor.data_ptr() % IMPORT_ALIGNMENT:
+            problem = f"is not {IMPORT_ALIGNMENT}-byte aligned (a view at an offset); the kernel cannot write it"
+        if problem:
+            raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) {problem}; expected "
+                                f"{spec.describe()} on {self._torch_device}, contiguous")
+
+
+_MemoryKey = tuple[Signature, str, str, tuple[str, ...]]
+_launchables: dict[_MemoryKey, Launchable] = {}
+_lock = threading.Lock()
+_building: dict[_MemoryKey, threading.Lock] = {}
+
+
+def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
+    """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled."""
+    boo_device = resolve_device(device)
+    settings = get_settings()
+    driver = boo_device.driver_for(signature.flops, settings.cpu_driver)
+    memory_key = (signature, boo_device.key, driver, settings.extra_compile_flags)
+    launchable = _launchables.get(memory_key)
+    if launchable is not None and launchable._generation == runtime.generation:
+        return launchable
+    with _lock:
+        build_lock = _building.setdefault(memory_key, threading.Lock())
+    with build_lock:  # threads asking for one new kernel build it once
+        launchable = _launchables.get(memory_key)
+        if launchable is None or launchable._generation != runtime.generation:
+            request = KernelRequest.create(signature, boo_device.target)
+            launchable = Launchable(signature, boo_device, request, driver)
+            _launchables[memory_key] = launchable
+    return launchable
+
+
+def clear_launchables() -> None:
+    """Forget the launchables this process holds (the disk cache is untouched)."""
+    with _lock:
+        _launchables.clear()
+        _building.clear()

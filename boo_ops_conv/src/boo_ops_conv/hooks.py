@@ -1,0 +1,19 @@
+"""Registration of the conv op with BOO (the ``boo`` entry point ``conv``)."""
+
+from __future__ import annotations
+
+from boo_core import OpSpec, hookimpl
+
+from .parser import PARSER
+from .signature import ConvSignature
+
+
+@hookimpl
+def boo_register_ops(register):
+    register(OpSpec(
+        name="conv",
+        keywords=("conv",),
+        signature_class=ConvSignature,
+        parser=PARSER,
+        description="convolution (MIOpenDriver conv, convfp16, convbfp16)",
+    ))

@@ -1,0 +1,1 @@
+"""The matmul op for BOO: not built yet; this distribution registers no op."""
