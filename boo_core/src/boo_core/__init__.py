@@ -17,7 +17,7 @@ from .errors import (
     UnsupportedError,
 )
 from .hookspecs import hookimpl
-from .launchable import Launchable, clear_launchables, get_launchable
+from .launchable import Launchable, clear_launchables, get_launchable, launchable_for
 from .opspec import OpSpec
 from .parser import CommandParser, Flag, FlagKind, ParsedCommand, ParsedFlags
 from .registry import BooOpRegistry, OpEntry, OpRegistry
@@ -52,5 +52,6 @@ __all__ = [
     "get_launchable",
     "get_settings",
     "hookimpl",
+    "launchable_for",
     "resolve_device",
 ]

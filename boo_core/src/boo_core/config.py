@@ -10,6 +10,8 @@
 ``BOO_CPU_DRIVER``            IREE runtime driver for CPU kernels: ``auto`` (default: small
                               kernels on ``local-sync``, inline; the rest on ``local-task``,
                               multithreaded), ``local-sync`` or ``local-task``.
+``BOO_USE_BACKWARD_KERNELS``  ``1``: differentiable BOO calls compute gradients with BOO
+                              kernels where the op has them; ``0`` (default): with PyTorch.
 ============================  ===============================================================
 """
 
@@ -49,6 +51,7 @@ class Settings:
     cache_dir: Path
     extra_compile_flags: tuple[str, ...]
     cpu_driver: str = "auto"
+    use_backward_kernels: bool = False
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -57,6 +60,7 @@ class Settings:
             cache_dir=Path(os.environ.get("BOO_CACHE_DIR") or _default_cache_dir()).expanduser(),
             extra_compile_flags=tuple(shlex.split(os.environ.get("BOO_EXTRA_COMPILE_FLAGS", ""))),
             cpu_driver=os.environ.get("BOO_CPU_DRIVER", "").strip() or "auto",
+            use_backward_kernels=_env_bool("BOO_USE_BACKWARD_KERNELS", False),
         )
 
 
@@ -75,7 +79,8 @@ def get_settings() -> Settings:
 
 
 def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
-              extra_compile_flags: Sequence[str] | None = None, cpu_driver: str | None = None) -> Settings:
+              extra_compile_flags: Sequence[str] | None = None, cpu_driver: str | None = None,
+              use_backward_kernels: bool | None = None) -> Settings:
     """Change settings from Python; arguments left as None keep their current value.
 
     Launchables already built in this process keep working; new ones use the new settings.
@@ -92,6 +97,8 @@ def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike
             changes["extra_compile_flags"] = tuple(extra_compile_flags)
         if cpu_driver is not None:
             changes["cpu_driver"] = cpu_driver
+        if use_backward_kernels is not None:
+            changes["use_backward_kernels"] = bool(use_backward_kernels)
         _current = replace(base, **changes)
         return _current
 

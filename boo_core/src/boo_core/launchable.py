@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 import torch
@@ -159,8 +159,26 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
     return launchable
 
 
+_by_eager_key: dict[Hashable, Launchable] = {}
+
+
+def launchable_for(key: Hashable, make_signature: Callable[[], Signature],
+                   device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
+    """:func:`get_launchable` for eager entry points, memoized on a cheap ``key``.
+
+    ``key`` must determine the signature (shapes, dtypes, attributes); ``make_signature``
+    builds it only on the first call, so a repeated eager call costs one dict lookup.
+    """
+    full_key = (key, str(device), get_settings())
+    launchable = _by_eager_key.get(full_key)
+    if launchable is None or launchable._generation != runtime.generation:
+        launchable = _by_eager_key[full_key] = get_launchable(make_signature(), device)
+    return launchable
+
+
 def clear_launchables() -> None:
     """Forget the launchables this process holds (the disk cache is untouched)."""
     with _lock:
         _launchables.clear()
         _building.clear()
+        _by_eager_key.clear()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from boo_core import ArgumentError, get_launchable
+from boo_core import ArgumentError, launchable_for
 from boo_core.autograd import launch
 
 from . import layouts
@@ -34,10 +34,11 @@ def boo_conv(
     default layout is NCHW, the same as ``torch.nn.functional.conv2d``. Differentiable:
     gradients come from PyTorch.
     """
-    signature = conv_signature_for(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                                   shared_layout=shared_layout, input_layout=input_layout,
-                                   kernel_layout=kernel_layout, output_layout=output_layout)
-    launchable = get_launchable(signature, x.device)
+    key = ("conv", x.shape, w.shape, b is None, x.dtype, w.dtype, None if b is None else b.dtype, _hashable(stride),
+           _hashable(padding), _hashable(dilation), groups, shared_layout, input_layout, kernel_layout, output_layout)
+    launchable = launchable_for(key, lambda: conv_signature_for(
+        x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, shared_layout=shared_layout,
+        input_layout=input_layout, kernel_layout=kernel_layout, output_layout=output_layout), x.device)
     inputs = (x, w) if b is None else (x, w, b)
     return launch(launchable, *inputs)
 
@@ -75,3 +76,7 @@ def conv_signature_for(
         stride=stride, padding=padding, dilation=dilation, groups=groups, dtype=x.dtype,
         input_layout=input_layout, kernel_layout=kernel_layout, output_layout=output_layout or default,
         bias=b is not None)
+
+
+def _hashable(value: int | Sequence[int]) -> int | tuple[int, ...]:
+    return value if isinstance(value, int) else tuple(value)
