@@ -148,3 +148,15 @@ def test_small_kernels_run_inline_and_large_ones_on_worker_threads(scale_registr
     with settings_override(cpu_driver="cuda"):
         with pytest.raises(DeviceError, match=r"driver 'cuda' cannot run on cpu: use auto, local-task or local-sync"):
             get_launchable(ScaleSignature(8))
+
+
+@pytest.mark.parametrize("policy", ["local-sync", "local-task"])
+def test_outputs_iree_writes_by_a_copy_work_on_both_drivers(scale_registry, policy):
+    # x * 1.0 compiles to a buffer copy into the output, not a dispatch: IREE maps the
+    # output with DISCARD_WRITE, which a DLPack-imported buffer did not allow on local-sync.
+    from boo_core.config import settings_override
+
+    with settings_override(cpu_driver=policy):
+        launchable = get_launchable(ScaleSignature(8, factor=1.0))
+    x = torch.randn(8)
+    torch.testing.assert_close(launchable(x), x)

@@ -158,8 +158,8 @@ def test_explicit_registration_errors_raise(fresh_default_registry, monkeypatch)
 def test_disabled_plugins_are_skipped_by_name(monkeypatch):
     monkeypatch.setenv("BOO_DISABLE_PLUGINS", "conv, other")
     registry = OpRegistry.load(BooPlugins())
-    assert registry.list_ops() == []
-    with pytest.raises(UnknownOpError, match=r"unknown op 'conv'; no BOO ops are installed"):
+    assert "conv" not in [e.name for e in registry.list_ops()]
+    with pytest.raises(UnknownOpError, match=r"unknown op 'conv'; "):
         registry.parse_command("conv -n 1")
 
 

@@ -19,13 +19,15 @@ CONV_LINES = [line for line in CORPUS if shlex.split(line)[0 if "MIOpenDriver" n
               .startswith("conv")]
 ROCMLIR_LINES = [line for line in CONV_LINES if "-perf_priority" in line]
 
-# An independent reading of MIOpenDriver's kernel-shaping conv flags (short, long, default).
+# An independent reading of MIOpenDriver's kernel-shaping conv flags: short -> (long, default).
 KERNEL_FLAGS = {
-    "n": ("batchsize", 100), "c": ("in_channels", 3), "H": ("in_h", 32), "W": ("in_w", 32),
-    "k": ("out_channels", 32), "y": ("fil_h", 3), "x": ("fil_w", 3), "p": ("pad_h", 0), "q": ("pad_w", 0),
-    "u": ("conv_stride_h", 1), "v": ("conv_stride_w", 1), "l": ("dilation_h", 1), "j": ("dilation_w", 1),
+    "n": ("batchsize", 100), "c": ("in_channels", 3), "!": ("in_d", 32), "H": ("in_h", 32), "W": ("in_w", 32),
+    "k": ("out_channels", 32), "@": ("fil_d", 3), "y": ("fil_h", 3), "x": ("fil_w", 3), "$": ("pad_d", 0),
+    "p": ("pad_h", 0), "q": ("pad_w", 0), "#": ("conv_stride_d", 1), "u": ("conv_stride_h", 1),
+    "v": ("conv_stride_w", 1), "^": ("dilation_d", 1), "l": ("dilation_h", 1), "j": ("dilation_w", 1),
     "g": ("group_count", 1), "F": ("forw", 0), "_": ("spatial_dim", 2), "m": ("mode", "conv"),
-    "I": ("in_layout", "NCHW"), "O": ("out_layout", "NCHW"), "f": ("fil_layout", "NCHW"), "b": ("bias", 0),
+    "I": ("in_layout", ""), "O": ("out_layout", ""), "f": ("fil_layout", ""), "b": ("bias", 0),
+    "%": ("trans_output_pad_d", 0), "Y": ("trans_output_pad_h", 0), "X": ("trans_output_pad_w", 0),
 }
 LONG = {long: short for short, (long, _) in KERNEL_FLAGS.items()}
 DTYPES = {"conv": torch.float32, "convfp32": torch.float32, "convfp16": torch.float16, "convbfp16": torch.bfloat16}
@@ -44,40 +46,56 @@ def independent_reading(line: str) -> tuple[torch.dtype, dict[str, object]]:
     return DTYPES[tokens[0]], values
 
 
-def is_forward_2d(line: str) -> bool:
-    if line in ROCMLIR_LINES:
-        return False
-    _, v = independent_reading(line)
-    return v["F"] == 1 and v["_"] == 2 and v["m"] == "conv" and all(len(v[k]) == 4 for k in "IOf")
+def expected_signatures(line: str) -> list[dict[str, object]]:
+    """What each signature of a corpus line must hold, by MIOpen's rules, written out plainly."""
+    dtype, v = independent_reading(line)
+    rank = 3 if v["_"] == 3 or len(v["I"]) == 5 else 2
+    axes = ("!", "H", "W") if rank == 3 else ("H", "W")
+    window = {"!": "@", "H": "y", "W": "x"}
+    pad = {"!": "$", "H": "p", "W": "q"}
+    stride = {"!": "#", "H": "u", "W": "v"}
+    dilation = {"!": "^", "H": "l", "W": "j"}
+    out_pad = {"!": "%", "H": "Y", "W": "X"}
+    trans = v["m"] == "trans"
+    default_layout = "NCDHW" if rank == 3 else "NCHW"
+    modes = [m for m, bit in (("fwd", 1), ("bwd", 2), ("wrw", 4)) if (v["F"] or 7) & bit]
+    if v["b"] and ("bwd" in modes or "wrw" in modes):
+        modes.append("bwd_bias")
+    c, k, g = v["c"], v["k"], v["g"]
+    return [dict(
+        mode=mode, dtype=dtype, transposed=trans,
+        input_shape=(v["n"], c, *(v[a] for a in axes)),
+        kernel_shape=((c, k // g) if trans else (k, c // g)) + tuple(v[window[a]] for a in axes),
+        stride=tuple(v[stride[a]] for a in axes), padding=tuple(v[pad[a]] for a in axes),
+        dilation=tuple(v[dilation[a]] for a in axes), groups=g,
+        output_padding=tuple(v[out_pad[a]] for a in axes) if trans else (0,) * rank,
+        input_layout=v["I"] or default_layout, kernel_layout=v["f"] or default_layout,
+        output_layout=v["O"] or default_layout, bias=bool(v["b"]) and mode == "fwd",
+    ) for mode in modes]
 
 
-FORWARD_2D = [line for line in CONV_LINES if is_forward_2d(line)]
+PARSEABLE = [line for line in CONV_LINES if line not in ROCMLIR_LINES]
 
 
-def test_corpus_has_the_expected_forward_2d_lines():
-    assert len(FORWARD_2D) == 20
+def test_corpus_line_counts():
+    assert len(PARSEABLE) == 48
     assert len(ROCMLIR_LINES) == 5
 
 
-@pytest.mark.parametrize("line", FORWARD_2D)
-def test_every_forward_2d_corpus_line_parses_to_the_right_signature(line):
-    dtype, v = independent_reading(line)
-    signature = BooOpRegistry.parse_command(line)
-    assert isinstance(signature, ConvSignature)
-    assert signature.dtype == dtype
-    assert signature.input_shape == (v["n"], v["c"], v["H"], v["W"])
-    assert signature.kernel_shape == (v["k"], v["c"] // v["g"], v["y"], v["x"])
-    assert signature.stride == (v["u"], v["v"])
-    assert signature.padding == (v["p"], v["q"])
-    assert signature.dilation == (v["l"], v["j"])
-    assert signature.groups == v["g"]
-    assert (signature.input_layout, signature.kernel_layout, signature.output_layout) == (v["I"], v["f"], v["O"])
-    assert signature.bias == bool(v["b"])
-    assert_round_trip(signature)
+@pytest.mark.parametrize("line", PARSEABLE)
+def test_every_corpus_conv_line_parses_to_the_right_signatures(line):
+    signatures = BooOpRegistry.parse_signatures(line)
+    expected = expected_signatures(line)
+    assert [s.mode for s in signatures] == [e["mode"] for e in expected]
+    for signature, fields in zip(signatures, expected):
+        assert isinstance(signature, ConvSignature)
+        for name, value in fields.items():
+            assert getattr(signature, name) == value, name
+        assert_round_trip(signature)
 
 
 def test_spot_checks():
-    nhwc = BooOpRegistry.parse_command(FORWARD_2D[0])
+    nhwc = BooOpRegistry.parse_command(PARSEABLE[0])
     assert nhwc == ConvSignature((128, 384, 24, 48), (384, 384, 1, 1), dtype=torch.bfloat16, shared_layout="NHWC")
     assert [s.shape for s in nhwc.input_specs()] == [(128, 24, 48, 384), (384, 1, 1, 384)]
     assert nhwc.output_specs()[0].shape == (128, 24, 48, 384)
@@ -96,26 +114,19 @@ def test_spot_checks():
     assert asymmetric.padding == (0, 3) and asymmetric.output_shape == (1, 4, 17, 17)
 
 
-@pytest.mark.parametrize("line", ROCMLIR_LINES)
-def test_rocmlir_dialect_lines_fail_clearly(line):
-    with pytest.raises(CommandError, match=r"bad value '\w+' for flag -f/--fil_layout: expected one of "
-                                           r", NCHW, NHWC, CHWN, NCDHW, NDHWC"):
-        BooOpRegistry.parse_command(line)
-
-
-@pytest.mark.parametrize("line, pattern", [
-    ("conv -n 1 -F 1 -m trans", r"transposed convolution \(-m trans\) is not supported yet"),
-    ("conv -n 1", r"-F/--forw 0 asks for backward-data or backward-weight"),
-    ("conv -n 1 -F 2", r"-F/--forw 2 asks for backward-data"),
-    ("conv -n 1 -F 1 --spatial_dim 3", r"3-D convolution .* is not supported yet"),
-    ("conv -n 1 -F 1 --in_layout NDHWC", r"3-D convolution .* is not supported yet"),
-    ("convint8 -n 1 -F 1", r"base argument 'convint8': torch.int8 convolution is not supported"),
-    ("conv -n 1 -F 1 --in_cast_type fp8", r"flag -U/--in_cast_type fp8 is not supported: cast types"),
-    ("conv -n 1 -F 1 -d input.bin", r"flag -d/--in_data input.bin is not supported: BOO generates its own inputs"),
+@pytest.mark.parametrize("line, pattern, flag", [
+    ("convint8 -n 1 -F 1", r"base argument 'convint8': torch.int8 convolution is not supported", None),
+    ("conv -n 1 -F 1 --in_cast_type fp8", r"flag -U/--in_cast_type fp8 is not supported: cast types",
+     "-U/--in_cast_type"),
+    ("conv -n 1 -F 1 -d input.bin", r"flag -d/--in_data input.bin is not supported: BOO generates its own inputs",
+     "-d/--in_data"),
+    ("conv -n 1 -F 3 --activation relu", r"--activation fuses into the forward convolution only; use -F 1",
+     "--activation"),
 ])
-def test_unsupported_requests_are_refused_by_name(line, pattern):
-    with pytest.raises(UnsupportedError, match=pattern):
-        BooOpRegistry.parse_command(line)
+def test_unsupported_requests_are_refused_by_name(line, pattern, flag):
+    with pytest.raises(UnsupportedError, match=pattern) as info:
+        BooOpRegistry.parse_signatures(line)
+    assert info.value.flag == flag
 
 
 @pytest.mark.parametrize("line, pattern, flag", [
@@ -130,13 +141,23 @@ def test_unsupported_requests_are_refused_by_name(line, pattern):
     ("conv -n 1 -F 1 -m deconv", r"bad value 'deconv' for flag -m/--mode: expected one of conv, trans", "-m/--mode"),
     ("conv -n 1 -c 6 -k 4 -g 4 -F 1", r"flag -g/--group_count 4 must divide in_channels 6 and out_channels 4",
      "-g/--group_count"),
-    ("conv -n 1 -H 2 -y 5 -F 1", r"flag -H/--in_h 2 with filter 5, padding 0 and dilation 1 leaves no output",
-     "-H/--in_h"),
+    ("conv -n 1 -H 2 -y 5 -F 1", r"flag -H/--in_h 2 with filter 5, padding 0, stride 1 and dilation 1 leaves "
+     r"no output", "-H/--in_h"),
     ("conv -n 0 -F 1", r"flag -n/--batchsize 0 must be at least 1", "-n/--batchsize"),
     ("conv -n 1 -p -1 -F 1", r"flag -p/--pad_h -1 must not be negative", "-p/--pad_h"),
     ("conv -n 1 -u 0 -F 1", r"flag -u/--conv_stride_h 0 must be at least 1", "-u/--conv_stride_h"),
     ("conv -n 1 -F 1 -b 2", r"flag -b/--bias must be 0 or 1", "-b/--bias"),
-    ("conv -n 1 -F 1 --spatial_dim 4", r"flag -_/--spatial_dim 4: expected 2 or 3", "-_/--spatial_dim"),
+    ("conv -n 1 -F 1 --spatial_dim 4", r"flag -_/--spatial_dim 4: expected 2 or 3 \(or 1\)", "-_/--spatial_dim"),
+    ("conv -n 1 -F 16", r"flag -F/--forw 16: expected a bitmask of 1, 2, 4 and 8", "-F/--forw"),
+    ("conv -n 1 -F 1 --in_layout NHWC --out_layout NDHWC", r"layouts of different ranks: -I/--in_layout NHWC, "
+     r"-O/--out_layout NDHWC", "-I/--in_layout"),
+    ("conv -n 1 -F 1 --spatial_dim 2 --in_layout NDHWC", r"flag -I/--in_layout NDHWC is 3-D but "
+     r"-_/--spatial_dim is 2", "-I/--in_layout"),
+    ("conv -n 1 -F 1 -m trans -u 2 -Y 2", r"flag -Y/--trans_output_pad_h 2 must be smaller than the stride 2 "
+     r"or the dilation 1", "-Y/--trans_output_pad_h"),
+    ("conv -n 1 -F 1 --spatial_dim 3 --in_d 2 --fil_d 3", r"flag -!/--in_d 2 with filter 3, padding 0, stride 1 "
+     r"and dilation 1 leaves no output", "-!/--in_d"),
+    ("conv -n 1 -F 1 --activation swish", r"bad value 'swish' for flag --activation", "--activation"),
 ])
 def test_malformed_commands_name_the_flag(line, pattern, flag):
     with pytest.raises(CommandError, match=pattern) as info:
@@ -172,3 +193,57 @@ def test_pad_mode_follows_miopen(extra, padding):
 def test_lowercase_layouts_are_accepted():
     assert BooOpRegistry.parse_command("conv -n 1 -F 1 --in_layout nhwc -I nhwc").input_layout == "NHWC"
     assert BooOpRegistry.parse_command("conv -n 1 -F 1 -I CHWN").input_specs()[0].shape == (3, 32, 32, 1)
+
+
+@pytest.mark.parametrize("forw, bias, modes", [
+    (0, 0, ["fwd", "bwd", "wrw"]),
+    (1, 1, ["fwd"]),
+    (2, 0, ["bwd"]),
+    (4, 0, ["wrw"]),
+    (3, 0, ["fwd", "bwd"]),
+    (5, 0, ["fwd", "wrw"]),
+    (6, 0, ["bwd", "wrw"]),
+    (7, 0, ["fwd", "bwd", "wrw"]),
+    (0, 1, ["fwd", "bwd", "wrw", "bwd_bias"]),
+    (2, 1, ["bwd", "bwd_bias"]),
+    (8, 0, ["bwd_bias"]),
+])
+def test_forw_is_a_bitmask_and_bias_adds_its_gradient(forw, bias, modes):
+    signatures = BooOpRegistry.parse_signatures(f"conv -n 2 -c 4 -H 8 -W 8 -k 6 -F {forw} -b {bias}")
+    assert [s.mode for s in signatures] == modes
+    assert [s.bias for s in signatures] == [bool(bias) and m == "fwd" for m in modes]
+
+
+def test_transposed_convolution_uses_miopens_filter_shape():
+    signature = BooOpRegistry.parse_command("conv -n 2 -c 8 -H 5 -W 5 -k 6 -y 3 -x 3 -u 2 -v 2 -p 1 -q 1 -g 2 "
+                                            "-m trans --trans_output_pad_h 1 -F 1 --fil_layout NHWC")
+    assert signature.kernel_shape == (8, 3, 3, 3)  # [c, k/g, y, x]
+    assert signature.input_specs()[1].shape == (8, 3, 3, 3)  # NHWC filter: c, y, x, k/g
+    assert signature.output_shape == (2, 6, 10, 9)  # 2*(5-1) + 3 - 2 + output padding
+    assert_round_trip(signature)
+
+
+def test_output_padding_is_ignored_for_ordinary_convolution_like_miopen():
+    plain = BooOpRegistry.parse_command("conv -n 1 -c 4 -H 8 -W 8 -k 4 -u 2 -v 2 -F 1")
+    assert BooOpRegistry.parse_command("conv -n 1 -c 4 -H 8 -W 8 -k 4 -u 2 -v 2 -F 1 -Y 1 -X 1") == plain
+
+
+@pytest.mark.parametrize("line, rank, layouts", [
+    ("conv -n 1 -c 4 -W 9 -k 2 -x 3 --spatial_dim 1 -F 1", 1, ("NCW",) * 3),
+    ("conv -n 1 -c 4 -W 9 -k 2 -x 3 --in_layout NWC --fil_layout NWC --out_layout NWC -F 1", 1, ("NWC",) * 3),
+    ("conv -n 1 -c 4 --in_d 5 -H 6 -W 7 -k 2 --fil_d 3 --spatial_dim 3 -F 1", 3, ("NCDHW",) * 3),
+    ("conv -n 1 -c 4 --in_d 5 -H 6 -W 7 -k 2 --fil_d 3 --out_layout NDHWC -F 1", 3, ("NCDHW", "NCDHW", "NDHWC")),
+    ("conv -n 1 -c 4 -H 6 -W 7 -k 2 --in_layout CHWN -F 1", 2, ("CHWN", "NCHW", "NCHW")),
+])
+def test_rank_comes_from_spatial_dim_or_layout_length(line, rank, layouts):
+    signature = BooOpRegistry.parse_command(line)
+    assert signature.spatial_rank == rank
+    assert (signature.input_layout, signature.kernel_layout, signature.output_layout) == layouts
+    assert_round_trip(signature)
+
+
+def test_activation_extension():
+    signature = BooOpRegistry.parse_command("convbfp16 -n 1 -c 4 -H 8 -W 8 -k 4 -F 1 -b 1 --activation silu")
+    assert signature.activation == "silu" and signature.bias
+    assert "--activation silu" in signature.to_command()
+    assert_round_trip(signature)

@@ -8,11 +8,13 @@ them in place. The call path does no hashing, no file I/O and no compilation.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from iree.runtime import VmVariantList
@@ -51,6 +53,9 @@ class Launchable:
         self._outputs = tuple(signature.output_specs())
         self._torch_device = device.torch_device
         self._call_lock = threading.Lock()  # one VM context must not run two calls at once
+        #: Op code may keep things derived from this launchable here (its backward, say);
+        #: they live and die with it.
+        self.derived: dict[str, Any] = {}
         self.cache_hit = False
         self.compile_seconds = 0.0
         self.load_seconds = 0.0
@@ -77,6 +82,7 @@ class Launchable:
         self._function = loaded.function
         self._module = loaded.module
         self._import = device_runtime.hal_device.from_dlpack_capsule
+        self._import_outputs = tuple(device_runtime.output_importer(spec) for spec in self._outputs)
 
     def __repr__(self) -> str:
         return f"<Launchable {self.signature.func_name} on {self.device.key}>"
@@ -107,8 +113,8 @@ class Launchable:
             if tensor.data_ptr() % IMPORT_ALIGNMENT:
                 tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
             arg_list.push_ref(self._import(to_dlpack(tensor)))
-        for tensor in outputs:
-            arg_list.push_ref(self._import(to_dlpack(tensor)))
+        for import_output, tensor in zip(self._import_outputs, outputs):
+            arg_list.push_ref(import_output(tensor))
         with self._call_lock:
             self._context.invoke(self._function, arg_list, VmVariantList(0))
         return outputs[0] if len(outputs) == 1 else outputs
@@ -182,3 +188,7 @@ def clear_launchables() -> None:
         _launchables.clear()
         _building.clear()
         _by_eager_key.clear()
+
+
+# IREE objects must be released before the interpreter tears down its bindings.
+atexit.register(clear_launchables)

@@ -120,10 +120,11 @@ def _strip_prefixes(command: str) -> str:
 
 
 def format_command(base: str, items: Iterable[tuple[Flag, Any]]) -> str:
-    """Write ``base`` and flag values as a command, short letters where the flag has one."""
+    """Write ``base`` and flag values as a command: a flag's short letter where it has an
+    alphanumeric one, its long name otherwise (``-!`` or ``-$`` would trip up a shell)."""
     parts = [base]
     for flag, value in items:
-        parts.append(f"-{flag.short}" if flag.short else f"--{flag.long}")
+        parts.append(f"-{flag.short}" if flag.short and flag.short.isalnum() else f"--{flag.long}")
         parts.append(shlex.quote(str(value)))
     return " ".join(parts)
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.dlpack import to_dlpack
 
 from .devices import BooDevice
 from .errors import DeviceError
+
+if TYPE_CHECKING:
+    from .signature import TensorSpec
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,32 @@ class DeviceRuntime:
         except Exception as e:
             raise DeviceError(f"IREE runtime driver {driver!r} could not open {device.key}: {e}") from e
         self.hal_module = rt.create_hal_module(self.instance, self.hal_device)
+        self._host_import = (self.hal_device.allocator.import_host_allocation,
+                             int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+                             int(rt.BufferUsage.DEFAULT), rt.HalBufferView)
+        self._element_types = _hal_element_types(rt.HalElementType)
+
+    def output_importer(self, spec: TensorSpec) -> Callable[[torch.Tensor], Any]:
+        """A function that imports an output tensor of ``spec`` (no copy) for a kernel to write.
+
+        A DLPack import allows READ|WRITE only, but IREE writes an output that it produces by
+        a copy or a fill (not a dispatch) through a DISCARD_WRITE mapping, which the
+        local-sync driver refuses (PERMISSION_DENIED). On the CPU, outputs are therefore
+        imported as host allocations, which allow every access. The import holds no
+        reference to the tensor: the caller keeps it alive during the call.
+        """
+        element_type = self._element_types.get(spec.dtype)
+        if self.device.torch_device.type != "cpu" or element_type is None:
+            from_dlpack = self.hal_device.from_dlpack_capsule
+            return lambda tensor: from_dlpack(to_dlpack(tensor))
+        import_host, memory_type, usage, buffer_view = self._host_import
+        memory, shape = ctypes.c_char * spec.nbytes, list(spec.shape)
+
+        def import_output(tensor: torch.Tensor) -> Any:
+            return buffer_view(import_host(memory.from_address(tensor.data_ptr()), memory_type, usage), shape,
+                               element_type)
+
+        return import_output
 
     def load(self, vmfb: bytes, function_name: str) -> LoadedKernel:
         """Load a compiled kernel; raises ValueError if it is unusable or lacks the function."""
@@ -49,6 +84,13 @@ class DeviceRuntime:
         if function is None:
             raise ValueError(f"kernel module has no function {function_name!r}")
         return LoadedKernel(context, function, module)
+
+
+def _hal_element_types(E: Any) -> dict[torch.dtype, int]:  # noqa: N803 (iree.runtime.HalElementType)
+    return {torch.float32: int(E.FLOAT_32), torch.float16: int(E.FLOAT_16), torch.bfloat16: int(E.BFLOAT_16),
+            torch.float64: int(E.FLOAT_64), torch.int8: int(E.SINT_8), torch.int16: int(E.SINT_16),
+            torch.int32: int(E.SINT_32), torch.int64: int(E.SINT_64), torch.uint8: int(E.UINT_8),
+            torch.bool: int(E.BOOL_8)}
 
 
 def _new_driver(name: str) -> Any:
@@ -99,6 +141,13 @@ def _forget_after_fork() -> None:
     _lock = threading.Lock()
     generation += 1
 
+
+def _release_at_exit() -> None:
+    with _lock:
+        _runtimes.clear()
+
+
+atexit.register(_release_at_exit)  # runs after launchable.py's handler (LIFO), which drops the contexts
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,7 +1,31 @@
-"""Convolution for BOO: ``boo_conv``, ``ConvSignature`` and MIOpenDriver ``conv`` commands."""
+"""Convolution for BOO: ``boo_conv``, the ``BooConv*`` modules, ``ConvSignature`` and
+MIOpenDriver ``conv`` commands."""
 
 from .eager import boo_conv, conv_signature_for
+from .modules import (
+    BooConv1d,
+    BooConv2d,
+    BooConv3d,
+    BooConvTranspose1d,
+    BooConvTranspose2d,
+    BooConvTranspose3d,
+    convert_convs,
+)
 from .parser import ConvParser
-from .signature import ConvSignature
+from .signature import ACTIVATIONS, MODES, ConvSignature
 
-__all__ = ["ConvParser", "ConvSignature", "boo_conv", "conv_signature_for"]
+__all__ = [
+    "ACTIVATIONS",
+    "MODES",
+    "BooConv1d",
+    "BooConv2d",
+    "BooConv3d",
+    "BooConvTranspose1d",
+    "BooConvTranspose2d",
+    "BooConvTranspose3d",
+    "ConvParser",
+    "ConvSignature",
+    "boo_conv",
+    "conv_signature_for",
+    "convert_convs",
+]

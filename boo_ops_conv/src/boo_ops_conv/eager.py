@@ -1,16 +1,36 @@
-"""``boo_conv``: a convolution on torch tensors through a BOO kernel."""
+"""``boo_conv``: a convolution on torch tensors through a BOO kernel, differentiable."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 
-from boo_core import ArgumentError, launchable_for
-from boo_core.autograd import launch
+from boo_core import ArgumentError, Launchable, UnsupportedError, get_launchable, get_settings, launchable_for
+from boo_core.autograd import launch, reference_backward
 
 from . import layouts
 from .signature import ConvSignature
+
+logger = logging.getLogger(__name__)
+
+IntOrTuple = int | Sequence[int]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A boo_conv call resolved: tensors as stored, the memo key, and how to build the signature."""
+
+    inputs: tuple[torch.Tensor, ...]
+    key: tuple
+    signature_args: dict
+    explicit: bool
+
+    def signature(self) -> ConvSignature:
+        return ConvSignature(**self.signature_args)
 
 
 def boo_conv(
@@ -18,65 +38,174 @@ def boo_conv(
     w: torch.Tensor,
     b: torch.Tensor | None = None,
     *,
-    stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
-    dilation: int | Sequence[int] = 1,
+    stride: IntOrTuple = 1,
+    padding: IntOrTuple | str = 0,
+    dilation: IntOrTuple = 1,
     groups: int = 1,
+    transposed: bool = False,
+    output_padding: IntOrTuple = 0,
+    activation: str | None = None,
     shared_layout: str | None = None,
     input_layout: str | None = None,
     kernel_layout: str | None = None,
     output_layout: str | None = None,
 ) -> torch.Tensor:
-    """Convolve ``x`` with ``w`` (and add ``b``) on the tensors' device with a BOO kernel.
+    """A 1-D, 2-D or 3-D convolution (or transposed convolution) with a BOO kernel.
 
-    Tensors are passed in their layout's shape: with ``shared_layout="NHWC"``, ``x`` is
-    (N, H, W, C), ``w`` is (K, Y, X, C/groups) and the result is (N, Ho, Wo, K). The
-    default layout is NCHW, the same as ``torch.nn.functional.conv2d``. Differentiable:
-    gradients come from PyTorch.
+    Without layout arguments it behaves like ``torch.nn.functional.conv{1,2,3}d`` (or
+    ``conv_transpose*d`` with ``transposed=True``): tensors have logical shapes (N, C, ...)
+    and any memory format. A contiguous tensor is read as NC(D)HW; otherwise a tensor whose
+    strides are channels-last (``torch.channels_last``, ``channels_last_3d``, or NWC for 1-D)
+    is read in place as N(D)HWC; any other strides are copied to contiguous first. A tensor
+    that is both contiguous and channels-last (C == 1, or 1x1 spatial) counts as contiguous.
+    The result has the input's memory format, as with torch.
+
+    With ``shared_layout``, ``input_layout``, ``kernel_layout`` or ``output_layout``, tensors
+    are passed in their layout's shape instead (an NHWC input is (N, H, W, C), an NHWC
+    filter (K, Y, X, C/groups)) and must be contiguous.
+
+    ``padding`` may also be ``"valid"`` or ``"same"`` (stride 1), as in torch.
+    ``activation`` (relu, gelu, silu, sigmoid, tanh) fuses into the kernel after the bias.
+    Gradients use BOO kernels with ``BOO_USE_BACKWARD_KERNELS=1``, PyTorch's otherwise.
     """
-    key = ("conv", x.shape, w.shape, b is None, x.dtype, w.dtype, None if b is None else b.dtype, _hashable(stride),
-           _hashable(padding), _hashable(dilation), groups, shared_layout, input_layout, kernel_layout, output_layout)
-    launchable = launchable_for(key, lambda: conv_signature_for(
-        x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups, shared_layout=shared_layout,
-        input_layout=input_layout, kernel_layout=kernel_layout, output_layout=output_layout), x.device)
-    inputs = (x, w) if b is None else (x, w, b)
-    return launch(launchable, *inputs)
+    call = _resolve(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                    transposed=transposed, output_padding=output_padding, activation=activation,
+                    shared_layout=shared_layout, input_layout=input_layout, kernel_layout=kernel_layout,
+                    output_layout=output_layout)
+    launchable = launchable_for(call.key, call.signature, x.device)
+    y = launch(launchable, *call.inputs, backward=_conv_backward(launchable))
+    if call.explicit:
+        return y
+    return layouts.permute(y, layouts.to_logical(launchable.signature.output_layout))
 
 
-def conv_signature_for(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    b: torch.Tensor | None = None,
-    *,
-    stride: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
-    dilation: int | Sequence[int] = 1,
-    groups: int = 1,
-    shared_layout: str | None = None,
-    input_layout: str | None = None,
-    kernel_layout: str | None = None,
-    output_layout: str | None = None,
-) -> ConvSignature:
-    """The :class:`ConvSignature` that ``boo_conv`` runs for these arguments."""
-    if x.dim() != w.dim():
-        raise ArgumentError(f"boo_conv: x has {x.dim()} dims but w has {w.dim()}")
+def conv_signature_for(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, **options) -> ConvSignature:
+    """The :class:`ConvSignature` that ``boo_conv(x, w, b, **options)`` runs."""
+    return _resolve(x, w, b, **options).signature()
+
+
+def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride: IntOrTuple = 1,
+             padding: IntOrTuple | str = 0, dilation: IntOrTuple = 1, groups: int = 1, transposed: bool = False,
+             output_padding: IntOrTuple = 0, activation: str | None = None, shared_layout: str | None = None,
+             input_layout: str | None = None, kernel_layout: str | None = None,
+             output_layout: str | None = None) -> _Call:
     rank = x.dim() - 2
-    default = (shared_layout or layouts.LOGICAL.get(rank, "")).upper()
-    input_layout = (input_layout or default).upper()
-    kernel_layout = (kernel_layout or default).upper()
-    for name, layout in (("input_layout", input_layout), ("kernel_layout", kernel_layout)):
-        if not layouts.is_layout(layout, rank):
-            raise ArgumentError(f"boo_conv: {name} {layout!r} does not fit a {x.dim()}-D tensor")
+    if rank not in layouts.LOGICAL or w.dim() != x.dim():
+        raise ArgumentError(f"boo_conv: x has {x.dim()} dims and w has {w.dim()}; expected 3, 4 or 5 each")
     if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
         raise ArgumentError(f"boo_conv: x, w and b must share a dtype (got {x.dtype}, {w.dtype}"
                             f"{'' if b is None else ', ' + str(b.dtype)})")
-    return ConvSignature(
-        input_shape=layouts.logical_shape(tuple(x.shape), input_layout),
-        kernel_shape=layouts.logical_shape(tuple(w.shape), kernel_layout),
-        stride=stride, padding=padding, dilation=dilation, groups=groups, dtype=x.dtype,
-        input_layout=input_layout, kernel_layout=kernel_layout, output_layout=output_layout or default,
-        bias=b is not None)
+    explicit = any(v is not None for v in (shared_layout, input_layout, kernel_layout, output_layout))
+    if explicit:
+        default = (shared_layout or layouts.LOGICAL[rank]).upper()
+        in_layout, w_layout = (input_layout or default).upper(), (kernel_layout or default).upper()
+        out_layout = (output_layout or default).upper()
+        for name, layout in (("input_layout", in_layout), ("kernel_layout", w_layout), ("output_layout", out_layout)):
+            if not layouts.is_layout(layout, rank):
+                raise ArgumentError(f"boo_conv: {name} {layout!r} does not fit a {x.dim()}-D tensor")
+        x_logical = layouts.permute(x, layouts.to_logical(in_layout))
+        w_logical = layouts.permute(w, layouts.to_logical(w_layout))
+    else:
+        x_logical, in_layout = _as_stored(x, "x")
+        w_logical, w_layout = _as_stored(w, "w")
+        out_layout = in_layout
+
+    if isinstance(padding, str):
+        if transposed:
+            raise UnsupportedError(f"padding={padding!r} is not supported for transposed convolutions")
+        before, after = _string_padding(padding, rank, tuple(w_logical.shape[2:]), stride, dilation)
+        if before != after:  # asymmetric "same": pad explicitly (a copy), as torch does
+            pads = [p for pair in zip(reversed(before), reversed(after)) for p in pair]
+            x_logical, in_layout = _as_stored(F.pad(x_logical, pads), "x")  # F.pad keeps the memory format
+            if not explicit:
+                out_layout = in_layout
+            before = (0,) * rank
+        padding = before
+
+    x_stored = layouts.permute(x_logical, layouts.to_physical(in_layout))
+    w_stored = layouts.permute(w_logical, layouts.to_physical(w_layout))
+    arguments = dict(input_shape=tuple(x_logical.shape), kernel_shape=tuple(w_logical.shape), stride=stride,
+                     padding=padding, dilation=dilation, groups=groups, dtype=x.dtype, input_layout=in_layout,
+                     kernel_layout=w_layout, output_layout=out_layout, bias=b is not None, transposed=transposed,
+                     output_padding=output_padding, activation=activation)
+    key = ("conv", *(_hashable(v) for v in arguments.values()))
+    inputs = (x_stored, w_stored) if b is None else (x_stored, w_stored, b)
+    return _Call(inputs, key, arguments, explicit)
 
 
-def _hashable(value: int | Sequence[int]) -> int | tuple[int, ...]:
-    return value if isinstance(value, int) else tuple(value)
+def _hashable(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _as_stored(t: torch.Tensor, name: str) -> tuple[torch.Tensor, str]:
+    """A logical-shaped tensor and the layout its memory is in (see :func:`boo_conv`)."""
+    rank = t.dim() - 2
+    if t.is_contiguous():
+        return t, layouts.LOGICAL[rank]
+    channels_last = layouts.channels_last(rank)
+    if layouts.permute(t, layouts.to_physical(channels_last)).is_contiguous():
+        return t, channels_last
+    logger.debug("boo_conv: %s has strides %s that no layout describes; copying it", name, t.stride())
+    return t.contiguous(), layouts.LOGICAL[rank]
+
+
+def _string_padding(padding: str, rank: int, window: tuple[int, ...], stride: IntOrTuple,
+                    dilation: IntOrTuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Padding before and after each spatial dim for torch's ``"valid"`` and ``"same"``."""
+    if padding == "valid":
+        return (0,) * rank, (0,) * rank
+    if padding != "same":
+        raise ArgumentError(f"boo_conv: padding {padding!r} must be an int, a tuple, 'valid' or 'same'")
+    strides = (stride,) * rank if isinstance(stride, int) else tuple(stride)
+    if any(s != 1 for s in strides):
+        raise ArgumentError("boo_conv: padding='same' needs stride 1 (as in torch)")
+    dilations = (dilation,) * rank if isinstance(dilation, int) else tuple(dilation)
+    totals = [d * (k - 1) for d, k in zip(dilations, window)]
+    return tuple(t // 2 for t in totals), tuple(t - t // 2 for t in totals)
+
+
+def _conv_backward(launchable: Launchable):
+    """Gradients of a forward conv launchable: BOO kernels under BOO_USE_BACKWARD_KERNELS=1."""
+    backward = launchable.derived.get("backward")
+    if backward is None:
+        backward = launchable.derived["backward"] = _make_conv_backward(launchable)
+    return backward
+
+
+def _make_conv_backward(launchable: Launchable):
+    signature: ConvSignature = launchable.signature
+    if signature.activation is not None:  # the activation's derivative needs the pre-activation output
+        return reference_backward(launchable)
+    gradient_kernels: dict[str, Launchable] = {}
+
+    def boo_kernel(mode: str) -> Launchable:
+        if mode not in gradient_kernels:
+            gradient_kernels[mode] = get_launchable(replace(signature, mode=mode, bias=False), launchable.device)
+        return gradient_kernels[mode]
+
+    def backward(inputs, grads, needs):
+        dy = grads[0].contiguous()
+        x, w = inputs[0], inputs[1]
+        if get_settings().use_backward_kernels:
+            dx = boo_kernel("bwd")(dy, w) if needs[0] else None
+            dw = boo_kernel("wrw")(dy, x) if needs[1] else None
+            db = boo_kernel("bwd_bias")(dy) if len(inputs) > 2 and needs[2] else None
+            return [dx, dw, db][: len(inputs)]
+        return _torch_backward(signature, dy, x, w, needs)
+
+    return backward
+
+
+def _torch_backward(signature: ConvSignature, dy, x, w, needs):
+    """Gradients with PyTorch's convolution_backward, in logical layout, returned as stored."""
+    dy_l = layouts.permute(dy, layouts.to_logical(signature.output_layout))
+    x_l = layouts.permute(x, layouts.to_logical(signature.input_layout))
+    w_l = layouts.permute(w, layouts.to_logical(signature.kernel_layout))
+    mask = [needs[0], needs[1], len(needs) > 2 and needs[2]]
+    dx, dw, db = torch.ops.aten.convolution_backward(
+        dy_l, x_l, w_l, [signature.output_channels] if mask[2] else None, list(signature.stride),
+        list(signature.padding), list(signature.dilation), signature.transposed, list(signature.output_padding),
+        signature.groups, mask)
+    dx = layouts.permute(dx, layouts.to_physical(signature.input_layout)) if dx is not None else None
+    dw = layouts.permute(dw, layouts.to_physical(signature.kernel_layout)) if dw is not None else None
+    return [dx, dw, db][: len(needs)]

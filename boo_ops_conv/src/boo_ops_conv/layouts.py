@@ -8,10 +8,14 @@ so ``--fil_layout NHWC`` stores a filter as (K, Y, X, C/groups).
 
 from __future__ import annotations
 
+import functools
+
+import torch
+
 #: Logical dimension order for each spatial rank.
 LOGICAL = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
 
-#: Layouts MIOpenDriver accepts (``ValidateLayoutInputParameters``), plus 1-D ones.
+#: Layouts MIOpenDriver accepts (``ValidateLayoutInputParameters``).
 MIOPEN_LAYOUTS = ("NCHW", "NHWC", "CHWN", "NCDHW", "NDHWC")
 
 
@@ -25,12 +29,14 @@ def is_layout(layout: str, rank: int) -> bool:
     return logical is not None and len(layout) == len(logical) and sorted(layout) == sorted(logical)
 
 
+@functools.lru_cache(maxsize=None)
 def to_physical(layout: str) -> tuple[int, ...]:
     """Permutation taking a logical tensor to ``layout`` (``logical.permute(p)``)."""
     logical = LOGICAL[spatial_rank(layout)]
     return tuple(logical.index(letter) for letter in layout)
 
 
+@functools.lru_cache(maxsize=None)
 def to_logical(layout: str) -> tuple[int, ...]:
     """Permutation taking a tensor stored in ``layout`` back to logical order."""
     return tuple(layout.index(letter) for letter in LOGICAL[spatial_rank(layout)])
@@ -48,3 +54,14 @@ def logical_shape(physical: tuple[int, ...], layout: str) -> tuple[int, ...]:
 
 def is_identity(permutation: tuple[int, ...]) -> bool:
     return permutation == tuple(range(len(permutation)))
+
+
+def permute(t: torch.Tensor, permutation: tuple[int, ...]) -> torch.Tensor:
+    """``t.permute(permutation)``, or ``t`` itself when the permutation is the identity."""
+    return t if is_identity(permutation) else t.permute(permutation)
+
+
+def channels_last(rank: int) -> str:
+    """The channels-last layout of a rank: NWC, NHWC, NDHWC (torch's channels_last formats)."""
+    logical = LOGICAL[rank]
+    return logical[0] + logical[2:] + logical[1]

@@ -3,6 +3,15 @@
 The flag table is MIOpenDriver's (``driver/conv_driver.hpp``), with its defaults. Flags
 that only steer MIOpenDriver's own run (iterations, timing, verification, solver choice) are
 accepted and handed to BOO's tools; flags BOO cannot honour are refused by name.
+
+BOO's extensions, beyond MIOpenDriver (which rejects them):
+
+* ``-F`` bit 8: the bias gradient alone (MIOpen computes it whenever ``-b 1`` runs a
+  backward direction, and so does BOO).
+* 1-D convolution: ``--spatial_dim 1`` or a 3-letter layout (``NCW``, ``NWC``), with the
+  width flags (``-W -x -q -v -j -X``).
+* ``--activation relu|gelu|silu|sigmoid|tanh``: an activation fused after the forward
+  convolution (and its bias).
 """
 
 from __future__ import annotations
@@ -14,10 +23,10 @@ from boo_core.dtypes import DTYPE_TO_SUFFIX
 from boo_core.parser import format_command, integer, one_of, text, upper
 
 from . import layouts
-from .signature import ConvSignature
+from .signature import ACTIVATIONS, ConvSignature
 
 KERNEL, RUN, REFUSED = FlagKind.KERNEL, FlagKind.RUN, FlagKind.REFUSED
-_LAYOUT = one_of("", *layouts.MIOPEN_LAYOUTS, case=upper)
+_LAYOUT = one_of("", *layouts.MIOPEN_LAYOUTS, "NCW", "NWC", case=upper)
 _FILES = "BOO generates its own inputs; reading tensors from files is not supported"
 
 CONV_FLAGS: tuple[Flag, ...] = (
@@ -41,9 +50,10 @@ CONV_FLAGS: tuple[Flag, ...] = (
     Flag("dilation_w", "j", 1, integer, "dilation in width"),
     Flag("group_count", "g", 1, integer, "groups"),
     Flag("mode", "m", "conv", one_of("conv", "trans"), "conv, or trans (transposed convolution)"),
-    Flag("forw", "F", 0, integer, "direction bitmask: 1 forward, 2 backward-data, 4 backward-weight, 0 all"),
-    Flag("spatial_dim", "_", 2, integer, "spatial dimensions: 2 or 3"),
-    Flag("in_layout", "I", "", _LAYOUT, "input layout (NCHW, NHWC, CHWN, NCDHW, NDHWC)"),
+    Flag("forw", "F", 0, integer, "direction bitmask: 1 forward, 2 backward-data, 4 backward-weight, "
+         "8 bias gradient (BOO extension), 0 the first three"),
+    Flag("spatial_dim", "_", 2, integer, "spatial dimensions: 2 or 3 (1: BOO extension)"),
+    Flag("in_layout", "I", "", _LAYOUT, "input layout (NCHW, NHWC, CHWN, NCDHW, NDHWC; NCW, NWC)"),
     Flag("out_layout", "O", "", _LAYOUT, "output layout"),
     Flag("fil_layout", "f", "", _LAYOUT, "filter layout (NHWC stores K, Y, X, C/groups)"),
     Flag("pad_mode", "z", "default", one_of("default", "same", "valid"), "default (use -p/-q), same or valid"),
@@ -51,6 +61,7 @@ CONV_FLAGS: tuple[Flag, ...] = (
     Flag("trans_output_pad_h", "Y", 0, integer, "output padding in height (trans mode)"),
     Flag("trans_output_pad_w", "X", 0, integer, "output padding in width (trans mode)"),
     Flag("bias", "b", 0, integer, "1: add a bias of shape (K,) (forward) / compute its gradient"),
+    Flag("activation", None, "", one_of("", *ACTIVATIONS), "BOO extension: activation fused after the forward"),
     # Read by BOO's tools or meaningless for BOO's kernels; never part of a signature.
     Flag("iter", "i", 10, integer, "timed iterations", RUN),
     Flag("time", "t", 0, integer, "1: report kernel time", RUN),
@@ -81,6 +92,16 @@ CONV_FLAGS: tuple[Flag, ...] = (
 )
 
 
+# Per spatial rank: the length, filter, padding, stride, dilation and output-padding flags.
+_SPATIAL_FLAGS = {
+    "d": ("in_d", "fil_d", "pad_d", "conv_stride_d", "dilation_d", "trans_output_pad_d"),
+    "h": ("in_h", "fil_h", "pad_h", "conv_stride_h", "dilation_h", "trans_output_pad_h"),
+    "w": ("in_w", "fil_w", "pad_w", "conv_stride_w", "dilation_w", "trans_output_pad_w"),
+}
+_AXES = {1: "w", 2: "hw", 3: "dhw"}
+_MODE_BITS = {"fwd": 1, "bwd": 2, "wrw": 4, "bwd_bias": 8}
+
+
 class ConvParser(CommandParser):
     """Parses ``conv``, ``convfp32``, ``convfp16``, ``convbfp16`` commands."""
 
@@ -89,51 +110,51 @@ class ConvParser(CommandParser):
     def build(self, flags: ParsedFlags, *, base: str, dtype: torch.dtype) -> list[ConvSignature]:
         if dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise UnsupportedError(f"base argument {base!r}: {dtype} convolution is not supported")
-        spatial = flags["spatial_dim"]
-        layout_flags = [name for name in ("in_layout", "fil_layout", "out_layout") if flags[name]]
-        if spatial not in (2, 3):
-            raise CommandError(f"flag {flags.label('spatial_dim')} {spatial}: expected 2 or 3",
-                               flag=flags.label("spatial_dim"))
-        if spatial == 3 or any(len(flags[name]) == 5 for name in layout_flags):
-            raise UnsupportedError("3-D convolution (--spatial_dim 3 or a 5-letter layout) is not supported yet",
-                                   flag=flags.label("spatial_dim"))
-        if flags["mode"] == "trans":
-            raise UnsupportedError("transposed convolution (-m trans) is not supported yet",
-                                   flag=flags.label("mode"))
-        if flags["forw"] != 1:
-            raise UnsupportedError(
-                f"-F/--forw {flags['forw']} asks for backward-data or backward-weight (0 means all three); "
-                "only forward (-F 1) is supported yet", flag=flags.label("forw"))
-        if flags["bias"] not in (0, 1):
-            raise CommandError(f"flag {flags.label('bias')} must be 0 or 1", flag=flags.label("bias"))
+        rank = _rank(flags)
+        axes = _AXES[rank]
+        transposed = flags["mode"] == "trans"
+        modes = _modes(flags)
+        activation = flags["activation"] or None
+        if activation and modes != ["fwd"]:
+            raise UnsupportedError(f"--activation fuses into the forward convolution only; use -F 1 "
+                                   f"(got -F {flags['forw']})", flag=flags.label("activation"))
 
-        for name in ("batchsize", "in_channels", "in_h", "in_w", "out_channels", "fil_h", "fil_w",
-                     "conv_stride_h", "conv_stride_w", "dilation_h", "dilation_w", "group_count"):
+        sizes = {name: tuple(flags[_SPATIAL_FLAGS[axis][i]] for axis in axes)
+                 for i, name in enumerate(("size", "window", "padding", "stride", "dilation", "output_padding"))}
+        at_least_one = ["batchsize", "in_channels", "out_channels", "group_count"]
+        for axis in axes:
+            at_least_one += [_SPATIAL_FLAGS[axis][i] for i in (0, 1, 3, 4)]
+        for name in at_least_one:
             _require(flags, name, flags[name] >= 1, "must be at least 1")
-        for name in ("pad_h", "pad_w"):
-            _require(flags, name, flags[name] >= 0, "must not be negative")
-        groups = flags["group_count"]
-        _require(flags, "group_count", flags["in_channels"] % groups == 0 and flags["out_channels"] % groups == 0,
-                 f"must divide in_channels {flags['in_channels']} and out_channels {flags['out_channels']}")
+        for axis in axes:
+            for name in (_SPATIAL_FLAGS[axis][2], _SPATIAL_FLAGS[axis][5]):
+                _require(flags, name, flags[name] >= 0, "must not be negative")
+        groups, c, k = flags["group_count"], flags["in_channels"], flags["out_channels"]
+        _require(flags, "group_count", c % groups == 0 and k % groups == 0,
+                 f"must divide in_channels {c} and out_channels {k}")
 
-        size = (flags["in_h"], flags["in_w"])
-        window = (flags["fil_h"], flags["fil_w"])
-        stride = (flags["conv_stride_h"], flags["conv_stride_w"])
-        dilation = (flags["dilation_h"], flags["dilation_w"])
-        padding = _padding(flags, size, window, stride, dilation)
-        for axis, name in enumerate(("in_h", "in_w")):
-            extent = size[axis] + 2 * padding[axis] - dilation[axis] * (window[axis] - 1)
-            _require(flags, name, extent >= 1,
-                     f"with filter {window[axis]}, padding {padding[axis]} and dilation {dilation[axis]} "
-                     "leaves no output")
-        layout = {name: flags[name] or "NCHW" for name in ("in_layout", "fil_layout", "out_layout")}
-        signature = ConvSignature(
-            input_shape=(flags["batchsize"], flags["in_channels"], *size),
-            kernel_shape=(flags["out_channels"], flags["in_channels"] // groups, *window),
-            stride=stride, padding=padding, dilation=dilation, groups=groups, dtype=dtype,
-            input_layout=layout["in_layout"], kernel_layout=layout["fil_layout"],
-            output_layout=layout["out_layout"], bias=bool(flags["bias"]))
-        return [signature]
+        padding = sizes["padding"] if transposed else _padding(flags["pad_mode"], sizes)
+        output_padding = sizes["output_padding"] if transposed else (0,) * rank  # MIOpen ignores it for conv
+        for axis, size, window, pad, stride, dilation, out_pad in zip(
+                axes, sizes["size"], sizes["window"], padding, sizes["stride"], sizes["dilation"], output_padding):
+            names = _SPATIAL_FLAGS[axis]
+            if transposed:
+                _require(flags, names[5], out_pad < stride or out_pad < dilation,
+                         f"must be smaller than the stride {stride} or the dilation {dilation}")
+                extent = stride * (size - 1) + dilation * (window - 1) + 1 - 2 * pad + out_pad
+            else:
+                extent = size + 2 * pad - dilation * (window - 1)
+            _require(flags, names[0], extent >= 1, f"with filter {window}, padding {pad}, stride {stride} and "
+                                                   f"dilation {dilation} leaves no output")
+
+        kernel_shape = (c, k // groups) if transposed else (k, c // groups)
+        layout = {name: flags[name] or layouts.LOGICAL[rank] for name in ("in_layout", "fil_layout", "out_layout")}
+        return [ConvSignature(
+            input_shape=(flags["batchsize"], c, *sizes["size"]), kernel_shape=(*kernel_shape, *sizes["window"]),
+            stride=sizes["stride"], padding=padding, dilation=sizes["dilation"], groups=groups, dtype=dtype,
+            input_layout=layout["in_layout"], kernel_layout=layout["fil_layout"], output_layout=layout["out_layout"],
+            bias=bool(flags["bias"]) and mode == "fwd", mode=mode, transposed=transposed,
+            output_padding=output_padding, activation=activation if mode == "fwd" else None) for mode in modes]
 
 
 def _require(flags: ParsedFlags, name: str, ok: bool, message: str) -> None:
@@ -141,40 +162,88 @@ def _require(flags: ParsedFlags, name: str, ok: bool, message: str) -> None:
         raise CommandError(f"flag {flags.label(name)} {flags[name]} {message}", flag=flags.label(name))
 
 
-def _padding(flags: ParsedFlags, size, window, stride, dilation) -> tuple[int, ...]:
+def _rank(flags: ParsedFlags) -> int:
+    """Spatial rank from --spatial_dim and the layouts' lengths, which must agree."""
+    spatial = flags["spatial_dim"]
+    if spatial not in (1, 2, 3):
+        raise CommandError(f"flag {flags.label('spatial_dim')} {spatial}: expected 2 or 3 (or 1)",
+                           flag=flags.label("spatial_dim"))
+    given = {name: len(flags[name]) - 2 for name in ("in_layout", "fil_layout", "out_layout") if flags[name]}
+    if len(set(given.values())) > 1:
+        described = ", ".join(f"{flags.label(name)} {flags[name]}" for name in given)
+        raise CommandError(f"layouts of different ranks: {described}", flag=flags.label(next(iter(given))))
+    if not given:
+        return spatial
+    rank = next(iter(given.values()))
+    if "spatial_dim" in flags.given and spatial != rank:
+        name = next(iter(given))
+        raise CommandError(f"flag {flags.label(name)} {flags[name]} is {rank}-D but "
+                           f"{flags.label('spatial_dim')} is {spatial}", flag=flags.label(name))
+    return rank
+
+
+def _modes(flags: ParsedFlags) -> list[str]:
+    """The modes of -F (a bitmask; 0 means forward, backward-data and backward-weight).
+
+    With -b 1, a command running a backward direction also computes the bias gradient.
+    """
+    forw = flags["forw"]
+    if forw < 0 or forw > 15:
+        raise CommandError(f"flag {flags.label('forw')} {forw}: expected a bitmask of 1, 2, 4 and 8",
+                           flag=flags.label("forw"))
+    if flags["bias"] not in (0, 1):
+        raise CommandError(f"flag {flags.label('bias')} must be 0 or 1", flag=flags.label("bias"))
+    bits = forw or 7
+    if flags["bias"] and bits & 6:
+        bits |= 8
+    return [mode for mode, bit in _MODE_BITS.items() if bits & bit]
+
+
+def _padding(mode: str, sizes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """Padding per MIOpen's --pad_mode (applied when all dilations or all filter sizes are 1)."""
-    mode = flags["pad_mode"]
-    explicit = (flags["pad_h"], flags["pad_w"])
+    window, stride, dilation = sizes["window"], sizes["stride"], sizes["dilation"]
     if mode == "default" or not (all(d == 1 for d in dilation) or all(w == 1 for w in window)):
-        return explicit
+        return sizes["padding"]
     if mode == "valid":
-        return (0,) * len(size)
+        return (0,) * len(window)
     # "same": MIOpen's rule, a symmetric floor of TensorFlow's SAME padding.
     return tuple((max(w - s, 0) if n % s == 0 else max(w - n % s, 0)) // 2
-                 for n, w, s in zip(size, window, stride))
+                 for n, w, s in zip(sizes["size"], window, stride))
 
 
 def format_conv_command(signature: ConvSignature) -> str:
     """The MIOpenDriver command for a signature, in MIOpen's logging style."""
     flag = PARSER.flag
-    n, c, h, w = signature.input_shape
-    k, _, y, x = signature.kernel_shape
-    items = [
-        (flag("batchsize"), n), (flag("in_channels"), c), (flag("in_h"), h), (flag("in_w"), w),
-        (flag("out_channels"), k), (flag("fil_h"), y), (flag("fil_w"), x),
-        (flag("pad_h"), signature.padding[0]), (flag("pad_w"), signature.padding[1]),
-        (flag("conv_stride_h"), signature.stride[0]), (flag("conv_stride_w"), signature.stride[1]),
-        (flag("dilation_h"), signature.dilation[0]), (flag("dilation_w"), signature.dilation[1]),
-        (flag("mode"), "conv"), (flag("group_count"), signature.groups), (flag("forw"), 1),
-    ]
+    rank = signature.spatial_rank
+    axes = _AXES[rank]
+    n, c = signature.input_shape[:2]
+    items = [(flag("batchsize"), n), (flag("in_channels"), c)]
+    items += [(flag(_SPATIAL_FLAGS[a][0]), size) for a, size in zip(axes, signature.input_shape[2:])]
+    items.append((flag("out_channels"), signature.output_channels))
+    for column, values in ((1, signature.window), (2, signature.padding), (3, signature.stride),
+                           (4, signature.dilation)):
+        items += [(flag(_SPATIAL_FLAGS[a][column]), v) for a, v in zip(axes, values)]
+    if signature.transposed:
+        items += [(flag(_SPATIAL_FLAGS[a][5]), v) for a, v in zip(axes, signature.output_padding)]
+    items += [(flag("mode"), "trans" if signature.transposed else "conv"), (flag("group_count"), signature.groups),
+              (flag("forw"), _MODE_BITS[signature.mode])]
+    if rank != 2:
+        items.append((flag("spatial_dim"), rank))
     if signature.bias:
         items.append((flag("bias"), 1))
+    default = layouts.LOGICAL[rank]
     for name, layout in (("in_layout", signature.input_layout), ("fil_layout", signature.kernel_layout),
                          ("out_layout", signature.output_layout)):
-        if layout != "NCHW":
+        if layout != default:
+            if layout not in _LAYOUT_NAMES:
+                raise UnsupportedError(f"{signature.func_name}: layout {layout} has no MIOpenDriver spelling")
             items.append((flag(name), layout))
+    if signature.activation:
+        items.append((flag("activation"), signature.activation))
     return format_command("conv" + DTYPE_TO_SUFFIX[signature.dtype], items)
 
+
+_LAYOUT_NAMES = frozenset((*layouts.MIOPEN_LAYOUTS, "NCW", "NWC"))
 
 #: The parser instance the plugin registers (parsers are stateless).
 PARSER = ConvParser()

@@ -1,9 +1,9 @@
-"""ConvSignature: one convolution kernel, completely described."""
+"""ConvSignature: one convolution kernel (any mode, rank, layout), completely described."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass
 from typing import ClassVar
 
@@ -15,8 +15,20 @@ from boo_core.dtypes import short_name
 
 from . import layouts
 
+#: What each mode computes and takes: fwd (x, w[, b]) -> y; bwd, the data gradient,
+#: (dy, w) -> dx; wrw, the weight gradient, (dy, x) -> dw; bwd_bias, the bias gradient, (dy) -> db.
+MODES = ("fwd", "bwd", "wrw", "bwd_bias")
+
+#: Activations that fuse into a forward convolution (applied after the bias).
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def _per_dim(value: int | Sequence[int], rank: int, name: str) -> tuple[int, ...]:
@@ -28,18 +40,25 @@ def _per_dim(value: int | Sequence[int], rank: int, name: str) -> tuple[int, ...
     return value
 
 
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)  # the dataclass is frozen; __post_init__ normalizes
+
+
 @dataclass(frozen=True)
 class ConvSignature(Signature):
-    """A forward convolution.
+    """A convolution in one mode, of any spatial rank (1, 2 or 3), maybe transposed.
 
-    ``input_shape`` is logical (N, C, H, W) and ``kernel_shape`` logical
-    (K, C/groups, Y, X), whatever the layouts, as MIOpenDriver defines lengths. Each
-    tensor's layout (``input_layout``, ``kernel_layout``, ``output_layout``) sets the
-    shape it is passed in: an NHWC input is a tensor of shape (N, H, W, C).
-    ``shared_layout`` sets all three at once; an explicit per-tensor layout wins over it.
+    Lengths are logical, as MIOpenDriver defines them, whatever the layouts:
+    ``input_shape`` is (N, C, *spatial) and ``kernel_shape`` is (K, C/groups, *window), or,
+    for a transposed convolution, (C, K/groups, *window) (torch's and MIOpen's convention).
+    Each tensor's layout sets the shape it is passed in: an NHWC input is a tensor of
+    shape (N, H, W, C); a layout is any permutation of the logical letters (NCW, NCHW,
+    NCDHW), the filter using N for its first logical dim and C for its second.
+    ``shared_layout`` sets all three layouts at once; an explicit one wins over it.
 
-    The launchable takes ``(x, w)``, or ``(x, w, b)`` with ``bias=True`` (b of shape (K,)),
-    and returns y.
+    Calling conventions by ``mode`` (see :data:`MODES`): fwd takes (x, w), or (x, w, b)
+    with ``bias=True``, and returns y, with ``activation`` applied last; bwd takes (dy, w)
+    and returns dx; wrw takes (dy, x) and returns dw; bwd_bias takes (dy) and returns db.
     """
 
     op_name: ClassVar[str] = "conv"
@@ -55,47 +74,68 @@ class ConvSignature(Signature):
     kernel_layout: str = None  # type: ignore[assignment]
     output_layout: str = None  # type: ignore[assignment]
     bias: bool = False
+    mode: str = "fwd"
+    transposed: bool = False
+    output_padding: tuple[int, ...] = 0  # type: ignore[assignment]
+    activation: str | None = None
     shared_layout: InitVar[str | None] = None
 
     def __post_init__(self, shared_layout: str | None) -> None:
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        set_("input_shape", tuple(int(d) for d in self.input_shape))
-        set_("kernel_shape", tuple(int(d) for d in self.kernel_shape))
+        _set(self, "input_shape", tuple(int(d) for d in self.input_shape))
+        _set(self, "kernel_shape", tuple(int(d) for d in self.kernel_shape))
         rank = len(self.input_shape) - 2
-        if rank != 2:
-            raise UnsupportedError(f"{rank}-D convolution is not supported yet (input shape "
-                                   f"{self.input_shape}); only 2-D")
+        if rank not in layouts.LOGICAL:
+            raise UnsupportedError(f"{rank}-D convolution is not supported (input shape {self.input_shape}); "
+                                   "1-D, 2-D and 3-D are")
         if len(self.kernel_shape) != rank + 2:
             raise ValueError(f"kernel_shape {self.kernel_shape} does not match input_shape {self.input_shape}")
-        for name in ("stride", "padding", "dilation"):
-            set_(name, _per_dim(getattr(self, name), rank, name))
+        for name in ("stride", "padding", "dilation", "output_padding"):
+            _set(self, name, _per_dim(getattr(self, name), rank, name))
         default = (shared_layout or layouts.LOGICAL[rank]).upper()
         for name in ("input_layout", "kernel_layout", "output_layout"):
             layout = (getattr(self, name) or default).upper()
             if not layouts.is_layout(layout, rank):
                 raise UnsupportedError(f"{name} {layout!r} is not a {rank}-D layout "
                                        f"(a permutation of {layouts.LOGICAL[rank]})")
-            set_(name, layout)
+            _set(self, name, layout)
         if self.dtype not in _FLOAT_DTYPES:
             raise UnsupportedError(f"conv dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.bias and self.mode != "fwd":
+            raise ValueError(f"bias=True describes a forward input; mode {self.mode!r} takes none "
+                             "(the bias gradient is mode 'bwd_bias')")
+        if self.activation is not None:
+            if self.activation not in ACTIVATIONS:
+                raise UnsupportedError(f"activation {self.activation!r} is not supported; "
+                                       f"use one of {', '.join(ACTIVATIONS)}")
+            if self.mode != "fwd":
+                raise UnsupportedError(f"activation fuses into the forward convolution only, not mode {self.mode!r}")
         self._validate()
 
     def _validate(self) -> None:
         n, c, *spatial = self.input_shape
-        k, c_per_group, *window = self.kernel_shape
         if min(self.input_shape) < 1 or min(self.kernel_shape) < 1:
             raise ValueError(f"sizes must be positive: input {self.input_shape}, kernel {self.kernel_shape}")
-        if self.groups < 1 or c % self.groups or k % self.groups:
-            raise ValueError(f"groups={self.groups} must divide input channels {c} and output channels {k}")
-        if c_per_group * self.groups != c:
-            raise ValueError(f"kernel has {c_per_group} input channels per group; input has {c} channels "
-                             f"in {self.groups} groups, so {c // self.groups} per group")
-        if min(self.stride) < 1 or min(self.dilation) < 1 or min(self.padding) < 0:
-            raise ValueError(f"need stride >= 1, dilation >= 1, padding >= 0: {self.stride}, "
-                             f"{self.dilation}, {self.padding}")
+        if self.groups < 1:
+            raise ValueError(f"groups must be at least 1, got {self.groups}")
+        expected_c = self.kernel_shape[0] if self.transposed else self.kernel_shape[1] * self.groups
+        if c != expected_c or c % self.groups or self.output_channels % self.groups:
+            what = "kernel_shape[0]" if self.transposed else "kernel_shape[1] * groups"
+            raise ValueError(f"input channels {c} must equal {what} = {expected_c}, and groups={self.groups} "
+                             f"must divide input channels {c} and output channels {self.output_channels}")
+        if min(self.stride) < 1 or min(self.dilation) < 1 or min(self.padding) < 0 or min(self.output_padding) < 0:
+            raise ValueError(f"need stride >= 1, dilation >= 1, padding >= 0, output_padding >= 0: "
+                             f"{self.stride}, {self.dilation}, {self.padding}, {self.output_padding}")
+        if not self.transposed and any(self.output_padding):
+            raise ValueError("output_padding applies to transposed convolutions only")
+        for op, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if op and op >= s and op >= d:
+                raise ValueError(f"output_padding {self.output_padding} must be smaller than the stride "
+                                 f"{self.stride} or the dilation {self.dilation}")
         if min(self.output_spatial) < 1:
-            raise ValueError(f"input {tuple(spatial)} with window {tuple(window)}, padding {self.padding}, "
-                             f"dilation {self.dilation} leaves no output")
+            raise ValueError(f"input {tuple(spatial)} with window {self.window}, padding {self.padding}, "
+                             f"stride {self.stride}, dilation {self.dilation} leaves no output")
 
     # -- geometry -------------------------------------------------------------------------------
 
@@ -104,67 +144,163 @@ class ConvSignature(Signature):
         return len(self.input_shape) - 2
 
     @property
+    def window(self) -> tuple[int, ...]:
+        return self.kernel_shape[2:]
+
+    @property
+    def output_channels(self) -> int:
+        return self.kernel_shape[1] * self.groups if self.transposed else self.kernel_shape[0]
+
+    @property
     def output_spatial(self) -> tuple[int, ...]:
-        return tuple(
-            (size + 2 * pad - dil * (win - 1) - 1) // s + 1
-            for size, win, s, pad, dil in zip(self.input_shape[2:], self.kernel_shape[2:], self.stride,
-                                              self.padding, self.dilation))
+        sizes = zip(self.input_shape[2:], self.window, self.stride, self.padding, self.dilation, self.output_padding)
+        if self.transposed:
+            return tuple(s * (n - 1) + d * (f - 1) + 1 - 2 * p + op for n, f, s, p, d, op in sizes)
+        return tuple((n + 2 * p - d * (f - 1) - 1) // s + 1 for n, f, s, p, d, _ in sizes)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
-        """Logical (N, K, Ho, Wo)."""
-        return (self.input_shape[0], self.kernel_shape[0], *self.output_spatial)
+        """Logical (N, K, *output spatial) of the forward convolution."""
+        return (self.input_shape[0], self.output_channels, *self.output_spatial)
+
+    def _tensor(self, name: str, which: str) -> TensorSpec:
+        shape, layout = {
+            "x": (self.input_shape, self.input_layout),
+            "w": (self.kernel_shape, self.kernel_layout),
+            "y": (self.output_shape, self.output_layout),
+        }[which]
+        return TensorSpec(name, layouts.physical_shape(shape, layout), self.dtype, layout)
+
+    def _bias_spec(self, name: str) -> TensorSpec:
+        return TensorSpec(name, (self.output_channels,), self.dtype)
 
     # -- Signature contract -----------------------------------------------------------------------
 
     def readable_name(self) -> str:
+        rank = self.spatial_rank
+        spatial, window = "dhw"[3 - rank:], "zyx"[3 - rank:]
+
         def dims(letters: str, shape: Sequence[int]) -> str:
             return "".join(f"{letter}{size}" for letter, size in zip(letters, shape))
 
-        rank = self.spatial_rank
+        kernel_letters = ("ck" if self.transposed else "kc") + window
         parts = [
-            f"conv{rank}d_fwd_{short_name(self.dtype)}",
-            dims("nc" + "dhw"[3 - rank:], self.input_shape),
-            dims("kc" + "zyx"[3 - rank:], self.kernel_shape),
+            f"conv{rank}d{'t' if self.transposed else ''}_{self.mode}_{short_name(self.dtype)}",
+            dims("nc" + spatial, self.input_shape),
+            dims(kernel_letters, self.kernel_shape),
             "s" + "x".join(map(str, self.stride)),
             "p" + "x".join(map(str, self.padding)),
             "d" + "x".join(map(str, self.dilation)),
             f"g{self.groups}",
-            f"{self.input_layout}_{self.kernel_layout}_{self.output_layout}".lower(),
         ]
+        if any(self.output_padding):
+            parts.append("op" + "x".join(map(str, self.output_padding)))
+        parts.append(f"{self.input_layout}_{self.kernel_layout}_{self.output_layout}".lower())
         if self.bias:
             parts.append("bias")
+        if self.activation:
+            parts.append(self.activation)
         return "_".join(parts)
 
     def input_specs(self) -> list[TensorSpec]:
-        specs = [
-            TensorSpec("x", layouts.physical_shape(self.input_shape, self.input_layout), self.dtype,
-                       self.input_layout),
-            TensorSpec("w", layouts.physical_shape(self.kernel_shape, self.kernel_layout), self.dtype,
-                       self.kernel_layout),
-        ]
-        if self.bias:
-            specs.append(TensorSpec("b", (self.kernel_shape[0],), self.dtype))
-        return specs
+        if self.mode == "fwd":
+            specs = [self._tensor("x", "x"), self._tensor("w", "w")]
+            return specs + [self._bias_spec("b")] if self.bias else specs
+        if self.mode == "bwd":
+            return [self._tensor("dy", "y"), self._tensor("w", "w")]
+        if self.mode == "wrw":
+            return [self._tensor("dy", "y"), self._tensor("x", "x")]
+        return [self._tensor("dy", "y")]
 
     def output_specs(self) -> list[TensorSpec]:
-        return [TensorSpec("y", layouts.physical_shape(self.output_shape, self.output_layout), self.dtype,
-                           self.output_layout)]
+        return [{
+            "fwd": lambda: self._tensor("y", "y"),
+            "bwd": lambda: self._tensor("dx", "x"),
+            "wrw": lambda: self._tensor("dw", "w"),
+            "bwd_bias": lambda: self._bias_spec("db"),
+        }[self.mode]()]
 
-    def reference(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        x = _permute(x, layouts.to_logical(self.input_layout))
-        w = _permute(w, layouts.to_logical(self.kernel_layout))
-        y = _CONV[self.spatial_rank](x, w, b, self.stride, self.padding, self.dilation, self.groups)
-        return _permute(y, layouts.to_physical(self.output_layout))
+    def reference(self, *args: torch.Tensor) -> torch.Tensor:
+        to_logical = {"x": layouts.to_logical(self.input_layout), "w": layouts.to_logical(self.kernel_layout),
+                      "y": layouts.to_logical(self.output_layout)}
+        if self.mode == "fwd":
+            x, w, *b = args
+            x, w = layouts.permute(x, to_logical["x"]), layouts.permute(w, to_logical["w"])
+            y = self._convolution(x, w, b[0] if b else None, self.transposed, self.output_padding)
+            if self.activation:
+                y = ACTIVATIONS[self.activation](y)
+            return layouts.permute(y, layouts.to_physical(self.output_layout))
+        dy = layouts.permute(args[0], to_logical["y"])
+        if self.mode == "bwd_bias":  # accumulate in float32 at least, as torch does for half types
+            total = dy.sum(dim=[d for d in range(dy.dim()) if d != 1], dtype=torch.promote_types(dy.dtype, torch.float32))
+            return total.to(dy.dtype)
+        if self.mode == "bwd":
+            w = layouts.permute(args[1], to_logical["w"])
+            # The data gradient of a conv is the transposed conv with the same weight, and the
+            # adjoint of a transposed conv is the ordinary conv. The output padding restores
+            # the input rows a strided conv never reads, which dy's size alone cannot tell.
+            output_padding = (0,) * self.spatial_rank if self.transposed else self._data_grad_output_padding()
+            dx = self._convolution(dy, w, None, not self.transposed, output_padding)
+            return layouts.permute(dx, layouts.to_physical(self.input_layout))
+        x = layouts.permute(args[1], to_logical["x"])
+        w = _placeholder(dy, self.kernel_shape)
+        # A transposed conv's weight gradient is its adjoint conv's, with dy and x trading places.
+        grad_output, input = (x, dy) if self.transposed else (dy, x)
+        dw = torch.ops.aten.convolution_backward(
+            grad_output, input, w, None, list(self.stride), list(self.padding), list(self.dilation), False,
+            [0] * self.spatial_rank, self.groups, [False, True, False])[1]
+        return layouts.permute(dw, layouts.to_physical(self.kernel_layout))
+
+    def _convolution(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, transposed: bool,
+                     output_padding: tuple[int, ...]) -> torch.Tensor:
+        """aten.convolution with this signature's stride, padding, dilation and groups.
+
+        IREE 3.13 fails to compile depthwise convolutions (one input and one output channel
+        per group, groups > 1) when transposed, in any rank (so every depthwise conv's data
+        gradient), and when 3-D. Giving each group a second, all-zero output channel makes a
+        shape it compiles; the extra channels are dropped. Exact, at twice the multiply-adds.
+        """
+        depthwise = self.groups > 1 and w.shape[0] == self.groups and w.shape[1] == 1
+        if not (depthwise and (transposed or self.spatial_rank == 3)):
+            return torch.ops.aten.convolution(x, w, b, list(self.stride), list(self.padding), list(self.dilation),
+                                              transposed, list(output_padding), self.groups)
+        zeros = torch.zeros_like(w)
+        # Filters are (in, out/groups, ...) when transposed, (out, in/groups, ...) otherwise.
+        widened = torch.cat([w, zeros], dim=1) if transposed else torch.stack([w, zeros], dim=1).flatten(0, 1)
+        y = torch.ops.aten.convolution(x, widened, None, list(self.stride), list(self.padding), list(self.dilation),
+                                       transposed, list(output_padding), self.groups)[:, 0::2]
+        return y if b is None else y + b.reshape(-1, *(1,) * self.spatial_rank)
+
+    def _data_grad_output_padding(self) -> tuple[int, ...]:
+        return tuple((n + 2 * p - d * (f - 1) - 1) % s for n, f, s, p, d in
+                     zip(self.input_shape[2:], self.window, self.stride, self.padding, self.dilation))
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the convolution (the same in every mode but bwd_bias)."""
+        n, c = self.input_shape[:2]
+        window = math.prod(self.window)
+        if self.transposed:  # each input element scatters into K/g outputs per window tap
+            return n * c * math.prod(self.input_shape[2:]) * (self.output_channels // self.groups) * window
+        return math.prod(self.output_shape) * (c // self.groups) * window
 
     @property
     def flops(self) -> int:
         outputs = math.prod(self.output_shape)
-        return 2 * outputs * self.accumulation_length + (outputs if self.bias else 0)
+        if self.mode == "bwd_bias":
+            return outputs
+        epilogue = outputs * (int(self.bias) + int(self.activation is not None)) if self.mode == "fwd" else 0
+        return 2 * self.macs + epilogue
 
     @property
     def accumulation_length(self) -> int:
-        return math.prod(self.kernel_shape[1:])
+        n, c = self.input_shape[:2]
+        window = math.prod(self.window)
+        small_side = self.input_shape[2:] if self.transposed else self.output_spatial
+        if self.mode in ("wrw", "bwd_bias"):  # sums over the batch and the smaller image
+            return n * math.prod(small_side)
+        channels = c // self.groups if self.mode == "fwd" else self.output_channels // self.groups
+        return channels * window
 
     def to_command(self) -> str:
         from .parser import format_conv_command
@@ -172,5 +308,8 @@ class ConvSignature(Signature):
         return format_conv_command(self)
 
 
-def _permute(t: torch.Tensor, permutation: tuple[int, ...]) -> torch.Tensor:
-    return t if layouts.is_identity(permutation) else t.permute(permutation)
+def _placeholder(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor of ``shape`` whose values are never read (convolution_backward needs only its
+    shape for the gradient it does not compute). An expanded scalar costs no memory and,
+    unlike ``empty``, exports."""
+    return like.new_zeros(1).expand(shape)
