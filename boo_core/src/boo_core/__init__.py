@@ -9,6 +9,7 @@ from .devices import BooDevice, Target, resolve_device
 from .errors import (
     ArgumentError,
     BooError,
+    BooFallbackWarning,
     CommandError,
     CompileError,
     DeviceError,
@@ -27,6 +28,7 @@ __all__ = [
     "ArgumentError",
     "BooDevice",
     "BooError",
+    "BooFallbackWarning",
     "BooOpRegistry",
     "CommandError",
     "CommandParser",

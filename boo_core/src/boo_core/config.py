@@ -12,6 +12,9 @@
                               multithreaded), ``local-sync`` or ``local-task``.
 ``BOO_USE_BACKWARD_KERNELS``  ``1``: differentiable BOO calls compute gradients with BOO
                               kernels where the op has them; ``0`` (default): with PyTorch.
+``BOO_COMPILE_STRICT``        ``1``: in the torch.compile backends, a kernel that cannot be
+                              compiled or launched is an error; ``0`` (default): that part
+                              runs on the nested backend, with a warning.
 ============================  ===============================================================
 """
 
@@ -52,6 +55,7 @@ class Settings:
     extra_compile_flags: tuple[str, ...]
     cpu_driver: str = "auto"
     use_backward_kernels: bool = False
+    compile_strict: bool = False
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -61,6 +65,7 @@ class Settings:
             extra_compile_flags=tuple(shlex.split(os.environ.get("BOO_EXTRA_COMPILE_FLAGS", ""))),
             cpu_driver=os.environ.get("BOO_CPU_DRIVER", "").strip() or "auto",
             use_backward_kernels=_env_bool("BOO_USE_BACKWARD_KERNELS", False),
+            compile_strict=_env_bool("BOO_COMPILE_STRICT", False),
         )
 
 
@@ -80,7 +85,7 @@ def get_settings() -> Settings:
 
 def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
               extra_compile_flags: Sequence[str] | None = None, cpu_driver: str | None = None,
-              use_backward_kernels: bool | None = None) -> Settings:
+              use_backward_kernels: bool | None = None, compile_strict: bool | None = None) -> Settings:
     """Change settings from Python; arguments left as None keep their current value.
 
     Launchables already built in this process keep working; new ones use the new settings.
@@ -99,6 +104,8 @@ def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike
             changes["cpu_driver"] = cpu_driver
         if use_backward_kernels is not None:
             changes["use_backward_kernels"] = bool(use_backward_kernels)
+        if compile_strict is not None:
+            changes["compile_strict"] = bool(compile_strict)
         _current = replace(base, **changes)
         return _current
 

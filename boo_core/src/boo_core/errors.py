@@ -57,3 +57,7 @@ class ArgumentError(BooError, ValueError):
 
 class DeviceError(BooError, RuntimeError):
     """A device string cannot be used: unknown, absent, or not targetable by IREE."""
+
+
+class BooFallbackWarning(UserWarning):
+    """Part of a compiled graph could not use a BOO kernel and runs on the nested backend."""

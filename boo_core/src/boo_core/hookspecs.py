@@ -19,6 +19,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from .devices import Target
+    from .fusion import FusionPattern
     from .opspec import OpSpec
     from .signature import Signature
 
@@ -78,4 +79,20 @@ def boo_signature_mlir(signature: Signature, target: Target) -> str | None:
         does not handle.
     :param target: The compile target, for target-specific MLIR.
     :return: MLIR source text, or None to let BOO export the reference computation.
+    """
+
+
+@hookspec
+def boo_fusion_patterns() -> Sequence[FusionPattern] | None:
+    """Subgraphs this plugin's kernels compute, for the torch.compile backends.
+
+    Called once per registry, the first time a torch.compile backend needs patterns. The
+    backends (``iree_boo``, ``iree_boo_inductor``) walk each aten-level graph that
+    AOTAutograd produces (forward and backward) and offer every node whose target is one of
+    a pattern's ``anchors`` to that pattern; a match replaces the nodes with a BOO kernel.
+    Patterns are tried in plugin registration order, and in the order each plugin returns
+    them, so put the most specific first (conv + activation before conv alone).
+
+    :return: A sequence of :class:`~boo_core.fusion.FusionPattern` instances (names unique
+        across plugins: a duplicate name is an error naming both plugins), or None.
     """

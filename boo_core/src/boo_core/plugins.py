@@ -36,6 +36,7 @@ else:  # pragma: no cover - the backport serves older interpreters only
 
 if TYPE_CHECKING:
     from .devices import Target
+    from .fusion import FusionPattern
     from .signature import Signature
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,24 @@ class BooPlugins:
                 raise PluginError(f"plugin {info.label}: boo_compile_flags must return a sequence of str")
             flags.extend(result)
         return flags
+
+    def fusion_patterns(self) -> list[tuple[PluginInfo, FusionPattern]]:
+        """Every plugin's fusion patterns, in registration order; names must be unique."""
+        from .fusion import FusionPattern
+
+        patterns: list[tuple[PluginInfo, FusionPattern]] = []
+        owners: dict[str, PluginInfo] = {}
+        for info, function, argnames in self._implementations("boo_fusion_patterns"):
+            for pattern in _call_blamed(info, "boo_fusion_patterns", function, argnames) or ():
+                if not isinstance(pattern, FusionPattern):
+                    raise PluginError(f"plugin {info.label}: boo_fusion_patterns must return FusionPattern "
+                                      f"instances, got {type(pattern).__name__}")
+                if pattern.name in owners:
+                    raise PluginError(f"fusion pattern {pattern.name!r} is provided by plugin "
+                                      f"{owners[pattern.name].label} and plugin {info.label}")
+                owners[pattern.name] = info
+                patterns.append((info, pattern))
+        return patterns
 
     def signature_mlir(self, signature: Signature, target: Target) -> tuple[PluginInfo, str] | None:
         """The one plugin-provided MLIR for ``signature``, or None."""

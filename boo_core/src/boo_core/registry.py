@@ -16,6 +16,7 @@ import torch
 
 from .dtypes import SUFFIX_TO_DTYPE
 from .errors import CommandError, PluginError, UnknownOpError
+from .fusion import FusionPattern
 from .opspec import OpSpec
 from .parser import ParsedCommand, tokenize
 from .plugins import BooPlugins, PluginFailure, PluginInfo
@@ -58,6 +59,7 @@ class OpRegistry:
         self._ops: dict[str, list[OpEntry]] = {}
         self._keywords: dict[str, list[OpEntry]] = {}
         self._by_signature_class: dict[type, OpEntry] = {}
+        self._patterns: list[FusionPattern] | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -73,6 +75,7 @@ class OpRegistry:
         """Register a plugin object explicitly and add its ops; errors raise."""
         with self._lock:
             self.plugins.register(plugin, name)
+            self._patterns = None
             return self._add_ops(self.plugins.collect_ops(plugin=name))
 
     def _add_ops(self, collected: Sequence[tuple[PluginInfo, OpSpec]]) -> list[OpEntry]:
@@ -110,6 +113,13 @@ class OpRegistry:
                     messages.append(f"{kind} {key!r} is claimed by " + " and ".join(
                         f"plugin {e.plugin.label}" for e in entries))
         return messages
+
+    def fusion_patterns(self) -> list[FusionPattern]:
+        """The plugins' fusion patterns for the torch.compile backends (collected once)."""
+        patterns = self._patterns
+        if patterns is None:
+            patterns = self._patterns = [pattern for _, pattern in self.plugins.fusion_patterns()]
+        return patterns
 
     def get_op(self, name: str) -> OpEntry:
         """The op registered under ``name``."""

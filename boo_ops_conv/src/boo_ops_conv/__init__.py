@@ -1,7 +1,7 @@
 """Convolution for BOO: ``boo_conv``, the ``BooConv*`` modules, ``ConvSignature`` and
 MIOpenDriver ``conv`` commands."""
 
-from .eager import boo_conv, conv_signature_for
+from .eager import boo_conv, boo_conv_backward, conv_signature_for
 from .modules import (
     BooConv1d,
     BooConv2d,
@@ -26,6 +26,7 @@ __all__ = [
     "ConvParser",
     "ConvSignature",
     "boo_conv",
+    "boo_conv_backward",
     "conv_signature_for",
     "convert_convs",
 ]

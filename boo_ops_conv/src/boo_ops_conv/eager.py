@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from boo_core import ArgumentError, Launchable, UnsupportedError, get_launchable, get_settings, launchable_for
+from boo_core import ArgumentError, Launchable, UnsupportedError, get_settings, launchable_for
 from boo_core.autograd import launch, reference_backward
 
 from . import layouts
@@ -82,6 +82,35 @@ def boo_conv(
 def conv_signature_for(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, **options) -> ConvSignature:
     """The :class:`ConvSignature` that ``boo_conv(x, w, b, **options)`` runs."""
     return _resolve(x, w, b, **options).signature()
+
+
+def boo_conv_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+                      output_mask: Sequence[bool] = (True, True, True), **options) -> tuple[torch.Tensor | None, ...]:
+    """Gradients of ``boo_conv(x, w, b, **options)`` for the output gradient ``dy``, on BOO kernels.
+
+    Returns ``(dx, dw, db)``, None where ``output_mask`` is False, with the same conventions
+    as :func:`boo_conv` (logical shapes and memory formats, or the layouts' shapes when
+    layout options are given). ``activation`` is not allowed: pass the gradient before it.
+    """
+    if options.get("activation"):
+        raise UnsupportedError("boo_conv_backward takes the gradient before the activation; drop activation=")
+    call = _resolve(x, w, None, **options)
+    out_layout = call.signature_args["output_layout"]
+    dy_stored = dy if call.explicit else layouts.permute(dy, layouts.to_physical(out_layout))
+    dy_stored = dy_stored.contiguous()
+    x_stored, w_stored = call.inputs
+    results: list[torch.Tensor | None] = []
+    for mode, needed, operand, layout in (("bwd", output_mask[0], w_stored, call.signature_args["input_layout"]),
+                                          ("wrw", output_mask[1], x_stored, call.signature_args["kernel_layout"]),
+                                          ("bwd_bias", output_mask[2], None, None)):
+        if not needed:
+            results.append(None)
+            continue
+        launchable = launchable_for((call.key, mode), lambda mode=mode: replace(call.signature(), mode=mode),
+                                    x.device)
+        grad = launchable(dy_stored) if operand is None else launchable(dy_stored, operand)
+        results.append(grad if layout is None or call.explicit else layouts.permute(grad, layouts.to_logical(layout)))
+    return tuple(results)
 
 
 def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride: IntOrTuple = 1,
@@ -176,36 +205,32 @@ def _make_conv_backward(launchable: Launchable):
     signature: ConvSignature = launchable.signature
     if signature.activation is not None:  # the activation's derivative needs the pre-activation output
         return reference_backward(launchable)
-    gradient_kernels: dict[str, Launchable] = {}
-
-    def boo_kernel(mode: str) -> Launchable:
-        if mode not in gradient_kernels:
-            gradient_kernels[mode] = get_launchable(replace(signature, mode=mode, bias=False), launchable.device)
-        return gradient_kernels[mode]
+    layout_options = dict(stride=signature.stride, padding=signature.padding, dilation=signature.dilation,
+                          groups=signature.groups, transposed=signature.transposed,
+                          output_padding=signature.output_padding, input_layout=signature.input_layout,
+                          kernel_layout=signature.kernel_layout, output_layout=signature.output_layout)
 
     def backward(inputs, grads, needs):
-        dy = grads[0].contiguous()
-        x, w = inputs[0], inputs[1]
+        dy, x, w = grads[0], inputs[0], inputs[1]
+        mask = (needs[0], needs[1], len(inputs) > 2 and needs[2])
         if get_settings().use_backward_kernels:
-            dx = boo_kernel("bwd")(dy, w) if needs[0] else None
-            dw = boo_kernel("wrw")(dy, x) if needs[1] else None
-            db = boo_kernel("bwd_bias")(dy) if len(inputs) > 2 and needs[2] else None
-            return [dx, dw, db][: len(inputs)]
-        return _torch_backward(signature, dy, x, w, needs)
+            gradients = boo_conv_backward(dy, x, w, mask, **layout_options)
+        else:
+            gradients = _torch_backward(signature, dy, x, w, mask)
+        return list(gradients[: len(inputs)])
 
     return backward
 
 
-def _torch_backward(signature: ConvSignature, dy, x, w, needs):
+def _torch_backward(signature: ConvSignature, dy, x, w, mask):
     """Gradients with PyTorch's convolution_backward, in logical layout, returned as stored."""
     dy_l = layouts.permute(dy, layouts.to_logical(signature.output_layout))
     x_l = layouts.permute(x, layouts.to_logical(signature.input_layout))
     w_l = layouts.permute(w, layouts.to_logical(signature.kernel_layout))
-    mask = [needs[0], needs[1], len(needs) > 2 and needs[2]]
     dx, dw, db = torch.ops.aten.convolution_backward(
         dy_l, x_l, w_l, [signature.output_channels] if mask[2] else None, list(signature.stride),
         list(signature.padding), list(signature.dilation), signature.transposed, list(signature.output_padding),
-        signature.groups, mask)
+        signature.groups, list(mask))
     dx = layouts.permute(dx, layouts.to_physical(signature.input_layout)) if dx is not None else None
     dw = layouts.permute(dw, layouts.to_physical(signature.kernel_layout)) if dw is not None else None
-    return [dx, dw, db][: len(needs)]
+    return dx, dw, db

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from boo_core import OpSpec, hookimpl
 
+from .fusion import PATTERNS
 from .parser import PARSER
 from .signature import ConvSignature
 
@@ -17,3 +18,8 @@ def boo_register_ops(register):
         parser=PARSER,
         description="convolution (MIOpenDriver conv, convfp16, convbfp16)",
     ))
+
+
+@hookimpl
+def boo_fusion_patterns():
+    return PATTERNS

@@ -1,0 +1,81 @@
+"""The torch.compile backends ``iree_boo`` and ``iree_boo_inductor``, and their factory.
+
+Both run after AOTAutograd, so forward and backward graphs reach BOO. ``iree_boo`` runs
+what BOO does not take eagerly; ``iree_boo_inductor`` hands it to Inductor, BOO's pass
+running inside Inductor's own AOTAutograd (never wrapping AOTAutograd twice). The names are
+registered through the ``torch_dynamo_backends`` entry-point group, so
+``torch.compile(model, backend="iree_boo")`` works without importing BOO first.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..registry import BooOpRegistry
+from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .rewrite import rewrite
+
+Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
+
+
+def boo_backend(nested_backend: str | Backend = "eager") -> Backend:
+    """A torch.compile backend: BOO kernels for what the plugins claim, ``nested_backend``
+    for the rest.
+
+    ``nested_backend`` is ``"eager"``, ``"inductor"``, another registered backend's name,
+    or a callable ``(graph_module, example_inputs) -> callable``. A callable or a name other
+    than those two receives the aten-level graphs AOTAutograd produced, with BOO calls as
+    ``torch.ops.boo.fused`` nodes.
+    """
+    if nested_backend == "inductor":
+        return _inductor_nested
+    if nested_backend == "eager":
+        name, nested, as_custom_op = "iree_boo", None, False
+    else:
+        name = getattr(nested_backend, "__name__", str(nested_backend))
+        nested = _lookup(nested_backend) if isinstance(nested_backend, str) else nested_backend
+        as_custom_op = True
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any], *, kind: str):
+        rewrite(gm, backend=name, kind=kind, as_custom_op=as_custom_op)
+        compiled = gm.forward if nested is None else nested(gm, example_inputs)
+        # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), freeing them early.
+        return compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
+
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
+                        bw_compiler=functools.partial(compiler, kind="backward"),
+                        inference_compiler=functools.partial(compiler, kind="inference"))
+
+
+def _lookup(name: str) -> Backend:
+    from torch._dynamo import lookup_backend
+
+    return lookup_backend(name)
+
+
+def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+
+    anchors = {anchor for pattern in BooOpRegistry.default().fusion_patterns() for anchor in pattern.anchors}
+    # Inductor would decompose some anchors (layer norm, say) before BOO's pass could see them.
+    decompositions = {op: fn for op, fn in select_decomp_table().items() if op not in anchors}
+
+    def inner_compile(graph: torch.fx.GraphModule, inputs: list[Any], **kwargs: Any):
+        kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")
+        rewrite(graph, backend="iree_boo_inductor", kind=kind, as_custom_op=True)
+        return compile_fx_inner(graph, inputs, **kwargs)
+
+    return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
+
+
+iree_boo: Backend = boo_backend("eager")
+iree_boo_inductor: Backend = _inductor_nested

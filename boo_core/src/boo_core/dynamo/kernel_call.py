@@ -1,0 +1,98 @@
+"""What replaces matched nodes: a pattern's launch, bound to its spec, with output checks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..config import get_settings
+from ..errors import BooError, BooFallbackWarning
+from ..fusion import FusionPattern
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OutputMeta:
+    """Shape, strides and dtype one output must have (what the rest of the graph expects)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, value: object) -> OutputMeta | None:
+        if not isinstance(value, torch.Tensor):
+            return None
+        return cls(tuple(value.shape), tuple(value.stride()), value.dtype)
+
+    def to_json(self) -> list:
+        return [list(self.shape), list(self.stride), str(self.dtype).removeprefix("torch.")]
+
+    @classmethod
+    def from_json(cls, data: list) -> OutputMeta:
+        return cls(tuple(data[0]), tuple(data[1]), getattr(torch, data[2]))
+
+
+class KernelCall:
+    """A graph's call of one pattern match: ``pattern.launch(spec, inputs)``.
+
+    Outputs are checked against what the graph expects and given its strides (a copy only
+    when the kernel's layout differs). If the launch fails at run time, the call warns and
+    computes ``pattern.reference`` instead, unless ``BOO_COMPILE_STRICT=1``.
+    """
+
+    def __init__(self, pattern: FusionPattern, spec: Mapping[str, Any], outputs: Sequence[OutputMeta | None],
+                 single: bool) -> None:
+        self.pattern = pattern
+        self.spec = spec
+        self.outputs = tuple(outputs)
+        self.single = single
+        self.__name__ = f"boo_{pattern.name.replace('.', '_')}"  # how the generated FX code names it
+        self._warned = False
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        try:
+            result = self.pattern.launch(self.spec, inputs)
+        except BooError as e:
+            if get_settings().compile_strict:
+                raise
+            if not self._warned:
+                warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({e}); "
+                              "computing it with PyTorch", BooFallbackWarning, stacklevel=2)
+                self._warned = True
+            result = self.pattern.reference(self.spec, inputs)
+        values = (result,) if self.single else tuple(result)
+        if len(values) != len(self.outputs):
+            raise BooError(f"pattern {self.pattern.name} returned {len(values)} values, the graph expects "
+                           f"{len(self.outputs)}")
+        conformed = tuple(_conform(v, meta, self.pattern.name) for v, meta in zip(values, self.outputs))
+        return conformed[0] if self.single else conformed
+
+    def payload(self) -> str:
+        """Everything but the pattern and inputs, as JSON (the custom op's argument)."""
+        return json.dumps({"spec": self.spec, "single": self.single,
+                           "outputs": [m.to_json() if m else None for m in self.outputs]}, sort_keys=True)
+
+    @classmethod
+    def from_payload(cls, pattern: FusionPattern, payload: str) -> KernelCall:
+        data = json.loads(payload)
+        outputs = [OutputMeta.from_json(m) if m else None for m in data["outputs"]]
+        return cls(pattern, data["spec"], outputs, data["single"])
+
+
+def _conform(value: object, meta: OutputMeta | None, name: str) -> object:
+    if meta is None:
+        return None
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != meta.shape or value.dtype != meta.dtype:
+        described = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+        raise BooError(f"pattern {name} produced {described}; the graph expects {meta.shape} {meta.dtype}")
+    if tuple(value.stride()) == meta.stride:
+        return value
+    return torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype, device=value.device).copy_(value)

@@ -1,0 +1,79 @@
+"""What the torch.compile backends offloaded to BOO and what fell back, per graph."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+logger = logging.getLogger("boo_core.dynamo")
+
+
+@dataclass
+class GraphReport:
+    """One graph a backend compiled.
+
+    ``offloaded`` counts BOO kernel calls by pattern name; ``fallbacks`` counts the aten
+    ops left to the nested backend, and ``reasons`` says why, per op, where a pattern
+    matched but BOO could not take it (no entry: no pattern claims the op).
+    """
+
+    backend: str
+    kind: str  # "forward", "backward" or "inference"
+    index: int
+    offloaded: Counter[str] = field(default_factory=Counter)
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The one-line summary logged at INFO."""
+        def listing(counter: Counter[str]) -> str:
+            return ", ".join(f"{name} x{n}" for name, n in counter.most_common()) or "none"
+
+        text = (f"{self.backend} graph {self.index} ({self.kind}): {sum(self.offloaded.values())} BOO kernels "
+                f"[{listing(self.offloaded)}]; {sum(self.fallbacks.values())} ops on the nested backend "
+                f"[{listing(self.fallbacks)}]")
+        if self.reasons:
+            text += "; not offloaded: " + "; ".join(f"{op}: {why}" for op, why in self.reasons.items())
+        return text
+
+
+@dataclass(frozen=True)
+class OffloadSummary:
+    """Every graph compiled since the last reset."""
+
+    graphs: tuple[GraphReport, ...]
+
+    @property
+    def offloaded(self) -> Counter[str]:
+        """BOO kernel calls by pattern name, over all graphs."""
+        return sum((g.offloaded for g in self.graphs), Counter())
+
+    @property
+    def fallbacks(self) -> Counter[str]:
+        """Ops left to the nested backend by aten op name, over all graphs."""
+        return sum((g.fallbacks for g in self.graphs), Counter())
+
+
+_reports: list[GraphReport] = []
+_lock = threading.Lock()
+
+
+def new_report(backend: str, kind: str) -> GraphReport:
+    with _lock:
+        report = GraphReport(backend, kind, len(_reports))
+        _reports.append(report)
+    return report
+
+
+def offload_summary() -> OffloadSummary:
+    """What the torch.compile backends offloaded and left, since the last reset."""
+    with _lock:
+        return OffloadSummary(tuple(_reports))
+
+
+def reset_offload_summary() -> None:
+    """Forget the graphs recorded so far."""
+    with _lock:
+        _reports.clear()

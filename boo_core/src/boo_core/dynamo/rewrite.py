@@ -1,0 +1,140 @@
+"""The graph pass of the torch.compile backends: matched subgraphs become BOO kernel calls."""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.fx
+
+from ..config import get_settings
+from ..errors import BooError, BooFallbackWarning
+from ..fusion import FusionMatch, FusionPattern, has_static_shape
+from ..launchable import get_launchable
+from ..registry import BooOpRegistry
+from .kernel_call import KernelCall, OutputMeta
+from .report import GraphReport, logger, new_report
+
+_module_logger = logging.getLogger(__name__)
+
+
+def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool) -> GraphReport:
+    """Replace every node the plugins' patterns match with a BOO kernel call, in place.
+
+    Kernels are compiled here, before the graph runs; one that fails to compile leaves its
+    nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
+    ``as_custom_op`` writes the calls as ``torch.ops.boo.fused`` (for compilers that trace
+    the graph again) instead of plain Python callables.
+    """
+    report = new_report(backend, kind)
+    by_anchor: dict[object, list[FusionPattern]] = {}
+    for pattern in BooOpRegistry.default().fusion_patterns():
+        for anchor in pattern.anchors:
+            by_anchor.setdefault(anchor, []).append(pattern)
+    taken: set[torch.fx.Node] = set()
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node in taken:
+            continue
+        for pattern in by_anchor.get(node.target, ()):
+            match = _match(pattern, node, taken, report)
+            if match is not None and _compile_ahead(pattern, match, report):
+                _replace(gm.graph, pattern, match, as_custom_op)
+                taken.update(match.nodes)
+                report.offloaded[pattern.name] += 1
+                break
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+                and node.target.namespace != "boo":
+            report.fallbacks[_op_name(node.target)] += 1
+    gm.graph.lint()
+    gm.recompile()
+    logger.info("%s", report.line())
+    return report
+
+
+def _op_name(target: torch._ops.OpOverload) -> str:
+    return f"{target.namespace}.{target._opname}"
+
+
+def _match(pattern: FusionPattern, node: torch.fx.Node, taken: set[torch.fx.Node],
+           report: GraphReport) -> FusionMatch | None:
+    try:
+        match = pattern.match(node)
+    except Exception as e:  # a pattern's bug must not break the user's compile
+        _refuse(report, node, f"pattern {pattern.name} failed to match: {type(e).__name__}: {e}")
+        return None
+    if match is None:
+        return None
+    inner = set(match.nodes[:-1])
+    problem = None
+    if taken.intersection(match.nodes):
+        problem = "overlaps another BOO kernel"
+    elif any(user not in match.nodes for n in inner for user in n.users):
+        problem = f"pattern {pattern.name} matched nodes whose values are used elsewhere"
+    elif not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
+            user.target is operator.getitem for user in match.root.users):
+        problem = f"pattern {pattern.name} matched a tuple value used other than by indexing"
+    elif not all(has_static_shape(n) for n in match.inputs) or not _static_value(match.root):
+        problem = "dynamic shapes (BOO kernels are static-shaped: compile with dynamic=False)"
+    if problem:
+        _refuse(report, node, problem)
+        return None
+    return match
+
+
+def _static_value(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return all(v is None or (isinstance(v, torch.Tensor) and all(isinstance(d, int) for d in (*v.shape, *v.stride())))
+               for v in values)
+
+
+def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphReport) -> bool:
+    inputs = [n.meta["val"] for n in match.inputs]
+    try:
+        for signature in pattern.signatures(match.spec, inputs):
+            get_launchable(signature, inputs[0].device)
+    except BooError as e:
+        if get_settings().compile_strict:
+            raise
+        warnings.warn(f"BOO cannot take {pattern.name} here ({e}); it runs on the nested backend",
+                      BooFallbackWarning, stacklevel=2)
+        _refuse(report, match.root, f"{type(e).__name__}: {e}")
+        return False
+    return True
+
+
+def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
+    name = _op_name(node.target) if isinstance(node.target, torch._ops.OpOverload) else str(node.target)
+    report.reasons.setdefault(name, reason)
+    _module_logger.debug("not offloading %s: %s", node.format_node(), reason)
+
+
+def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> None:
+    root = match.root
+    value = root.meta["val"]
+    single = isinstance(value, torch.Tensor)
+    values: Sequence[object] = (value,) if single else tuple(value)
+    call = KernelCall(pattern, match.spec, [OutputMeta.of(v) for v in values], single)
+    with graph.inserting_before(root):
+        if not as_custom_op:
+            new = graph.call_function(call, tuple(match.inputs))
+            new.meta["val"] = value
+            root.replace_all_uses_with(new)
+        else:
+            new = graph.call_function(torch.ops.boo.fused.default, (pattern.name, call.payload(), list(match.inputs)))
+            tensors = [v for v in values if v is not None]
+            new.meta["val"] = tensors
+            position = {i: k for k, i in enumerate(i for i, v in enumerate(values) if v is not None)}
+            if single:
+                item = graph.call_function(operator.getitem, (new, 0))
+                item.meta["val"] = value
+                root.replace_all_uses_with(item)
+            else:
+                for user in list(root.users):  # getitem(root, i) -> getitem(new, position[i])
+                    user.args = (new, position[user.args[1]])
+    for node in reversed(match.nodes):
+        graph.erase_node(node)

@@ -1,0 +1,107 @@
+"""Fusion patterns for the torch.compile backends: convolutions (with a following activation)
+and, under BOO_USE_BACKWARD_KERNELS=1, their gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.fx
+
+from boo_core import get_settings
+from boo_core.fusion import FusionMatch, FusionPattern, only_user
+
+from .eager import boo_conv, boo_conv_backward, conv_signature_for
+from .signature import ACTIVATIONS, ConvSignature
+
+aten = torch.ops.aten
+
+_ACTIVATION_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.silu.default: "silu",
+                   aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh"}
+
+
+def _options(node: torch.fx.Node) -> dict[str, Any] | None:
+    """boo_conv's options from aten.convolution's (or convolution_backward's) int arguments."""
+    stride, padding, dilation, transposed, output_padding, groups = node.args[3:9] if \
+        node.target is aten.convolution.default else node.args[4:10]
+    try:
+        return dict(stride=[int(v) for v in stride], padding=[int(v) for v in padding],
+                    dilation=[int(v) for v in dilation], transposed=bool(transposed),
+                    output_padding=[int(v) for v in output_padding], groups=int(groups))
+    except TypeError:  # symbolic values: leave it to PyTorch
+        return None
+
+
+def _activation(node: torch.fx.Node, conv: torch.fx.Node) -> str | None:
+    name = _ACTIVATION_OPS.get(node.target) if node.op == "call_function" else None
+    if name is None or node.args[:1] != (conv,) or len(node.args) > 1:
+        return None
+    if name == "gelu" and node.kwargs.get("approximate", "none") != "none":
+        return None
+    return name
+
+
+class ConvForward(FusionPattern):
+    """``aten.convolution``, and the activation after it when the conv's only user is one."""
+
+    name = "conv.forward"
+    anchors = (aten.convolution.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        options = _options(node)
+        if options is None:
+            return None
+        x, w, b = node.args[:3]
+        nodes = [node]
+        user = only_user(node)
+        activation = _activation(user, node) if user is not None else None
+        if activation:
+            nodes.append(user)
+        return FusionMatch(tuple(nodes), (x, w) if b is None else (x, w, b), {**options, "activation": activation})
+
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[ConvSignature]:
+        return [conv_signature_for(*inputs, **spec)]
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return boo_conv(*inputs, **spec)
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        x, w, *b = inputs
+        y = aten.convolution(x, w, b[0] if b else None, spec["stride"], spec["padding"], spec["dilation"],
+                             spec["transposed"], spec["output_padding"], spec["groups"])
+        return ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y
+
+
+class ConvBackward(FusionPattern):
+    """``aten.convolution_backward`` on BOO kernels; only under BOO_USE_BACKWARD_KERNELS=1."""
+
+    name = "conv.backward"
+    anchors = (aten.convolution_backward.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        options = _options(node)
+        if options is None or not get_settings().use_backward_kernels:
+            return None
+        dy, x, w = node.args[:3]
+        return FusionMatch((node,), (dy, x, w), {**options, "mask": [bool(m) for m in node.args[10]]})
+
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[ConvSignature]:
+        options = {k: v for k, v in spec.items() if k != "mask"}
+        forward = conv_signature_for(inputs[1], inputs[2], **options)
+        modes = [mode for mode, wanted in zip(("bwd", "wrw", "bwd_bias"), spec["mask"]) if wanted]
+        return [replace(forward, mode=mode) for mode in modes]
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
+        options = {k: v for k, v in spec.items() if k != "mask"}
+        return boo_conv_backward(*inputs, spec["mask"], **options)
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
+        dy, x, w = inputs
+        bias_sizes = [w.shape[1] * spec["groups"] if spec["transposed"] else w.shape[0]]
+        return aten.convolution_backward(dy, x, w, bias_sizes, spec["stride"], spec["padding"], spec["dilation"],
+                                         spec["transposed"], spec["output_padding"], spec["groups"], spec["mask"])
+
+
+PATTERNS: tuple[FusionPattern, ...] = (ConvForward(), ConvBackward())

@@ -1,0 +1,259 @@
+"""The torch.compile backends iree_boo and iree_boo_inductor."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from boo_core import BooFallbackWarning, hookimpl
+from boo_core.config import settings_override
+from boo_core.dynamo import boo_backend, offload_summary, reset_offload_summary
+from boo_core.fusion import FusionMatch, FusionPattern
+from boo_core.testing import isolated_registry
+
+from ..conftest import REPO
+
+BACKENDS = ["iree_boo", "iree_boo_inductor"]
+
+# The script imports torch and defines the models: nothing of BOO. torch.compile finds the
+# backends through their entry points; the offload summary is read from BOO's INFO log.
+MODELS_SCRIPT = r'''
+import logging, sys, torch
+from torch import nn
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+logging.getLogger("boo_core.dynamo").setLevel(logging.INFO)
+torch.manual_seed(0)
+
+class ResidualBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        return self.head(y.mean((2, 3)))
+
+class TransformerMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.up = nn.Linear(16, 32)
+        self.down = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+backend, name, train = sys.argv[1], sys.argv[2], sys.argv[3] == "train"
+model = {"resnet": ResidualBlock, "mlp": TransformerMLP}[name]()
+x = torch.randn(2, 8, 6, 6) if name == "resnet" else torch.randn(4, 7, 16)
+reference = {k: v.clone() for k, v in model.state_dict().items()}
+compiled = torch.compile(model, backend=backend, dynamic=False)
+if not train:
+    model.eval()
+    with torch.no_grad():
+        expected, got = model(x), compiled(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+else:
+    eager = {"resnet": ResidualBlock, "mlp": TransformerMLP}[name]()
+    eager.load_state_dict(reference)
+    for m in (model, eager):
+        m.train()
+    opt_compiled = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_eager = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for step in range(2):
+        for m, opt in ((compiled, opt_compiled), (eager, opt_eager)):
+            opt.zero_grad()
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+    for (k, a), b in zip(model.state_dict().items(), eager.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=lambda m: f"{k}: {m}")
+print("ok", "boo_core" in " ".join(sys.modules))
+'''
+
+
+def run_models(backend: str, model: str, mode: str, **env: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-c", MODELS_SCRIPT, backend, model, mode], capture_output=True,
+                            text=True, env={**os.environ, **env}, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split()[0] == "ok"
+    return result
+
+
+def offloaded_by_log(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if line.startswith("boo_core.dynamo:"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_resnet_block_in_a_fresh_process(backend, mode):
+    log = offloaded_by_log(run_models(backend, "resnet", mode).stderr)
+    assert "conv.forward x2" in log
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_kernels_in_training(backend):
+    log = offloaded_by_log(run_models(backend, "resnet", "train", BOO_USE_BACKWARD_KERNELS="1").stderr)
+    assert "(backward): 2 BOO kernels [conv.backward x2" in log
+
+
+class Unclaimed(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(F.conv2d(x, torch.ones(2, 3, 1, 1)), dim=-1).sort(dim=-1).values
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ops_no_plugin_claims_still_run_correctly(backend):
+    reset_offload_summary()
+    x = torch.randn(1, 3, 5, 5)
+    torch._dynamo.reset()
+    got = torch.compile(Unclaimed(), backend=backend)(x)
+    torch.testing.assert_close(got, Unclaimed()(x), rtol=1e-5, atol=1e-5)
+    summary = offload_summary()
+    assert summary.offloaded["conv.forward"] == 1
+    assert summary.fallbacks["aten.cumsum"] == 1 and summary.fallbacks["aten.sort"] == 1
+
+
+def test_same_shapes_do_not_recompile_and_a_new_shape_does():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("iree_boo")
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    compiled = torch.compile(model, backend=counter, dynamic=False)
+    for _ in range(3):
+        compiled(torch.randn(2, 3, 8, 8))
+    assert counter.frame_count == 1
+    again = torch.compile(model, backend=counter, dynamic=False)  # compiling the same model twice
+    again(torch.randn(2, 3, 8, 8))
+    assert counter.frame_count == 1
+    compiled(torch.randn(2, 3, 9, 9))
+    assert counter.frame_count == 2
+
+
+def test_dynamic_shapes_fall_back_with_the_reason():
+    torch._dynamo.reset()
+    reset_offload_summary()
+    model = nn.Conv2d(3, 4, 3)
+    compiled = torch.compile(model, backend="iree_boo", dynamic=True)
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    forward = offload_summary().graphs[0]
+    assert forward.kind == "forward" and not forward.offloaded
+    assert "dynamic shapes" in forward.reasons["aten.convolution"]
+
+
+def test_conv_and_activation_become_one_kernel():
+    torch._dynamo.reset()
+    reset_offload_summary()
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.SiLU())
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="iree_boo")(x), model(x), rtol=1e-5, atol=1e-5)
+    [graph] = offload_summary().graphs
+    assert graph.offloaded == {"conv.forward": 1}
+    assert "aten.silu" not in graph.fallbacks
+
+
+def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
+    torch._dynamo.reset()
+    reset_offload_summary()
+    model = nn.Conv2d(3, 4, 3).double()  # BOO convolutions are f32/f16/bf16 only
+    x = torch.randn(1, 3, 6, 6, dtype=torch.float64)
+    with pytest.warns(BooFallbackWarning, match=r"BOO cannot take conv.forward here \(conv dtype "
+                                                r"torch.float64 is not supported"):
+        got = torch.compile(model, backend="iree_boo")(x)
+    torch.testing.assert_close(got, model(x))
+    [graph] = offload_summary().graphs
+    assert graph.fallbacks["aten.convolution"] == 1 and "float64" in graph.reasons["aten.convolution"]
+
+
+def test_strict_setting_raises_instead():
+    torch._dynamo.reset()
+    model = nn.Conv2d(3, 4, 3).double()
+    with settings_override(compile_strict=True), pytest.raises(Exception, match=r"conv dtype torch.float64"):
+        torch.compile(model, backend="iree_boo")(torch.randn(1, 3, 6, 6, dtype=torch.float64))
+
+
+class ScaleByThree(FusionPattern):
+    """A third-party pattern: ``aten.mul.Tensor(x, 3.0)`` on the scale op's kernel."""
+
+    name = "scale.mul"
+    anchors = (torch.ops.aten.mul.Tensor,)
+
+    def match(self, node):
+        x, factor = node.args
+        if factor != 3.0 or not isinstance(x, torch.fx.Node):
+            return None
+        return FusionMatch((node,), (x,), {"factor": factor})
+
+    def signatures(self, spec, inputs):
+        from ..boo_core.fake_plugins.scale_op import ScaleSignature
+
+        return [ScaleSignature(inputs[0].numel(), spec["factor"])]
+
+    def launch(self, spec, inputs):
+        from boo_core import get_launchable
+
+        [signature] = self.signatures(spec, inputs)
+        return get_launchable(signature)(inputs[0].reshape(-1)).reshape(inputs[0].shape)
+
+    def reference(self, spec, inputs):
+        return inputs[0] * spec["factor"]
+
+
+class ScalePatterns:
+    @hookimpl
+    def boo_fusion_patterns(self):
+        return [ScaleByThree()]
+
+
+@pytest.mark.parametrize("nested", ["eager", "custom"])
+def test_a_third_party_plugin_adds_its_own_pattern(nested):
+    from ..boo_core.fake_plugins import scale_op
+
+    seen = []
+
+    def custom_nested(gm, example_inputs):
+        seen.append([n.target for n in gm.graph.nodes if n.op == "call_function"])
+        return gm.forward
+
+    backend = boo_backend("eager" if nested == "eager" else custom_nested)
+    with isolated_registry({"scale": scale_op, "scale_patterns": ScalePatterns()}):
+        torch._dynamo.reset()
+        reset_offload_summary()
+        x = torch.randn(2, 5)
+        got = torch.compile(lambda t: torch.sin(t * 3.0), backend=backend)(x)
+    torch.testing.assert_close(got, torch.sin(x * 3.0))
+    assert offload_summary().offloaded == {"scale.mul": 1}
+    if nested == "custom":
+        assert torch.ops.boo.fused.default in seen[0]
+
+
+def test_backends_are_found_through_entry_points_without_importing_boo():
+    code = ("import sys, torch\n"
+            "from torch._dynamo import list_backends\n"
+            "names = list_backends(exclude_tags=())\n"
+            "print('iree_boo' in names, 'iree_boo_inductor' in names, 'boo_core' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "False"]
+
+
+def test_no_warning_when_everything_compiles():
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BooFallbackWarning)
+        torch.compile(nn.Conv2d(3, 4, 3), backend="iree_boo")(torch.randn(1, 3, 6, 6))
