@@ -1,5 +1,5 @@
 """Fusion patterns for the torch.compile backends: convolutions (with a following activation)
-and, under BOO_USE_BACKWARD_KERNELS=1, their gradients."""
+and their gradients (which the backends offer only under BOO_USE_BACKWARD_KERNELS=1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core import get_settings
 from boo_core.fusion import FusionMatch, FusionPattern, only_user
 
 from .eager import boo_conv, boo_conv_backward, conv_signature_for
@@ -75,14 +74,14 @@ class ConvForward(FusionPattern):
 
 
 class ConvBackward(FusionPattern):
-    """``aten.convolution_backward`` on BOO kernels; only under BOO_USE_BACKWARD_KERNELS=1."""
+    """``aten.convolution_backward``: the data, weight and bias gradients BOO kernels compute."""
 
     name = "conv.backward"
     anchors = (aten.convolution_backward.default,)
 
     def match(self, node: torch.fx.Node) -> FusionMatch | None:
         options = _options(node)
-        if options is None or not get_settings().use_backward_kernels:
+        if options is None:
             return None
         dy, x, w = node.args[:3]
         return FusionMatch((node,), (dy, x, w), {**options, "mask": [bool(m) for m in node.args[10]]})

@@ -25,6 +25,7 @@ class GraphReport:
     offloaded: Counter[str] = field(default_factory=Counter)
     fallbacks: Counter[str] = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
+    note: str = ""
 
     def line(self) -> str:
         """The one-line summary logged at INFO."""
@@ -36,6 +37,8 @@ class GraphReport:
                 f"[{listing(self.fallbacks)}]")
         if self.reasons:
             text += "; not offloaded: " + "; ".join(f"{op}: {why}" for op, why in self.reasons.items())
+        if self.note:
+            text += f"; {self.note}"
         return text
 
 

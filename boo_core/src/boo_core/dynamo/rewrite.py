@@ -26,12 +26,16 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
+    Backward graphs are left alone unless ``BOO_USE_BACKWARD_KERNELS=1``.
     ``as_custom_op`` writes the calls as ``torch.ops.boo.fused`` (for compilers that trace
     the graph again) instead of plain Python callables.
     """
     report = new_report(backend, kind)
+    patterns = BooOpRegistry.default().fusion_patterns()
+    if kind == "backward" and not get_settings().use_backward_kernels:
+        patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor: dict[object, list[FusionPattern]] = {}
-    for pattern in BooOpRegistry.default().fusion_patterns():
+    for pattern in patterns:
         for anchor in pattern.anchors:
             by_anchor.setdefault(anchor, []).append(pattern)
     taken: set[torch.fx.Node] = set()

@@ -1,0 +1,148 @@
+"""``boo_matmul`` and ``boo_linear``: matrix multiplies on torch tensors through BOO kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from boo_core import ArgumentError, get_settings, launchable_for
+from boo_core.autograd import Backward, launch
+
+from .backward import input_gradients
+from .signature import ACTIVATIONS, MatmulSignature, check_activation
+
+
+def boo_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+) -> torch.Tensor:
+    """``activation(alpha · a @ b + beta · c + bias)`` with a BOO kernel.
+
+    ``a`` and ``b`` are both 2-D (M×K, K×N) or both 3-D with one batch size; ``c`` (optional,
+    ignored when ``beta`` is 0, as in ``torch.addmm``) has the result's shape; ``bias`` has
+    N values, added to every row. ``activation`` is None, ``"relu"``, ``"gelu"`` or ``"silu"``.
+
+    An operand that is a transposed view of a contiguous tensor (``w.mT``) is passed to the
+    kernel as stored, with the transpose in the kernel, without a copy; other
+    non-contiguous operands are copied. Differentiable: gradients of a and b are
+    matmuls, run as BOO kernels under ``BOO_USE_BACKWARD_KERNELS=1`` and by PyTorch
+    otherwise. While autograd records, the kernel stops before the activation and PyTorch
+    applies it, so its backward has the pre-activation values.
+    """
+    check_activation(activation)
+    if c is not None and beta == 0.0:
+        c = None
+    shape = _result_shape(a, b, c, bias)
+    if len(shape) == 3 and shape[0] == 1:  # MIOpen's batch count 1 has no batch dimension
+        c = None if c is None else c[0]
+        return _matmul(a[0], b[0], c, alpha, beta, bias, activation).unsqueeze(0)
+    return _matmul(a, b, c, alpha, beta, bias, activation)
+
+
+def boo_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
+               activation: str | None = None) -> torch.Tensor:
+    """``activation(x @ w.T + b)``, as ``torch.nn.functional.linear`` (then the activation).
+
+    ``x`` is (..., in_features), ``w`` is (out_features, in_features), ``b`` is
+    (out_features,). Leading dimensions of ``x`` are flattened into the kernel's M.
+    """
+    if w.dim() != 2:
+        raise ArgumentError(f"boo_linear: w must be 2-D (out_features, in_features), got shape {tuple(w.shape)}")
+    if x.dim() == 0 or x.shape[-1] != w.shape[1]:
+        raise ArgumentError(f"boo_linear: x of shape {tuple(x.shape)} does not end in in_features = {w.shape[1]} "
+                            f"(w has shape {tuple(w.shape)})")
+    if x.dim() == 2:
+        return boo_matmul(x, w.mT, bias=b, activation=activation)
+    y = boo_matmul(x.reshape(-1, w.shape[1]), w.mT, bias=b, activation=activation)
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def matmul_signature_for(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+) -> MatmulSignature:
+    """The :class:`MatmulSignature` that ``boo_matmul`` runs for these arguments (outside autograd)."""
+    if c is not None and beta == 0.0:
+        c = None
+    shape = _result_shape(a, b, c, bias)
+    if a.dtype != b.dtype:
+        raise ArgumentError(f"boo_matmul: a and b must share a dtype (got {a.dtype} and {b.dtype})")
+    if min(shape) == 0 or a.shape[-1] == 0:
+        raise ArgumentError(f"boo_matmul: empty operands are not supported (a {tuple(a.shape)}, b {tuple(b.shape)})")
+    _, trans_a = _as_stored(a)
+    _, trans_b = _as_stored(b)
+    return MatmulSignature(m=shape[-2], n=shape[-1], k=a.shape[-1], batch=shape[0] if len(shape) == 3 else 1,
+                           trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=0.0 if c is None else beta,
+                           bias=bias is not None, activation=activation, dtype=a.dtype)
+
+
+def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
+    a_stored, trans_a = _as_stored(a)
+    b_stored, trans_b = _as_stored(b)
+    inputs = [a_stored, b_stored]
+    if c is not None:
+        inputs.append(c.contiguous())
+    if bias is not None:
+        inputs.append(bias.contiguous())
+    record = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    fused = None if record else activation
+    key = ("matmul", a.shape, b.shape, trans_a, trans_b, a.dtype, b.dtype, alpha, None if c is None else beta,
+           bias is not None, fused)
+    launchable = launchable_for(key, lambda: matmul_signature_for(
+        a, b, c, alpha=alpha, beta=beta, bias=bias, activation=fused), a.device)
+    if not record:
+        return launchable(*inputs)
+    y = launch(launchable, *inputs, backward=_backward(launchable.signature))
+    return y if activation is None else ACTIVATIONS[activation](y)
+
+
+def _backward(signature: MatmulSignature) -> Backward:
+    """Gradients by BOO kernels or by PyTorch, per the setting in force at the forward call."""
+    matmul = _kernel_matmul if get_settings().use_backward_kernels else _torch_matmul
+    return lambda inputs, grads, needs: input_gradients(signature, inputs, grads[0], needs, matmul)
+
+
+def _kernel_matmul(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return boo_matmul(x, y, alpha=alpha)
+
+
+def _torch_matmul(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    product = torch.matmul(x, y)
+    return product if alpha == 1.0 else product * alpha
+
+
+def _as_stored(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The tensor to hand the kernel and whether it holds the operand transposed."""
+    if t.is_contiguous():
+        return t, False
+    if t.mT.is_contiguous():
+        return t.mT, True
+    return t.contiguous(), False
+
+
+def _result_shape(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None,
+                  bias: torch.Tensor | None) -> tuple[int, ...]:
+    """The result's shape, after checking that the operands fit together."""
+    if a.dim() != b.dim() or a.dim() not in (2, 3):
+        raise ArgumentError(f"boo_matmul: a and b must both be 2-D (M×K, K×N) or both 3-D (batch×M×K, batch×K×N); "
+                            f"got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[-1] != b.shape[-2] or a.shape[:-2] != b.shape[:-2]:
+        raise ArgumentError(f"boo_matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not multiply "
+                            "(a's columns must equal b's rows, and batch sizes must match)")
+    shape = (*a.shape[:-1], b.shape[-1])
+    if c is not None and tuple(c.shape) != shape:
+        raise ArgumentError(f"boo_matmul: c has shape {tuple(c.shape)}; the result has shape {shape}")
+    if bias is not None and tuple(bias.shape) != shape[-1:]:
+        raise ArgumentError(f"boo_matmul: bias has shape {tuple(bias.shape)}; expected ({shape[-1]},)")
+    return shape

@@ -1,0 +1,99 @@
+"""Fusion patterns for the torch.compile backends: mm, addmm and bmm, each with the
+activation that follows it when the product's only user is one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from boo_core.fusion import FusionMatch, FusionPattern, only_user, tensor_value
+
+from .eager import boo_matmul, matmul_signature_for
+from .signature import ACTIVATIONS, MatmulSignature
+
+aten = torch.ops.aten
+
+_ACTIVATION_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.silu.default: "silu"}
+
+
+class _Product(FusionPattern):
+    """What the patterns share. The spec holds boo_matmul's alpha, beta and activation, and
+    ``operand``: what a third input is (``"c"``, ``"bias"``, or None for none)."""
+
+    def _match(self, node: torch.fx.Node, inputs: tuple[torch.fx.Node, ...], spec: dict[str, Any]) -> FusionMatch:
+        user = only_user(node)
+        activation = _ACTIVATION_OPS.get(user.target) if user is not None and user.op == "call_function" else None
+        if activation and user.args == (node,) and user.kwargs.get("approximate", "none") == "none":
+            return FusionMatch((node, user), inputs, {**spec, "activation": activation})
+        return FusionMatch((node,), inputs, {**spec, "activation": None})
+
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[MatmulSignature]:
+        return [matmul_signature_for(*_positional(spec, inputs), **_keywords(spec, inputs))]
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        a, b, *rest = inputs
+        y = spec["alpha"] * torch.matmul(a, b)
+        if rest:
+            y = y + (spec["beta"] * rest[0] if spec["operand"] == "c" else rest[0])
+        return ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y
+
+
+def _positional(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    a, b, *rest = inputs
+    return (a, b, rest[0]) if spec["operand"] == "c" else (a, b)
+
+
+def _keywords(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    bias = inputs[2].reshape(-1) if spec["operand"] == "bias" else None
+    return dict(alpha=spec["alpha"], beta=spec["beta"], bias=bias, activation=spec["activation"])
+
+
+class MatmulMM(_Product):
+    """``aten.mm(a, b)``."""
+
+    name = "matmul.mm"
+    anchors = (aten.mm.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        return self._match(node, tuple(node.args[:2]), {"alpha": 1.0, "beta": 0.0, "operand": None})
+
+
+class MatmulBMM(_Product):
+    """``aten.bmm(a, b)``: one batch of products."""
+
+    name = "matmul.bmm"
+    anchors = (aten.bmm.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        return self._match(node, tuple(node.args[:2]), {"alpha": 1.0, "beta": 0.0, "operand": None})
+
+
+class MatmulAddmm(_Product):
+    """``aten.addmm(input, a, b, beta=, alpha=)``: a linear layer when ``input`` is a bias
+    row (N values, beta 1), ``beta * C + alpha * a @ b`` when it is a full M×N matrix."""
+
+    name = "matmul.addmm"
+    anchors = (aten.addmm.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        addend, a, b = node.args[:3]
+        beta, alpha = float(node.kwargs.get("beta", 1)), float(node.kwargs.get("alpha", 1))
+        addend_value, result = tensor_value(addend), tensor_value(node)
+        if addend_value is None or result is None:
+            return None
+        if addend_value.numel() == result.shape[-1] and addend_value.dim() <= 2 and beta == 1.0:
+            operand = "bias"
+        elif tuple(addend_value.shape) == tuple(result.shape):
+            operand = "c"
+        else:  # another broadcast: leave it to PyTorch
+            return None
+        return self._match(node, (a, b, addend), {"alpha": alpha, "beta": beta, "operand": operand})
+
+
+PATTERNS: tuple[FusionPattern, ...] = (MatmulAddmm(), MatmulMM(), MatmulBMM())
