@@ -1,0 +1,123 @@
+"""Fusion patterns for the torch.compile backends: ``aten.native_layer_norm`` (what
+``F.layer_norm`` and ``nn.LayerNorm`` become after AOTAutograd) and its backward,
+``aten.native_layer_norm_backward`` (which the backends offer only under
+``BOO_USE_BACKWARD_KERNELS=1``).
+
+PyTorch's mean and rstd keep the normalized dims (shape ``dims[:o] + [1] * k``) and, on the
+CPU, have x's dtype; BOO's have shape ``dims[:o]`` and float32. The patterns convert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.fx
+
+from boo_core.dtypes import dtype_from_name, short_name
+from boo_core.fusion import FusionMatch, FusionPattern
+
+from .eager import backward_launchable, forward_launchable, layer_norm_signature_for
+from .signature import GRADIENTS, LayerNormSignature
+
+aten = torch.ops.aten
+
+
+def _split(spec: Mapping[str, Any], params: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    params = list(params)
+    weight = params.pop(0) if spec["weight"] else None
+    bias = params.pop(0) if spec["bias"] else None
+    return weight, bias
+
+
+def _keepdim(signature: LayerNormSignature) -> tuple[int, ...]:
+    return signature.stats_shape + (1,) * len(signature.normalized_shape)
+
+
+class LayerNormForward(FusionPattern):
+    """``aten.native_layer_norm(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd)``."""
+
+    name = "layernorm.forward"
+    anchors = (aten.native_layer_norm.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        x, normalized_shape, weight, bias, eps = node.args[:5]
+        value = node.meta.get("val")
+        try:
+            normalized = [int(d) for d in normalized_shape]
+        except TypeError:  # symbolic sizes: leave it to PyTorch
+            return None
+        if not isinstance(value, (tuple, list)) or not isinstance(value[1], torch.Tensor):
+            return None
+        spec = {"normalized_shape": normalized, "eps": float(eps), "weight": weight is not None,
+                "bias": bias is not None, "stats_dtype": short_name(value[1].dtype)}
+        return FusionMatch((node,), tuple(t for t in (x, weight, bias) if t is not None), spec)
+
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[LayerNormSignature]:
+        x, *params = inputs
+        return [layer_norm_signature_for(x, spec["normalized_shape"], *_split(spec, params), spec["eps"])]
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        x, *params = inputs
+        forward = forward_launchable(x, tuple(spec["normalized_shape"]), *_split(spec, params), spec["eps"])
+        y, mean, rstd = forward(*(t.contiguous() for t in inputs))
+        keep, dtype = _keepdim(forward.signature), dtype_from_name(spec["stats_dtype"])
+        return y, mean.reshape(keep).to(dtype), rstd.reshape(keep).to(dtype)
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        x, *params = inputs
+        return aten.native_layer_norm(x, spec["normalized_shape"], *_split(spec, params), spec["eps"])
+
+
+class LayerNormBackward(FusionPattern):
+    """``aten.native_layer_norm_backward(dy, x, normalized_shape, mean, rstd, weight, bias,
+    output_mask) -> (dx, dw, db)``, None where the mask is off."""
+
+    name = "layernorm.backward"
+    anchors = (aten.native_layer_norm_backward.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        dy, x, normalized_shape, mean, rstd, weight, bias, mask = node.args[:8]
+        try:
+            normalized = [int(d) for d in normalized_shape]
+        except TypeError:
+            return None
+        spec = {"normalized_shape": normalized, "weight": weight is not None, "bias": bias is not None,
+                "mask": [bool(m) for m in mask]}
+        return FusionMatch((node,), tuple(t for t in (dy, x, mean, rstd, weight, bias) if t is not None), spec)
+
+    def _forward(self, spec: Mapping[str, Any], x: torch.Tensor) -> LayerNormSignature:
+        # eps does not enter the backward (rstd carries it): the default names the kernel.
+        return LayerNormSignature(tuple(x.shape), x.dim() - len(spec["normalized_shape"]), weight=spec["weight"],
+                                  bias=spec["bias"], dtype=x.dtype)
+
+    def _gradients(self, spec: Mapping[str, Any]) -> tuple[str, ...]:
+        present = (True, spec["weight"], spec["bias"])
+        return tuple(g for g, wanted, there in zip(GRADIENTS, spec["mask"], present) if wanted and there)
+
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[LayerNormSignature]:
+        gradients = self._gradients(spec)
+        return [replace(self._forward(spec, inputs[1]), mode="bwd", gradients=gradients)] if gradients else []
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+        dy, x, mean, rstd, *params = inputs
+        gradients = self._gradients(spec)
+        if not gradients:
+            return (None, None, None)
+        forward = self._forward(spec, x)
+        weight, _ = _split(spec, params)
+        stats = [t.reshape(forward.stats_shape).to(forward.stats_dtype).contiguous() for t in (mean, rstd)]
+        outputs = backward_launchable(forward, gradients, x.device)(
+            dy.contiguous(), x.contiguous(), *stats, *(() if weight is None else (weight.contiguous(),)))
+        found = dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
+        return tuple(found.get(g) for g in GRADIENTS)
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+        dy, x, mean, rstd, *params = inputs
+        return aten.native_layer_norm_backward(dy, x, spec["normalized_shape"], mean, rstd, *_split(spec, params),
+                                               spec["mask"])
+
+
+PATTERNS: tuple[FusionPattern, ...] = (LayerNormForward(), LayerNormBackward())
