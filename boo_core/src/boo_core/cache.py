@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -44,6 +45,8 @@ MLIR_FILE = "source.mlir"
 COMMAND_FILE = "compile_command.txt"
 META_FILE = "meta.json"
 _PREFIX_LENGTH = 64
+_DIGEST_LENGTH = 24  # hex digits of the key's digest in an entry's directory name
+_ENTRY_NAME = re.compile(rf"^.+-[0-9a-f]{{{_DIGEST_LENGTH}}}$")
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class CacheKey:
 
     @property
     def dirname(self) -> str:
-        return f"{self.prefix}-{self.digest[:24]}"
+        return f"{self.prefix}-{self.digest[:_DIGEST_LENGTH]}"
 
 
 @dataclass(frozen=True)
@@ -220,3 +223,21 @@ def _build(entry: CacheEntry, build: Builder) -> CachedKernel:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return CachedKernel(data, entry.directory, hit=False, compile_seconds=seconds)
+
+
+def entry_directories(cache_dir: Path) -> list[Path]:
+    """The entries under ``cache_dir``: directories named ``<prefix>-<24 hex digits>``, sorted.
+    Anything else there is not BOO's and is left alone."""
+    if not cache_dir.is_dir():
+        return []
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and _ENTRY_NAME.match(p.name))
+
+
+def remove_entry(directory: Path) -> None:
+    """Delete an entry, after any compile holding its lock has finished."""
+    if fcntl is None:  # pragma: no cover - non-POSIX
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    with open(directory / ".lock", "a+b") as lock_file:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -106,6 +106,15 @@ def check_launchable(launchable, args: Sequence[torch.Tensor] | None = None, *, 
         args = signature.get_sample_args(device=device, seed=seed)
     outputs = tuple(poisoned(s.shape, s.dtype, device) for s in signature.output_specs())
     launchable(*args, out=outputs)
+    return check_outputs(signature, args, outputs, reference_dtype=reference_dtype)
+
+
+def check_outputs(signature: Signature, args: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], *,
+                  reference_dtype: torch.dtype = torch.float64) -> list[Comparison]:
+    """Compare ``outputs``, computed from ``args`` by any implementation of ``signature``,
+    with the reference computed in ``reference_dtype``."""
     expected = reference_outputs(signature, args, reference_dtype)
+    if len(outputs) != len(expected):
+        raise ValueError(f"{signature.func_name}: {len(outputs)} outputs, the reference has {len(expected)}")
     return [compare(spec.name, actual, ref, accumulation_length=signature.accumulation_length)
-            for spec, actual, ref in zip(signature.output_specs(), outputs, expected)]
+            for spec, actual, ref in zip(signature.output_specs(), outputs, expected, strict=True)]

@@ -1,0 +1,90 @@
+"""boo cache info / clear, in process: entries described from meta.json, broken ones too."""
+
+from __future__ import annotations
+
+import json
+
+from boo_core import CompileError, get_launchable, hookimpl
+from boo_core.cache_admin import clear, scan, summary_lines
+from boo_core.compiler import compiler_version
+from boo_core.devices import Target
+from boo_core.kernels import KernelRequest
+from boo_core.testing import isolated_registry
+
+from .fake_plugins import scale_op
+from .fake_plugins.scale_op import ScaleSignature
+
+
+class BrokenMlir:
+    @hookimpl
+    def boo_signature_mlir(self, signature):
+        return "func.func @nonsense( {" if signature.size == 5 else None
+
+
+def fill(cache_dir):
+    """Four good entries (three cpu, one cuda), one failed compile, and a stranger's files."""
+    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+        for size in (2, 3, 4):
+            get_launchable(ScaleSignature(size))
+        KernelRequest.create(ScaleSignature(2), Target.parse("cuda:sm_80")).fetch()
+        try:
+            get_launchable(ScaleSignature(5))
+        except CompileError:
+            pass
+    (cache_dir / "notes").mkdir()
+    (cache_dir / "README").write_text("not BOO's")
+
+
+def by_name(entries):
+    return {e.directory.name.split("-")[0]: e for e in entries}
+
+
+def test_info_describes_entries_and_the_broken_ones(private_cache):
+    fill(private_cache)
+    entries = scan(private_cache)
+    assert len(entries) == 5 and all(e.size > 0 for e in entries)
+    good = [e for e in entries if not e.problem]
+    assert sorted(e.target for e in good) == ["cpu", "cpu", "cpu", "cuda:sm_80"]
+    assert {e.compiler for e in good} == {compiler_version()}
+    [failed] = [e for e in entries if e.problem]
+    assert failed.directory.name.startswith("scale_fwd_f32_n5_f2-")
+    assert failed.problem == ("no kernel: its compile failed or was interrupted "
+                              "(reproducer: source.mlir, compile_command.txt)")
+
+    names = {e.directory.name: e.directory for e in good if e.target == "cpu"}
+    n2, n3, n4 = (names[k] for k in sorted(names))
+    (n2 / "meta.json").unlink()
+    with open(n3 / "kernel.vmfb", "r+b") as f:
+        f.truncate(10)
+    (n4 / "meta.json").write_text("{")
+    problems = sorted(e.problem for e in scan(private_cache) if e.problem)
+    assert problems[0] == "incomplete: no meta.json"
+    assert problems[1].startswith("kernel.vmfb is 10 bytes, meta.json says ") and problems[1].endswith("(truncated?)")
+    assert problems[3].startswith("unreadable meta.json (JSONDecodeError: ")
+
+    lines = summary_lines(scan(private_cache))
+    assert lines[0].startswith("entries: 5 (1 complete, 4 broken), ")
+    assert lines[1] == "targets: cpu (1), cuda:sm_80 (1)"
+    assert lines[2] == f"compiler versions: {compiler_version()} (2)"
+    assert sum(line.startswith("broken: ") for line in lines) == 4
+
+    [cuda] = [e.directory for e in scan(private_cache) if e.target == "cuda:sm_80"]
+    meta = json.loads((cuda / "meta.json").read_text())
+    (cuda / "meta.json").write_text(json.dumps({**meta, "format": 99}))
+    (n3 / "kernel.vmfb").unlink()
+    problems = {e.directory: e.problem for e in scan(private_cache)}
+    assert problems[cuda] == "cache format 99 (this BOO reads format 1)"
+    assert problems[n3] == "kernel.vmfb is missing"
+
+
+def test_clear_one_target_then_everything_but_never_a_strangers_files(private_cache):
+    fill(private_cache)
+    meta = json.loads(next(e.directory for e in scan(private_cache) if e.target == "cuda:sm_80").joinpath(
+        "meta.json").read_text())
+    assert meta["key"]["target"]["arch"] == "sm_80"
+    removed = clear(private_cache, Target.parse("cuda:sm_80"))
+    assert [e.target for e in removed] == ["cuda:sm_80"]
+    assert len(scan(private_cache)) == 4
+    assert clear(private_cache, Target.parse("rocm:gfx942")) == []
+    assert len(clear(private_cache)) == 4 and scan(private_cache) == []
+    assert sorted(p.name for p in private_cache.iterdir()) == ["README", "notes"]

@@ -1,0 +1,127 @@
+"""The ``boo`` CLI in process: help texts, usage errors, command files, options.
+
+The real console script is run in a subprocess by tests/integration/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from boo_core.cli import main
+from boo_core.testing import isolated_registry
+
+from .fake_plugins import scale_op, wrong_kernel
+
+
+def help_text(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_subcommand_explains_itself_with_examples(capsys):
+    driver = help_text(capsys, "driver")
+    assert "Backends (--backend, repeatable; default boo):" in driver
+    assert "  boo_inductor  torch.compile of the reference with BOO's backend, iree_boo_inductor\n" in driver
+    assert "'command' column holds the commands" in driver and "Examples:\n  boo driver convbfp16" in driver
+    for option in ("--commands-file", "--backend", "--device", "--iter", "--warmup", "--splat-input-value",
+                   "--seed", "--csv", "--verify-numerics"):
+        assert option in driver
+    numerics = help_text(capsys, "numerics")
+    assert "atol = max|ref| * (eps(dtype) + 8 * eps(float32) * sqrt(n))" in numerics
+    assert "--reference-dtype {float32,float64}" in numerics
+    preload = help_text(capsys, "preload")
+    assert "--target TARGET" in preload and "-j JOBS, --jobs JOBS" in preload and "CachePopulator" in preload
+    assert "boo cache clear --target cuda:sm_80" in help_text(capsys, "cache")
+    assert "--list" in help_text(capsys, "cache", "info")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["driver", "--device", "cuda:0", "conv"], "boo driver: error: no timer for cuda devices yet"),
+    (["driver", "--device", "meta", "--backend", "torch", "conv"], "boo driver: error: no timer for meta devices yet"),
+    (["driver"], "boo driver: error: no command given: give a command (boo driver conv -n 1 -c 8 ...) "
+                 "or --commands-file FILE"),
+    (["numerics", "--commands-file", "/nonexistent/cmds.txt"],
+     "boo numerics: error: cannot read commands file /nonexistent/cmds.txt: No such file or directory"),
+    (["preload", "--target", "tpu", "conv"],
+     "boo preload: error: unknown target 'tpu': expected cpu, cuda:<sm_NN> or rocm:<gfxNNN>"),
+    (["cache", "clear", "--target", "cuda"],
+     "boo cache: error: target 'cuda' needs an architecture, e.g. cuda:sm_80 or rocm:gfx942"),
+])
+def test_usage_errors_exit_2_with_a_clear_message(capsys, args, message):
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ops", "extra"], "boo: error: unrecognized arguments: extra"),
+    (["driver", "--iter", "0", "conv"], "argument --iter: must be at least 1, got 0"),
+    (["driver", "--warmup", "-1", "conv"], "argument --warmup: must be 0 or more, got -1"),
+    (["driver", "--backend", "tvm", "conv"], "argument --backend: invalid choice: 'tvm'"),
+])
+def test_argument_errors(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_empty_commands_file(capsys, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing here\n")
+    assert main(["driver", "--commands-file", str(empty)]) == 2
+    assert f"{empty} holds no commands" in capsys.readouterr().err
+
+
+def test_tsv_file_with_duplicates_and_extra_arguments(capsys, tmp_path, scale_registry, private_cache):
+    commands = tmp_path / "cmds.tsv"
+    commands.write_text("command\tnote\nscale -n 8 -i 50\tfirst\nscale -n 4 -F 0\t\nscale -n 8 -i 50\tagain\n")
+    table = tmp_path / "out.csv"
+    assert main(["driver", "--commands-file", str(commands), "--backend", "torch", "--backend", "boo",
+                 "--csv", str(table), "-i", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "boo driver: 2 commands on cpu; backends: torch, boo; timed calls: -i/--iter of each command" in out
+    assert f"\nscale -n 8 -i 50 -i 2\n  (repeated at {commands}:4: run once)\n" in out
+    assert "    torch: eager (nothing to compile)\n" in out and "    boo: kernel compiled in " in out
+    rows = list(csv.DictReader(table.open()))
+    assert [(r["source"], r["mode"], r["backend"], r["iterations"]) for r in rows] == [
+        (f"{commands}:2", "fwd", "torch", "2"), (f"{commands}:2", "fwd", "boo", "2"),
+        (f"{commands}:3", "fwd", "torch", "2"), (f"{commands}:3", "fwd", "boo", "2"),
+        (f"{commands}:3", "bwd", "torch", "2"), (f"{commands}:3", "bwd", "boo", "2")]
+    assert "summary: 2 commands, 6 runs (mode x backend), 0 failed" in out
+
+
+def test_verify_numerics_in_the_driver_fails_the_run_on_a_wrong_kernel(capsys, tmp_path, private_cache):
+    table = tmp_path / "out.csv"
+    with isolated_registry({"scale": scale_op, "wrong": wrong_kernel}):
+        assert main(["driver", "--verify-numerics", "--csv", str(table), "scale", "-n", "8", "-i", "1"]) == 1
+    out = capsys.readouterr()
+    assert "      numerics y: max abs error " in out.out and "FAIL (8 elements out of tolerance)" in out.out
+    [row] = csv.DictReader(table.open())
+    assert (row["status"], row["numerics"], row["numerics_output"]) == ("fail", "FAIL", "y")
+    assert row["max_rel_error"] == "0.5"
+    assert "1 of 1 commands failed" in out.err
+
+
+def test_numerics_against_a_float32_reference(capsys, tmp_path, scale_registry, private_cache):
+    table = tmp_path / "out.csv"
+    assert main(["numerics", "--reference-dtype", "float32", "--csv", str(table), "--", "scale", "-n", "8"]) == 0
+    assert "against PyTorch in float32" in capsys.readouterr().out
+    [row] = csv.DictReader(table.open())
+    assert (row["status"], row["reference_dtype"], row["max_abs_error"]) == ("PASS", "f32", "0")
+
+
+def test_numerics_reports_commands_that_do_not_parse(capsys, scale_registry):
+    assert main(["numerics", "scale", "-n", "8", "--factor", "two"]) == 1
+    out = capsys.readouterr().out
+    assert "error (command line): bad value 'two' for flag -f/--factor: expected a number" in out
+    assert "summary: 0 PASS, 0 FAIL, 1 ERROR" in out
+
+
+def test_cache_path_and_info_on_an_empty_cache(capsys, private_cache):
+    assert main(["cache", "path"]) == 0
+    assert capsys.readouterr().out == f"{private_cache}\n"
+    assert main(["cache", "info", "--list"]) == 0
+    assert capsys.readouterr().out == f"cache: {private_cache}\nentries: 0 (0 complete, 0 broken), 0 B\n"

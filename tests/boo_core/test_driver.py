@@ -1,0 +1,137 @@
+"""run_command and the driver backends, in process, on the scale test op."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from boo_core import UnsupportedError, hookimpl
+from boo_core import backends as backend_registry
+from boo_core.backends import PreparedBackend, get_backend, register_backend
+from boo_core.commands import Command
+from boo_core.driver import DriverOptions, run_command
+from boo_core.report import (
+    DRIVER_COLUMNS,
+    DRIVER_NUMERICS_COLUMNS,
+    NUMERICS_COLUMNS,
+    CsvReport,
+    driver_rows,
+    numerics_rows,
+)
+from boo_core.testing import isolated_registry
+
+from .fake_plugins import scale_op, wrong_kernel
+
+
+class BrokenMlir:
+    @hookimpl
+    def boo_signature_mlir(self, signature):
+        return "func.func @nonsense( {" if signature.size == 5 else None
+
+
+def run(text: str, **options) -> object:
+    return run_command(Command(text, "test"), DriverOptions(**options))
+
+
+def test_every_mode_on_every_backend_with_timing_and_numerics(scale_registry, private_cache):
+    result = run("scale -n 64 -F 0 -i 4", backends=("boo", "torch"), verify=True)
+    assert not result.failed and result.op == "scale"
+    assert [(r.signature.mode, r.backend) for r in result.runs] == [
+        ("fwd", "boo"), ("fwd", "torch"), ("bwd", "boo"), ("bwd", "torch")]
+    boo, eager = result.runs[:2]
+    assert boo.cache == "miss" and boo.compile_seconds > 0 and eager.cache == "" and eager.compile_seconds == 0
+    assert result.runs[2].cache == "miss"  # bwd is another kernel
+    assert boo.timing.iterations == 4 and boo.tflops > 0 and boo.gbps > 0
+    assert boo.outputs == eager.outputs and boo.outputs[0].startswith("y: shape=(64,) dtype=float32 mean=")
+    assert all(r.status == "ok" and r.comparisons[0].passed for r in result.runs)
+    # The same kernel again: already in memory; --iter overrides the command's -i.
+    again = run("scale -n 64 -F 1 -i 4", iterations=2)
+    assert again.runs[0].cache == "memory" and again.runs[0].timing.iterations == 2
+
+
+def test_splat_inputs_and_seed(scale_registry, private_cache):
+    [splat] = run("scale -n 8", backends=("torch",), splat_value=1.5).runs
+    assert splat.outputs == ["y: shape=(8,) dtype=float32 mean=3 std=0"]
+    first, second = (run("scale -n 8", backends=("torch",), seed=7).runs[0] for _ in range(2))
+    assert first.outputs == second.outputs
+
+
+def test_a_command_that_does_not_parse_is_recorded(scale_registry):
+    result = run("scale -n 4 --sizee 5")
+    assert result.failed and result.error == "unknown flag --sizee" and result.runs == []
+    assert run("scale -n 4 -i 0").error == "the command's -i/--iter is 0: it must be at least 1"
+
+
+def test_a_compile_failure_is_recorded_and_the_other_backends_still_run(private_cache):
+    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+        result = run("scale -n 5", backends=("boo", "torch"))
+    boo, eager = result.runs
+    assert boo.status == "error" and boo.error.startswith("iree-compile failed (exit 1).\n  MLIR: ")
+    assert eager.status == "ok" and result.failed
+
+
+def test_a_wrong_kernel_fails_numerics(private_cache):
+    with isolated_registry({"scale": scale_op, "wrong": wrong_kernel}):
+        result = run("scale -n 16", verify=True)
+    [boo] = result.runs
+    assert boo.status == "fail" and result.failed
+    [comparison] = boo.comparisons
+    assert not comparison.passed and comparison.bad_elements > 0 and comparison.max_rel_error == pytest.approx(0.5)
+
+
+def test_backend_registry(scale_registry, private_cache, monkeypatch):
+    with pytest.raises(UnsupportedError, match="unknown backend 'tvm': choose from boo, torch, inductor, boo_inductor"):
+        get_backend("tvm")
+    monkeypatch.setattr(backend_registry, "_BACKENDS", dict(backend_registry._BACKENDS))
+    calls = []
+
+    def lazy(signature, device):
+        def call(x):
+            calls.append(x)
+            return x * signature.factor
+        return PreparedBackend(call, lazy=True)
+
+    register_backend("lazy", "compiles on its first call", lazy)
+    [result] = run("scale -n 8 -i 3", backends=("lazy",), warmup=1, verify=True).runs
+    assert result.status == "ok" and result.lazy and result.compile_seconds > 0
+    assert len(calls) == 1 + 1 + 3 + 1  # first call, warm-up, timed, numerics check
+
+
+def test_a_backend_returning_the_wrong_outputs_is_an_error(scale_registry, monkeypatch):
+    monkeypatch.setattr(backend_registry, "_BACKENDS", dict(backend_registry._BACKENDS))
+    register_backend("twice", "returns one output too many", lambda signature, device: PreparedBackend(
+        lambda x: (x * 2, x * 2)))
+    [timed] = run("scale -n 8", backends=("twice",)).runs
+    assert timed.error == "backend twice returned 2 outputs, scale_fwd_f32_n8_f2 has 1"
+    [checked] = run("scale -n 8", backends=("twice",), timed=False, verify=True).runs
+    assert checked.error == "ValueError: scale_fwd_f32_n8_f2: 2 outputs, the reference has 1"
+
+
+@pytest.mark.parametrize("backend", ["inductor", "boo_inductor"])
+def test_torch_compile_backends_compile_on_the_first_call(scale_registry, private_cache, backend):
+    [result] = run("scale -n 32 -i 2", backends=(backend,), verify=True).runs
+    assert result.status == "ok", result.error
+    assert result.lazy and result.compile_seconds > 0 and result.timing.iterations == 2
+
+
+def test_csv_rows(scale_registry, private_cache, tmp_path):
+    good = run("scale -n 8 -F 0", backends=("boo", "torch"), verify=True)
+    bad = run("scale -n x")
+    path = tmp_path / "out.csv"
+    with CsvReport(path, DRIVER_COLUMNS + DRIVER_NUMERICS_COLUMNS) as report:
+        for result in (good, bad):
+            report.write(driver_rows(result, "cpu", True, torch.float64))
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0]) == list(DRIVER_COLUMNS + DRIVER_NUMERICS_COLUMNS)
+    assert [(r["mode"], r["backend"], r["status"], r["numerics"]) for r in rows] == [
+        ("fwd", "boo", "ok", "PASS"), ("fwd", "torch", "ok", "PASS"), ("bwd", "boo", "ok", "PASS"),
+        ("bwd", "torch", "ok", "PASS"), ("", "", "error", "")]
+    assert rows[0]["func_name"] == "scale_fwd_f32_n8_f2" and rows[0]["iterations"] == "10"
+    assert float(rows[0]["median_us"]) > 0 and rows[0]["flops"] == "8" and rows[0]["bytes"] == "64"
+    assert rows[4]["error"] == "bad value 'x' for flag -n/--size: expected an integer"
+
+    numerics = numerics_rows(run("scale -n 8", timed=False, verify=True), "cpu", torch.float64)
+    assert set(numerics[0]) <= set(NUMERICS_COLUMNS)
+    assert (numerics[0]["output"], numerics[0]["status"], numerics[0]["dtype"]) == ("y", "PASS", "f32")

@@ -1,0 +1,108 @@
+"""CachePopulator: parallel compiles into the cache, statuses, failures with reproducers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from boo_core import BooError, CachePopulator, DeviceError, get_launchable, hookimpl
+from boo_core.config import settings_override
+from boo_core.testing import isolated_registry, write_fake_distribution
+
+from .fake_plugins import scale_op
+from .fake_plugins.scale_op import ScaleSignature
+
+
+class BrokenMlir:
+    @hookimpl
+    def boo_signature_mlir(self, signature):
+        return "func.func @nonsense( {" if signature.size == 5 else None
+
+
+def test_compiles_in_parallel_then_finds_everything_in_the_cache(scale_registry, private_cache, tmp_path):
+    commands = tmp_path / "cmds.txt"
+    commands.write_text("scale -n 3\nscale -n 4 -F 0\nscale -n 3\n")
+    populator = CachePopulator(commands_file=commands, commands=["scale -n 6"], jobs=2)
+    outcomes = populator.run()
+    assert sorted((o.func_name, o.status) for o in outcomes) == [
+        ("scale_bwd_f32_n4_f2", "compiled"), ("scale_fwd_f32_n3_f2", "compiled"),
+        ("scale_fwd_f32_n4_f2", "compiled"), ("scale_fwd_f32_n6_f2", "compiled")]
+    assert all(Path(o.directory).parent == private_cache and o.seconds > 0 for o in outcomes)
+    assert populator.get_cache_status("scale_fwd_f32_n3_f2") == {"cpu": "compiled"}
+    assert populator.get_failures() == []
+
+    again = CachePopulator(commands=["scale -n 3", "scale -n 6"], jobs=2)
+    assert [o.status for o in again.run()] == ["cache hit", "cache hit"]
+    assert get_launchable(ScaleSignature(6)).cache_hit  # what the driver will find
+
+
+def test_failures_carry_the_error_and_the_reproducer(private_cache):
+    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+        populator = CachePopulator(commands=["scale -n 5", "scale -n 2 --bogus 1", "scale -n 7"], jobs=1)
+        populator.run()
+    parse_failure, compile_failure = sorted(populator.get_failures(), key=lambda o: o.func_name)
+    assert (parse_failure.source, parse_failure.error, parse_failure.func_name) == (
+        "commands[1]", "unknown flag --bogus", "")
+    assert compile_failure.func_name == "scale_fwd_f32_n5_f2" and compile_failure.target == "cpu"
+    assert compile_failure.error.startswith("iree-compile failed (exit 1).")
+    mlir, command = map(Path, compile_failure.reproducer)
+    assert (mlir.name, command.name) == ("source.mlir", "compile_command.txt")
+    assert mlir.read_text() == "func.func @nonsense( {" and "iree-compile" in command.read_text()
+    assert populator.get_cache_status("scale_fwd_f32_n7_f2") == {"cpu": "compiled"}
+
+
+class DyingWorker:
+    @hookimpl
+    def boo_signature_mlir(self, signature):
+        os._exit(3)  # only ever called in a worker here: two jobs, two processes
+
+
+def test_a_worker_that_dies_is_a_failure_not_a_crash(private_cache):
+    with isolated_registry({"scale": scale_op, "dying": DyingWorker()}):
+        populator = CachePopulator(commands=["scale -n 13", "scale -n 14"], jobs=2)
+        outcomes = populator.run()
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert outcomes[0].error.startswith("BrokenProcessPool: A process in the process pool was terminated abruptly")
+
+
+def test_cross_compiles_for_gpu_targets_without_a_gpu(scale_registry, private_cache):
+    populator = CachePopulator(commands=["scale -n 16"], targets=["cuda:sm_80", "rocm:gfx942"], jobs=2)
+    populator.run()
+    assert populator.get_cache_status("scale_fwd_f32_n16_f2") == {"cuda:sm_80": "compiled",
+                                                                 "rocm:gfx942": "compiled"}
+
+
+def test_usage_errors(scale_registry, private_cache):
+    with pytest.raises(DeviceError, match=r"unknown target 'tpu': expected cpu, cuda:<sm_NN> or rocm:<gfxNNN>"):
+        CachePopulator(commands=["scale"], targets=["tpu"])
+    with pytest.raises(ValueError, match="give at least one target"):
+        CachePopulator(commands=["scale"], targets=[])
+    with pytest.raises(ValueError, match="jobs must be at least 1, got 0"):
+        CachePopulator(commands=["scale"], jobs=0)
+    populator = CachePopulator(commands=["scale -n 2"])
+    with pytest.raises(LookupError, match=r"no kernel named 'scale_fwd_f32_n2_f2' was preloaded; call run\(\) first"):
+        populator.get_cache_status("scale_fwd_f32_n2_f2")
+    with settings_override(cache_enabled=False):
+        with pytest.raises(BooError, match=r"the kernel cache is disabled \(BOO_CACHE_ON=0\)"):
+            populator.run()
+    populator.run()
+    with pytest.raises(LookupError, match="no kernel named 'nope' was preloaded; preloaded kernels: scale_fwd_f32_n2"):
+        populator.get_cache_status("nope")
+
+
+def test_spawned_workers_load_the_installed_plugins_and_get_this_process_settings(
+        tmp_path, monkeypatch, fresh_default_registry, private_cache):
+    # Workers are spawned when CUDA is initialized here (a forked child could not use it).
+    site = tmp_path / "site"
+    write_fake_distribution(site, "boo-test-scale", "1.0", {"scale": "tests.boo_core.fake_plugins.scale_op"})
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    elsewhere = tmp_path / "configured-cache"
+    with settings_override(cache_dir=elsewhere):  # set from Python only: not in the environment
+        outcomes = CachePopulator(commands=["scale -n 11", "scale -n 12"], jobs=2).run()
+        assert [o.status for o in outcomes] == ["compiled", "compiled"]
+        assert all(Path(o.directory).parent == elsewhere for o in outcomes)
+        assert get_launchable(ScaleSignature(11)).cache_hit  # same key as this process computes
