@@ -111,10 +111,39 @@ def test_devices():
     assert resolve_device("cpu").target.name == "cpu"
     assert resolve_device(None).driver == "local-task"
     assert resolve_device(torch.device("cpu")) is resolve_device("cpu")
-    with pytest.raises(DeviceError, match=r"device 'cuda:0': BOO launches on 'cpu' only in this version"):
-        resolve_device("cuda:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match=r"device 'cuda:0': torch sees 0 CUDA devices"):
+            resolve_device("cuda:0")
     with pytest.raises(DeviceError, match=r"unknown device 'tpu'"):
         resolve_device("tpu")
+    with pytest.raises(DeviceError, match=r"device 'meta': BOO launches on 'cpu' and 'cuda:N'"):
+        resolve_device("meta")
+
+
+@pytest.mark.parametrize("capability, target", [
+    ((9, 0), "sm_80"),  # Hopper: IREE 3.13 has no sm_90; chosen by measurement
+    ((8, 9), "sm_89"), ((8, 6), "sm_86"), ((8, 0), "sm_80"), ((7, 5), "sm_75"),
+    ((10, 0), "sm_89"),  # newer than every target IREE knows up to 12.0: the newest older one
+    ((12, 0), "sm_120"),
+])
+def test_cuda_targets_follow_compute_capability(capability, target):
+    from boo_core.devices import cuda_target_for
+
+    assert cuda_target_for(capability) == target
+
+
+def test_a_gpu_iree_cannot_target_is_refused_by_capability():
+    from boo_core.devices import cuda_target_for
+
+    with pytest.raises(DeviceError, match=r"compute capability 5.2 cannot be targeted: IREE compiles for sm_60"):
+        cuda_target_for((5, 2))
+
+
+def test_cuda_compile_flags_cross_compile_here():
+    from boo_core.devices import Target
+
+    flags = Target.parse("cuda:sm_80").compile_flags()
+    assert "--iree-cuda-target=sm_80" in flags and "--iree-execution-model=async-external" in flags
 
 
 @pytest.mark.parametrize("readable, expected", [

@@ -6,6 +6,7 @@ import functools
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,13 +45,20 @@ def compiler_available() -> bool:
     return True
 
 
+_find_lock = threading.Lock()
+
+
 @functools.lru_cache(maxsize=None)
 def _iree_compile_path() -> str:
-    try:
-        from iree.compiler.tools.binaries import find_tool
-    except ImportError as e:
-        raise CompileError(f"the IREE compiler is not installed (pip install iree-base-compiler): {e}") from e
-    return find_tool("iree-compile")
+    with _find_lock:  # first imports from several threads at once can deadlock
+        try:
+            from iree.compiler.tools.binaries import find_tool
+        except ImportError as e:
+            raise CompileError(f"the IREE compiler is not installed (pip install iree-base-compiler): {e}") from e
+        try:
+            return find_tool("iree-compile")
+        except ValueError as e:  # installed but unusable (not executable, say)
+            raise CompileError(f"iree-compile cannot be run: {e}") from e
 
 
 def compile_command(mlir_path: Path, output_path: Path, flags: Sequence[str]) -> list[str]:

@@ -12,6 +12,11 @@
                               multithreaded), ``local-sync`` or ``local-task``.
 ``BOO_USE_BACKWARD_KERNELS``  ``1``: differentiable BOO calls compute gradients with BOO
                               kernels where the op has them; ``0`` (default): with PyTorch.
+``BOO_CUDA_TARGET``           IREE CUDA target (``sm_80``, ``sm_89``...) instead of the one
+                              chosen from the GPU's compute capability.
+``BOO_VERIFY``                ``1``: check each kernel once, the first time a process loads it,
+                              against PyTorch; the verdict is kept in the cache entry, and a
+                              kernel that failed is never used: calls fall back to PyTorch.
 ``BOO_COMPILE_STRICT``        ``1``: in the torch.compile backends, a kernel that cannot be
                               compiled or launched is an error; ``0`` (default): that part
                               runs on the nested backend, with a warning.
@@ -23,9 +28,9 @@ from __future__ import annotations
 import os
 import shlex
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 
@@ -56,6 +61,8 @@ class Settings:
     cpu_driver: str = "auto"
     use_backward_kernels: bool = False
     compile_strict: bool = False
+    cuda_target: str | None = None
+    verify: bool = False
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -66,6 +73,8 @@ class Settings:
             cpu_driver=os.environ.get("BOO_CPU_DRIVER", "").strip() or "auto",
             use_backward_kernels=_env_bool("BOO_USE_BACKWARD_KERNELS", False),
             compile_strict=_env_bool("BOO_COMPILE_STRICT", False),
+            cuda_target=os.environ.get("BOO_CUDA_TARGET", "").strip() or None,
+            verify=_env_bool("BOO_VERIFY", False),
         )
 
 
@@ -83,29 +92,21 @@ def get_settings() -> Settings:
     return _current
 
 
-def configure(*, cache_enabled: bool | None = None, cache_dir: str | os.PathLike[str] | None = None,
-              extra_compile_flags: Sequence[str] | None = None, cpu_driver: str | None = None,
-              use_backward_kernels: bool | None = None, compile_strict: bool | None = None) -> Settings:
-    """Change settings from Python; arguments left as None keep their current value.
-
-    Launchables already built in this process keep working; new ones use the new settings.
-    """
+def configure(**changes: object) -> Settings:
+    """Change settings from Python: keyword names are :class:`Settings` fields; the others
+    keep their current value. Launchables already built keep working; new ones use the
+    new settings."""
     global _current
+    names = {f.name for f in fields(Settings)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"configure() got unknown settings {unknown}; known: {sorted(names)}")
+    if "cache_dir" in changes:
+        changes["cache_dir"] = Path(changes["cache_dir"]).expanduser()  # type: ignore[arg-type]
+    if "extra_compile_flags" in changes:
+        changes["extra_compile_flags"] = tuple(changes["extra_compile_flags"])  # type: ignore[arg-type]
     with _lock:
         base = _current if _current is not None else Settings.from_environment()
-        changes: dict[str, object] = {}
-        if cache_enabled is not None:
-            changes["cache_enabled"] = bool(cache_enabled)
-        if cache_dir is not None:
-            changes["cache_dir"] = Path(cache_dir).expanduser()
-        if extra_compile_flags is not None:
-            changes["extra_compile_flags"] = tuple(extra_compile_flags)
-        if cpu_driver is not None:
-            changes["cpu_driver"] = cpu_driver
-        if use_backward_kernels is not None:
-            changes["use_backward_kernels"] = bool(use_backward_kernels)
-        if compile_strict is not None:
-            changes["compile_strict"] = bool(compile_strict)
         _current = replace(base, **changes)
         return _current
 
@@ -124,7 +125,7 @@ def settings_override(**changes: object) -> Iterator[Settings]:
     global _current
     previous = get_settings()
     try:
-        yield configure(**changes)  # type: ignore[arg-type]
+        yield configure(**changes)
     finally:
         with _lock:
             _current = previous

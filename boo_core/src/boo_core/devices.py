@@ -2,7 +2,8 @@
 
 A :class:`Target` is what iree-compile generates code for; a :class:`BooDevice` is a torch
 device plus the IREE runtime driver and target that serve it. ``cpu`` (the default) uses
-IREE's ``llvm-cpu`` backend for the host CPU and the ``local-task`` runtime driver.
+IREE's ``llvm-cpu`` backend for the host CPU and the ``local-sync``/``local-task`` runtime
+drivers; ``cuda:N`` uses IREE's ``cuda`` backend and driver.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ class Target:
             return ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                     f"--iree-llvmcpu-target-cpu={self.arch}"]
         if self.backend == "cuda":
-            return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}"]
+            # async-external adds a "$async" entry taking wait/signal fences, which the
+            # launchable uses to know exactly when the kernel is done.
+            return ["--iree-hal-target-device=cuda", f"--iree-cuda-target={self.arch}",
+                    "--iree-execution-model=async-external"]
         if self.backend == "rocm":
             return ["--iree-hal-target-device=hip", f"--iree-rocm-target={self.arch}"]
         raise DeviceError(f"no compile flags for backend {self.backend!r}")
@@ -114,22 +118,57 @@ def host_cpu_fingerprint() -> str:
     return hashlib.sha256(description.encode()).hexdigest()[:12]
 
 
+#: Compute capabilities IREE 3.13 compiles CUDA code for. It has no sm_90 (Hopper) or sm_100
+#: target; PTX for an older one runs on newer GPUs through the driver's JIT.
+IREE_CUDA_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (12, 0))
+
+#: Where the rule "the newest target not newer than the GPU" is not the best choice, by
+#: measurement (benchmarks/gpu.py compares them): Hopper runs sm_80 PTX at least as fast.
+PREFERRED_CUDA_TARGETS = {(9, 0): "sm_80"}
+
+
+def cuda_target_for(capability: tuple[int, int]) -> str:
+    """The IREE CUDA target for a GPU of ``capability``."""
+    preferred = PREFERRED_CUDA_TARGETS.get(tuple(capability))
+    if preferred:
+        return preferred
+    usable = [c for c in IREE_CUDA_CAPABILITIES if c <= tuple(capability)]
+    if not usable:
+        raise DeviceError(f"a GPU of compute capability {capability[0]}.{capability[1]} cannot be targeted: IREE "
+                          f"compiles for sm_{IREE_CUDA_CAPABILITIES[0][0]}{IREE_CUDA_CAPABILITIES[0][1]} and newer")
+    major, minor = max(usable)
+    return f"sm_{major}{minor}"
+
+
 @functools.lru_cache(maxsize=None)
-def _resolve(text: str) -> BooDevice:
+def _resolve(text: str, cuda_target: str | None) -> BooDevice:
     try:
         torch_device = torch.device(text)
     except (RuntimeError, TypeError):
-        raise DeviceError(f"unknown device {text!r}: expected 'cpu'") from None
+        raise DeviceError(f"unknown device {text!r}: expected 'cpu' or 'cuda:N'") from None
     if torch_device.type == "cpu":
         if torch_device.index not in (None, 0):
             raise DeviceError(f"device {text!r}: the CPU has no index other than 0")
         return BooDevice(torch.device("cpu"), "local-task", Target.parse("cpu"), inline_driver="local-sync")
-    raise DeviceError(f"device {text!r}: BOO launches on 'cpu' only in this version "
-                      f"({torch_device.type} support is not built yet)")
+    if torch_device.type == "cuda":
+        index = torch_device.index if torch_device.index is not None else 0
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise DeviceError(f"device {text!r}: torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0} "
+                              "CUDA devices")
+        capability = torch.cuda.get_device_capability(index)
+        target = Target("cuda", cuda_target or cuda_target_for(capability))
+        return BooDevice(torch.device("cuda", index), "cuda", target)
+    raise DeviceError(f"device {text!r}: BOO launches on 'cpu' and 'cuda:N' ({torch_device.type} is not supported)")
 
 
 def resolve_device(device: str | torch.device | BooDevice | None = None) -> BooDevice:
-    """The :class:`BooDevice` for ``device`` (``"cpu"`` when None)."""
+    """The :class:`BooDevice` for ``device`` (``"cpu"`` when None).
+
+    A CUDA device's target comes from its compute capability (:func:`cuda_target_for`);
+    ``BOO_CUDA_TARGET`` (e.g. ``sm_89``) overrides it.
+    """
     if isinstance(device, BooDevice):
         return device
-    return _resolve(str(device) if device is not None else "cpu")
+    from .config import get_settings
+
+    return _resolve(str(device) if device is not None else "cpu", get_settings().cuda_target)

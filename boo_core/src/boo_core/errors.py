@@ -55,6 +55,10 @@ class ArgumentError(BooError, ValueError):
     """A tensor passed to a launchable does not match its signature."""
 
 
+class LaunchError(BooError, RuntimeError):
+    """A kernel failed while running on its device."""
+
+
 class DeviceError(BooError, RuntimeError):
     """A device string cannot be used: unknown, absent, or not targetable by IREE."""
 

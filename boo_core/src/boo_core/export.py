@@ -8,6 +8,7 @@ required, since IREE cannot export its own device buffers through DLPack.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
@@ -35,16 +36,24 @@ class _DestinationPassing(torch.nn.Module):
             out.copy_(result)
 
 
-def export_mlir(signature: Signature) -> str:
-    """Export ``signature.reference`` to torch-dialect MLIR with entry ``signature.func_name``."""
-    from iree.compiler import ir
-    from iree.compiler.dialects import func as func_dialect
-    from iree.compiler.extras.fx_importer import FxImporter
+_lock = threading.Lock()
 
+
+def export_mlir(signature: Signature) -> str:
+    """Export ``signature.reference`` to torch-dialect MLIR with entry ``signature.func_name``.
+
+    Exports run one at a time (torch.export is not thread-safe); compiles do not wait on this.
+    """
     specs = [*signature.input_specs(), *signature.output_specs()]
     # Meta tensors: export traces shapes only, so even huge problems cost no memory.
     args = tuple(torch.empty(s.shape, dtype=s.dtype, device="meta") for s in specs)
-    with warnings.catch_warnings():
+    with _lock, warnings.catch_warnings():
+        # Imported under the lock: first imports of these packages from several threads at
+        # once trip Python's import deadlock detection.
+        from iree.compiler import ir
+        from iree.compiler.dialects import func as func_dialect
+        from iree.compiler.extras.fx_importer import FxImporter
+
         warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not ours to show
         program = torch.export.export(_DestinationPassing(signature), args).run_decompositions({})
         importer = FxImporter()

@@ -12,18 +12,19 @@ import atexit
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from iree.runtime import VmVariantList
+from iree.runtime import HalFence, VmVariantList
 from torch.utils.dlpack import to_dlpack
 
 from . import runtime
 from .config import get_settings
 from .devices import BooDevice, resolve_device
-from .errors import ArgumentError
+from .errors import ArgumentError, BooFallbackWarning, LaunchError
 from .kernels import KernelRequest
 from .signature import Signature, TensorSpec
 
@@ -83,6 +84,31 @@ class Launchable:
         self._module = loaded.module
         self._import = device_runtime.hal_device.from_dlpack_capsule
         self._import_outputs = tuple(device_runtime.output_importer(spec) for spec in self._outputs)
+        self._invoke = self._invoke_cuda if self._torch_device.type == "cuda" else self._invoke_sync
+        if self._torch_device.type == "cuda":
+            self._function = device_runtime.load_async_function(loaded)
+            self._semaphore = device_runtime.hal_device.create_semaphore(0)
+            self._timeline = 0
+        self._fallback = False
+        if get_settings().verify:
+            self._apply_verdict()
+
+    def _apply_verdict(self) -> None:
+        """BOO_VERIFY: use the recorded verdict for this device, or check now and record it."""
+        from . import verify
+        from .numerics import check_launchable
+
+        verdict = verify.read_verdict(self.cache_directory, self.device)
+        if verdict is None:
+            comparisons = check_launchable(self)
+            failed = [c for c in comparisons if not c.passed]
+            verdict = verify.PASS if not failed else "fail: " + "; ".join(str(c) for c in failed)
+            verify.record_verdict(self.cache_directory, self.device, verdict)
+        if verdict != verify.PASS:
+            self._fallback = True
+            warnings.warn(f"BOO kernel {self.signature.func_name} failed verification on "
+                          f"{verify.device_identity(self.device)} ({verdict}); it is not used: calls compute "
+                          "with PyTorch", BooFallbackWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         return f"<Launchable {self.signature.func_name} on {self.device.key}>"
@@ -97,6 +123,8 @@ class Launchable:
                                 f"got {len(args)}")
         for index, (tensor, spec) in enumerate(zip(args, self._inputs)):
             self._check(tensor, spec, f"argument {index}")
+        if self._fallback:
+            return self._call_reference(args, out)
         if out is None:
             outputs = tuple(torch.empty(s.shape, dtype=s.dtype, device=self._torch_device) for s in self._outputs)
         else:
@@ -116,7 +144,38 @@ class Launchable:
         for import_output, tensor in zip(self._import_outputs, outputs):
             arg_list.push_ref(import_output(tensor))
         with self._call_lock:
+            self._invoke(arg_list)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _invoke_sync(self, arg_list: VmVariantList) -> None:
+        self._context.invoke(self._function, arg_list, VmVariantList(0))
+
+    def _invoke_cuda(self, arg_list: VmVariantList) -> None:
+        """Run in torch's stream order. IREE runs kernels on a stream of its own and (in 3.13)
+        cannot wait on or signal CUDA events, so ordering is kept on the host: wait for the
+        work queued on the current torch stream (that stream only, not the device), run the
+        kernel, and return once it has finished, so later torch work sees its results."""
+        torch.cuda.current_stream(self._torch_device).synchronize()
+        ready, done = self._timeline, self._timeline + 1
+        arg_list.push_ref(HalFence.create_at(self._semaphore, ready))
+        arg_list.push_ref(HalFence.create_at(self._semaphore, done))
+        with self.runtime.current():
             self._context.invoke(self._function, arg_list, VmVariantList(0))
+        if not self._semaphore.wait(done):
+            raise LaunchError(f"{self.signature.func_name}: the kernel did not finish on {self.device.key}")
+        self._timeline = done
+
+    def _call_reference(self, args: Sequence[torch.Tensor], out) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """PyTorch in place of a kernel that failed verification."""
+        with torch.no_grad():
+            results = self.signature.reference(*args)
+        results = (results,) if isinstance(results, torch.Tensor) else tuple(results)
+        if out is None:
+            outputs = tuple(r.to(s.dtype).contiguous() for r, s in zip(results, self._outputs))
+        else:
+            outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+            for target, result in zip(outputs, results):
+                target.copy_(result)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:

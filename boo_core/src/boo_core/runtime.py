@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
+import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +42,23 @@ class DeviceRuntime:
         self.instance = rt.VmInstance()
         try:
             self.driver = _new_driver(driver)
-            self.hal_device = self.driver.create_default_device()
+            if device.torch_device.type == "cuda":
+                self.hal_device = _cuda_device(self.driver, device.torch_device.index or 0)
+            else:
+                self.hal_device = self.driver.create_default_device()
+        except DeviceError:
+            raise
         except Exception as e:
             raise DeviceError(f"IREE runtime driver {driver!r} could not open {device.key}: {e}") from e
         self.hal_module = rt.create_hal_module(self.instance, self.hal_device)
+        if device.torch_device.type == "cuda":
+            # IREE runs on the device's primary CUDA context but does not make it current
+            # everywhere it needs it (loading a kernel from a thread that never touched the
+            # GPU fails with CUDA_ERROR_INVALID_CONTEXT, and torch runs backward passes on
+            # threads of its own), so BOO makes it current around its calls.
+            self.current = functools.partial(_primary_context, device.torch_device.index or 0)
+        else:
+            self.current = contextlib.nullcontext
         self._host_import = (self.hal_device.allocator.import_host_allocation,
                              int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
                              int(rt.BufferUsage.DEFAULT), rt.HalBufferView)
@@ -71,13 +86,23 @@ class DeviceRuntime:
 
         return import_output
 
+    def load_async_function(self, loaded: LoadedKernel) -> Any:
+        """The ``$async`` entry of a kernel compiled with the async-external execution model
+        (it takes a wait fence and a signal fence after the tensors)."""
+        name = loaded.function.name + "$async"
+        function = loaded.module.lookup_function(name)
+        if function is None:
+            raise DeviceError(f"kernel has no {name!r}: CUDA kernels need --iree-execution-model=async-external")
+        return function
+
     def load(self, vmfb: bytes, function_name: str) -> LoadedKernel:
         """Load a compiled kernel; raises ValueError if it is unusable or lacks the function."""
         import iree.runtime as rt
 
         try:
             module = rt.VmModule.copy_buffer(self.instance, vmfb)
-            context = rt.VmContext(self.instance, [self.hal_module, module])
+            with self.current():
+                context = rt.VmContext(self.instance, [self.hal_module, module])
         except Exception as e:  # the runtime raises plain RuntimeError for a bad flatbuffer
             raise ValueError(f"kernel module does not load: {e}") from e
         function = module.lookup_function(function_name)
@@ -91,6 +116,28 @@ def _hal_element_types(E: Any) -> dict[torch.dtype, int]:  # noqa: N803 (iree.ru
             torch.float64: int(E.FLOAT_64), torch.int8: int(E.SINT_8), torch.int16: int(E.SINT_16),
             torch.int32: int(E.SINT_32), torch.int64: int(E.SINT_64), torch.uint8: int(E.UINT_8),
             torch.bool: int(E.BOOL_8)}
+
+
+@contextlib.contextmanager
+def _primary_context(index: int) -> Iterator[None]:
+    """Make cuda:index's primary context current on this thread for the block."""
+    with torch.cuda.device(index):
+        torch.cuda.current_stream(index).query()  # any runtime call makes the context current
+        yield
+
+
+def _cuda_device(driver: Any, index: int) -> Any:
+    """The IREE device that is torch's cuda:index, matched by GPU UUID (so that
+    CUDA_VISIBLE_DEVICES and enumeration order cannot pair the wrong GPUs)."""
+    import torch
+
+    uuid = str(torch.cuda.get_device_properties(index).uuid)
+    devices = driver.query_available_devices()
+    for info in devices:
+        if str(info.get("path", "")).removeprefix("GPU-") == uuid:
+            return driver.create_device(info["device_id"])
+    raise DeviceError(f"cuda:{index} (GPU-{uuid}) is not among the devices IREE's CUDA driver sees: "
+                      f"{[info.get('path') for info in devices]}")
 
 
 def _new_driver(name: str) -> Any:

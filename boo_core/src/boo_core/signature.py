@@ -100,6 +100,10 @@ class Signature(abc.ABC):
 
     op_name: ClassVar[str]
 
+    #: Which computation of the op (``fwd``, ``bwd``...) where an op has several; a
+    #: subclass with modes declares ``mode`` as a field.
+    mode: ClassVar[str] = ""
+
     # -- identity ---------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -134,6 +138,12 @@ class Signature(abc.ABC):
         Must work for any floating dtype (BOO calls it in float64 for numerics) and be
         exportable with ``torch.export`` (it is the source of the kernel).
         """
+
+    def eager(self, *args: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """PyTorch's own fast implementation of this kernel, in the signature's dtypes: the
+        baseline benchmarks compare with. Defaults to :meth:`reference`; override it where
+        the reference trades speed for precision (accumulating in float32, say)."""
+        return self.reference(*args)
 
     def get_sample_args(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from boo_core import OpSpec, hookimpl
 
+from .cuda_workarounds import cuda_mlir
 from .fusion import PATTERNS
 from .parser import PARSER
 from .signature import ConvSignature
@@ -23,3 +24,8 @@ def boo_register_ops(register):
 @hookimpl
 def boo_fusion_patterns():
     return PATTERNS
+
+
+@hookimpl
+def boo_signature_mlir(signature, target):
+    return cuda_mlir(signature, target) if isinstance(signature, ConvSignature) else None

@@ -141,6 +141,20 @@ class MatmulSignature(Signature):
             y = ACTIVATIONS[self.activation](y)
         return self._logical(y).to(a.dtype)
 
+    def eager(self, a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        """torch.matmul in the signature's dtype (cuBLAS on CUDA), then the epilogue."""
+        y = torch.matmul(self._logical(a, self.trans_a), self._logical(b, self.trans_b))
+        extra = iter(rest)
+        if self.alpha != 1.0:
+            y = y * self.alpha
+        if self.beta != 0.0:
+            y = y + self.beta * self._logical(next(extra))
+        if self.bias:
+            y = y + next(extra)
+        if self.activation:
+            y = ACTIVATIONS[self.activation](y)
+        return self._logical(y)
+
     @property
     def flops(self) -> int:
         """2·M·N·K per batch, plus one per result element for each epilogue step (alpha,

@@ -1,0 +1,156 @@
+"""BOO on an NVIDIA GPU against PyTorch (cuDNN / cuBLAS) and Inductor, measured in one run.
+
+Rows: ResNet-50's convolutions (bf16, NHWC, batch 32; forward, backward-data and
+backward-weight), transformer layer norms and matmuls (bf16). Each time is device time per
+call: the sum of the kernels a call launches, from torch.profiler (which sees IREE's kernels
+too), the median of several profiled batches. Also measured in the same run: the GPU's bf16
+matmul rate and copy bandwidth (the peaks), and the host time of one launch.
+
+    python benchmarks/gpu.py [--device cuda:0] [--batch 32] [--no-inductor] [--only TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from boo_core import BooOpRegistry, CompileError, get_launchable
+from boo_core.signature import Signature
+from boo_ops_conv import ConvSignature
+from boo_ops_matmul import MatmulSignature
+
+BF16 = torch.bfloat16
+
+# ResNet-50 v1.5 convolutions: (input channels, output channels, window, stride, input size).
+RESNET50 = [
+    (3, 64, 7, 2, 224),
+    (64, 64, 1, 1, 56), (64, 64, 3, 1, 56), (64, 256, 1, 1, 56), (256, 64, 1, 1, 56),
+    (256, 128, 1, 1, 56), (128, 128, 3, 2, 56), (128, 512, 1, 1, 28), (512, 128, 1, 1, 28),
+    (128, 128, 3, 1, 28), (256, 512, 1, 2, 56),
+    (512, 256, 1, 1, 28), (256, 256, 3, 2, 28), (256, 1024, 1, 1, 14), (1024, 256, 1, 1, 14),
+    (256, 256, 3, 1, 14), (512, 1024, 1, 2, 28),
+    (1024, 512, 1, 1, 14), (512, 512, 3, 2, 14), (512, 2048, 1, 1, 7), (2048, 512, 1, 1, 7),
+    (512, 512, 3, 1, 7), (1024, 2048, 1, 2, 14),
+]
+
+
+def rows(batch: int) -> list[tuple[str, Signature]]:
+    out = []
+    for c, k, window, stride, size in RESNET50:
+        for mode in ("fwd", "bwd", "wrw"):
+            signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride,
+                                      padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
+            out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
+    for tokens, width in ((8192, 1024), (8192, 4096)):
+        for command in (f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 1",
+                        f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 2"):
+            try:
+                for signature in BooOpRegistry.parse_signatures(command):
+                    out.append((f"layer norm {tokens}x{width} {command.split()[-1]}", signature))
+            except Exception as e:  # the layer-norm plugin may not be installed
+                print(f"(skipping layer norm: {e})")
+                break
+    for m, n, k in ((8192, 4096, 1024), (8192, 1024, 4096), (4096, 4096, 4096)):
+        out.append((f"matmul {m}x{k} @ {k}x{n}", MatmulSignature(m=m, n=n, k=k, dtype=BF16)))
+    return out
+
+
+def device_us(fn, args, batches: int = 5, calls: int = 5) -> float:
+    """Median over batches of the device time per call (all kernels, from the profiler)."""
+    fn(*args)
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(batches):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            for _ in range(calls):
+                fn(*args)
+            torch.cuda.synchronize()
+        samples.append(sum(e.device_time_total for e in profile.key_averages()) / calls)
+    return statistics.median(samples)
+
+
+def peaks(device: str) -> tuple[float, float]:
+    """(bf16 matmul TFLOP/s, copy GB/s counting bytes read and written), measured now."""
+    a = torch.randn(8192, 8192, device=device, dtype=BF16)
+    b = torch.randn(8192, 8192, device=device, dtype=BF16)
+    matmul_us = device_us(torch.matmul, (a, b))
+    source = torch.randn(256 * 1024 * 1024, device=device)  # 1 GiB
+    target = torch.empty_like(source)
+    copy_us = device_us(lambda s, t: t.copy_(s), (source, target))
+    return 2 * 8192**3 / matmul_us / 1e6, 2 * source.numel() * 4 / copy_us / 1e3
+
+
+def host_overhead_us(device: str) -> tuple[float, float]:
+    """Host time of one call of a tiny kernel: a BOO launchable, and the same torch op."""
+    signature = MatmulSignature(m=4, n=4, k=4)
+    launchable = get_launchable(signature, device)
+    a, b = signature.get_sample_args(device=device)
+
+    def per_call(fn) -> float:
+        for _ in range(50):
+            fn(a, b)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(500):
+            fn(a, b)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / 500 * 1e6
+
+    return per_call(launchable), per_call(torch.matmul)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--no-inductor", action="store_true")
+    parser.add_argument("--only", default="", help="only rows whose name contains this text")
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    table = [row for row in rows(args.batch) if args.only in row[0]]
+
+    def compile_boo(entry):
+        try:
+            return get_launchable(entry[1], args.device)
+        except CompileError as e:
+            return e
+
+    start = time.time()
+    with ThreadPoolExecutor(16) as pool:
+        launchables = list(pool.map(compile_boo, table))
+    print(f"BOO kernels compiled (or loaded) in {time.time() - start:.0f} s")
+
+    peak_tflops, peak_gbps = peaks(args.device)
+    boo_host, torch_host = host_overhead_us(args.device)
+    results = []
+    for (name, signature), launchable in zip(table, launchables):
+        inputs = signature.get_sample_args(device=args.device)
+        torch_us = device_us(signature.eager, inputs)  # PyTorch's own kernels in the signature's dtype
+        inductor_us = float("nan")
+        if not args.no_inductor:
+            torch._dynamo.reset()
+            inductor_us = device_us(torch.compile(signature.eager, dynamic=False), inputs)
+        boo_us = device_us(launchable, inputs) if not isinstance(launchable, Exception) else float("nan")
+        compute = signature.flops / (boo_us * 1e-6) / 1e12 / peak_tflops
+        memory = signature.bytes_moved / (boo_us * 1e-6) / 1e9 / peak_gbps
+        results.append((name, boo_us, torch_us, inductor_us, max(compute, memory), "compute" if compute > memory
+                        else "memory"))
+        print(f"  {name}: BOO {boo_us:.1f} us, torch {torch_us:.1f} us, inductor {inductor_us:.1f} us", flush=True)
+
+    print(f"\nmeasured peaks: bf16 matmul {peak_tflops:.0f} TFLOP/s, copy {peak_gbps:.0f} GB/s")
+    print(f"host time per launch of a 4x4 matmul: BOO {boo_host:.1f} us, torch {torch_host:.1f} us")
+    print(f"{'kernel':<44} {'BOO us':>9} {'torch us':>9} {'ind. us':>9} {'BOO/torch':>9} {'BOO/ind.':>9} "
+          f"{'% of peak':>10}")
+    for name, boo_us, torch_us, inductor_us, fraction, bound in results:
+        print(f"{name:<44} {boo_us:>9.1f} {torch_us:>9.1f} {inductor_us:>9.1f} {boo_us / torch_us:>9.2f} "
+              f"{boo_us / inductor_us:>9.2f} {100 * fraction:>6.1f} {bound[:3]}")
+    ratios = [r[1] / r[2] for r in results if r[1] == r[1]]
+    print(f"geometric mean BOO/torch: {statistics.geometric_mean(ratios):.2f} over {len(ratios)} kernels")
+
+
+if __name__ == "__main__":
+    main()
