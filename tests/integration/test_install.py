@@ -40,7 +40,7 @@ def run(args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, **kwargs)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def venv(tmp_path_factory):
     root = tmp_path_factory.mktemp("fresh")
     venv = root / "venv"
@@ -79,3 +79,26 @@ def test_install_core_and_conv_then_uninstall_conv(venv, tmp_path):
     assert failed.returncode != 0
     assert ("boo_core.errors.UnknownOpError: unknown op 'convbfp16'; no BOO ops are installed "
             "(install an op package such as boo-ops-conv)") in failed.stderr
+
+
+@pytest.mark.parametrize("folder, distribution, command, expected", [
+    ("boo_ops_layernorm", "boo-ops-layernorm", "layernormbfp16 --input 8x64 -o 1 -m 1 -F 1",
+     "boo_ops_layernorm.signature LayerNormSignature"),
+    ("boo_ops_matmul", "boo-ops-matmul", "gemm -m 64 -k 32 -n 128", "boo_ops_matmul.signature MatmulSignature"),
+])
+def test_each_op_installs_without_the_others(venv, tmp_path, folder, distribution, command, expected):
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["BOO_CACHE_DIR"] = str(tmp_path / "cache")
+    pip_install(venv, "boo_core", folder)
+    code = ("import sys\nfrom boo_core import BooOpRegistry\n"
+            f"s = BooOpRegistry.parse_command({command!r})\n"
+            "print(type(s).__module__, type(s).__name__, [e.name for e in BooOpRegistry.list_ops()],"
+            " 'boo_ops_conv' in sys.modules)\n")
+    result = run([python, "-c", code], env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(expected)
+    assert result.stdout.strip().endswith("False")  # conv is not installed, nor imported
+    ops = run([str(venv / "bin" / "boo"), "ops"], env=env, cwd=tmp_path)
+    assert ops.returncode == 0, ops.stderr
+    assert f"from {distribution} 0.1.0" in ops.stdout and "boo-ops-conv" not in ops.stdout

@@ -107,6 +107,21 @@ def test_resnet_block_in_a_fresh_process(backend, mode):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_transformer_mlp_block_in_a_fresh_process(backend, mode):
+    log = offloaded_by_log(run_models(backend, "mlp", mode).stderr)
+    forward = next(line for line in log.splitlines() if "(forward)" in line or "(inference)" in line)
+    assert "layernorm.forward x1" in forward and "matmul.addmm x2" in forward
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transformer_mlp_backward_kernels(backend):
+    log = offloaded_by_log(run_models(backend, "mlp", "train", BOO_USE_BACKWARD_KERNELS="1").stderr)
+    backward = next(line for line in log.splitlines() if "(backward)" in line)
+    assert "layernorm.backward x1" in backward and "matmul.mm x4" in backward
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_kernels_in_training(backend):
     log = offloaded_by_log(run_models(backend, "resnet", "train", BOO_USE_BACKWARD_KERNELS="1").stderr)
     backward = next(line for line in log.splitlines() if "(backward)" in line)
