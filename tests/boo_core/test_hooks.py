@@ -12,15 +12,7 @@ from boo_core.testing import isolated_registry
 
 from .fake_plugins import scale_op
 from .fake_plugins.scale_op import ScaleSignature
-
-TRIPLE = """
-func.func @{name}(%x: !torch.vtensor<[{n}],f32>, %out: !torch.tensor<[{n}],f32>) {{
-  %three = torch.constant.float 3.0
-  %y = torch.aten.mul.Scalar %x, %three : !torch.vtensor<[{n}],f32>, !torch.float -> !torch.vtensor<[{n}],f32>
-  torch.overwrite.tensor.contents %y overwrites %out : !torch.vtensor<[{n}],f32>, !torch.tensor<[{n}],f32>
-  return
-}}
-"""
+from .fake_plugins.wrong_kernel import TRIPLE
 
 
 class OptLevelFlags:
