@@ -29,12 +29,13 @@ def test_cpu_timer_needs_an_iteration():
 
 
 def test_devices_without_a_timer_are_refused_until_one_is_registered(monkeypatch):
-    with pytest.raises(DeviceError, match=r"no timer for cuda devices yet \(timers exist for: cpu\); "
+    assert timer_for("cuda:0") is timing.cuda_timer
+    with pytest.raises(DeviceError, match=r"no timer for xpu devices yet \(timers exist for: cpu, cuda\); "
                                           r"register one with boo_core.timing.register_timer"):
-        timer_for("cuda:0")
+        timer_for("xpu:0")
     monkeypatch.setattr(timing, "_TIMERS", dict(timing._TIMERS))
-    register_timer("cuda", cpu_timer)
-    assert timer_for(torch.device("cuda", 1)) is cpu_timer
+    register_timer("xpu", cpu_timer)
+    assert timer_for(torch.device("xpu", 1)) is cpu_timer
 
 
 def test_unknown_device_string():

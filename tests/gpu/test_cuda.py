@@ -210,3 +210,18 @@ def test_autograd_on_cuda_with_and_without_boo_backward_kernels(boo_backward):
     torch.nn.functional.conv2d(x64, w64, stride=2, padding=1).backward(grad.double())
     torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_driver_times_device_kernels_on_the_gpu(tmp_path):
+    csv_path = tmp_path / "times.csv"
+    command = [sys.executable, "-m", "boo_core.cli", "driver", "--device", DEVICE, "--backend", "boo",
+               "--backend", "torch", "--iter", "5", "--csv", str(csv_path),
+               "gemmbfp16", "-m", "512", "-k", "256", "-n", "384"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    import csv
+
+    rows = list(csv.DictReader(csv_path.open()))
+    assert {row["backend"] for row in rows} == {"boo", "torch"}
+    for row in rows:
+        assert row["status"] == "ok" and float(row["median_us"]) > 0 and row["device"] == DEVICE

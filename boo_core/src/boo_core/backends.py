@@ -103,27 +103,28 @@ def boo_kernel(signature: Signature, device: torch.device) -> PreparedBackend:
 
 
 def torch_eager(signature: Signature, device: torch.device) -> PreparedBackend:
-    """PyTorch eager: the signature's reference computation."""
-    return PreparedBackend(signature.reference)
+    """PyTorch eager: the signature's :meth:`~boo_core.Signature.eager` (PyTorch's own kernels
+    in the signature's dtype, which the reference may not use: it may accumulate in float32)."""
+    return PreparedBackend(signature.eager)
 
 
 def torch_compiled(backend: str) -> Factory:
-    """A factory compiling the signature's reference with ``torch.compile(backend=backend)``."""
+    """A factory compiling the signature's eager computation with ``torch.compile(backend=backend)``."""
 
     def prepare(signature: Signature, device: torch.device) -> PreparedBackend:
         import torch._dynamo
 
         # Dynamo keeps a few compiled variants per code object and silently falls back to
-        # eager past its limit; every signature shares reference()'s code, so start afresh.
+        # eager past its limit; every signature shares eager()'s code, so start afresh.
         torch._dynamo.reset()
-        return PreparedBackend(torch.compile(signature.reference, backend=backend, dynamic=False), lazy=True)
+        return PreparedBackend(torch.compile(signature.eager, backend=backend, dynamic=False), lazy=True)
 
     return prepare
 
 
 register_backend("boo", "BOO's IREE kernel (compile/load time reported apart)", boo_kernel)
-register_backend("torch", "PyTorch eager: the signature's reference on the same inputs", torch_eager)
-register_backend("inductor", "torch.compile of the reference with its default backend, Inductor",
+register_backend("torch", "PyTorch eager: its own kernels (signature.eager) on the same inputs", torch_eager)
+register_backend("inductor", "torch.compile of signature.eager with its default backend, Inductor",
                  torch_compiled("inductor"))
-register_backend("boo_inductor", "torch.compile of the reference with BOO's backend, iree_boo_inductor",
+register_backend("boo_inductor", "torch.compile of signature.eager with BOO's backend, iree_boo_inductor",
                  torch_compiled("iree_boo_inductor"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -91,11 +92,13 @@ def cuda_timer(call: Callable[[], object], *, device: torch.device, iterations: 
         call()
     torch.cuda.synchronize(device)
     samples = []
-    for _ in range(iterations):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            call()
-            torch.cuda.synchronize(device)
-        samples.append(float(sum(event.device_time_total for event in profile.key_averages())))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler's notes about its own cycles
+        for _ in range(iterations):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+                call()
+                torch.cuda.synchronize(device)
+            samples.append(float(sum(event.device_time_total for event in profile.key_averages())))
     return TimingStats(tuple(samples))
 
 
