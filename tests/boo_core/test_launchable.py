@@ -189,3 +189,9 @@ def test_outputs_iree_writes_by_a_copy_work_on_both_drivers(scale_registry, poli
         launchable = get_launchable(ScaleSignature(8, factor=1.0))
     x = torch.randn(8)
     torch.testing.assert_close(launchable(x), x)
+
+
+def test_target_argument_must_fit_the_device(scale_registry):
+    assert get_launchable(ScaleSignature(8), "cpu", target="cpu").device.target.name == "cpu"
+    with pytest.raises(DeviceError, match=r"target cuda:sm_89 cannot run on cpu \(its targets are llvm-cpu\)"):
+        get_launchable(ScaleSignature(8), "cpu", target="cuda:sm_89")

@@ -161,12 +161,11 @@ def test_target_comes_from_capability_and_can_be_overridden():
     device = resolve_device(DEVICE)
     assert device.target.backend == "cuda" and device.target.arch.startswith("sm_")
     with settings_override(cuda_target="sm_89"):
-        from boo_core.devices import _resolve
-
-        _resolve.cache_clear()
         assert resolve_device(DEVICE).target.arch == "sm_89"
+        launchable = get_launchable(MatmulSignature(m=16, n=16, k=16), DEVICE)
+        assert launchable.device.target.arch == "sm_89"
         assert_matches_pytorch(MatmulSignature(m=16, n=16, k=16))
-    _resolve.cache_clear()
+    assert get_launchable(MatmulSignature(m=16, n=16, k=16), DEVICE, target="cuda:sm_86").device.target.arch == "sm_86"
     with pytest.raises(DeviceError, match=r"torch sees \d+ CUDA devices"):
         resolve_device(f"cuda:{torch.cuda.device_count()}")
 

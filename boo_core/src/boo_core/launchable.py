@@ -9,6 +9,7 @@ them in place. The call path does no hashing, no file I/O and no compilation.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import threading
 import time
@@ -23,8 +24,8 @@ from torch.utils.dlpack import to_dlpack
 
 from . import runtime
 from .config import get_settings
-from .devices import BooDevice, resolve_device
-from .errors import ArgumentError, BooFallbackWarning, LaunchError
+from .devices import BooDevice, Target, resolve_device
+from .errors import ArgumentError, BooFallbackWarning, DeviceError, LaunchError
 from .kernels import KernelRequest
 from .signature import Signature, TensorSpec
 
@@ -198,18 +199,29 @@ class Launchable:
                                 f"{spec.describe()} on {self._torch_device}, contiguous")
 
 
-_MemoryKey = tuple[Signature, str, str, tuple[str, ...]]
+_MemoryKey = tuple[Signature, str, Target, str, tuple[str, ...]]
 _launchables: dict[_MemoryKey, Launchable] = {}
 _lock = threading.Lock()
 _building: dict[_MemoryKey, threading.Lock] = {}
 
 
-def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
-    """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled."""
+def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu", *,
+                   target: str | Target | None = None) -> Launchable:
+    """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
+
+    ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
+    ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
+    """
     boo_device = resolve_device(device)
+    if target is not None:
+        chosen = target if isinstance(target, Target) else Target.parse(target)
+        if chosen.backend != boo_device.target.backend:
+            raise DeviceError(f"target {chosen.name} cannot run on {boo_device.key} "
+                              f"(its targets are {boo_device.target.backend})")
+        boo_device = dataclasses.replace(boo_device, target=chosen)
     settings = get_settings()
     driver = boo_device.driver_for(signature.flops, settings.cpu_driver)
-    memory_key = (signature, boo_device.key, driver, settings.extra_compile_flags)
+    memory_key = (signature, boo_device.key, boo_device.target, driver, settings.extra_compile_flags)
     launchable = _launchables.get(memory_key)
     if launchable is not None and launchable._generation == runtime.generation:
         return launchable
