@@ -63,6 +63,14 @@ def test_refused_flag_is_accepted_at_its_default_and_refused_otherwise():
         PARSER.parse_flags(["-d", "x.bin"])
 
 
+def test_require_raises_a_command_error_naming_the_flag_and_its_value():
+    flags = PARSER.parse_flags(["-n", "0"])
+    flags.require("size", flags["size"] == 0, "is never raised")
+    with pytest.raises(CommandError, match=r"^flag -n/--size 0 must be at least 1$") as info:
+        flags.require("size", flags["size"] >= 1, "must be at least 1")
+    assert info.value.flag == "-n/--size"
+
+
 def test_run_options_are_separated_from_the_signature():
     parsed = PARSER.parse(["-n", "4", "-i", "77"], op="scale", base="scale", dtype=__import__("torch").float32)
     assert parsed.run_options == {"iter": 77}

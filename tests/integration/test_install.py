@@ -1,68 +1,29 @@
 """Installing the distributions into a fresh virtual environment, as a user would.
 
-The new environment gets boo-core and boo-ops-conv by a real (non-editable) pip install.
-Its third-party dependencies (torch, IREE, pluggy...) come from this environment through a
-folder of symlinks that leaves out every BOO package, so nothing BOO leaks in and nothing
-is downloaded.
+The new environment (``fresh_venv.py``) gets boo-core and boo-ops-conv by a real
+(non-editable) pip install.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import sysconfig
-from pathlib import Path
-
 import pytest
 
-from ..conftest import REPO
+from .fresh_venv import create_venv, pip_install, run, subprocess_env
 
 PARSE = ("from boo_core import BooOpRegistry\n"
          "s = BooOpRegistry.parse_command('convbfp16 -n 2 -c 8 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -u 1 -v 1 -l 1 "
          "-j 1 -m conv -g 1 -F 1 --in_layout NHWC --out_layout NHWC --fil_layout NHWC')\n"
          "print(type(s).__module__, type(s).__name__, s.dtype, s.input_layout)\n")
 
-_BOO_NAMES = ("boo_core", "boo_ops", "boo-", "__editable__")
-
-
-def _dependency_farm(target: Path) -> Path:
-    """Symlinks to this environment's packages, BOO's own left out."""
-    target.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name.startswith(_BOO_NAMES) or entry.suffix == ".pth":
-            continue
-        (target / entry.name).symlink_to(entry)
-    return target
-
-
-def run(args, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, **kwargs)
-
 
 @pytest.fixture
 def venv(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fresh")
-    venv = root / "venv"
-    # No pip of its own: pip and setuptools come from this environment through the farm.
-    result = run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    assert result.returncode == 0, result.stderr
-    python = venv / "bin" / "python"
-    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    Path(site, "boo_test_dependencies.pth").write_text(str(_dependency_farm(root / "deps")) + "\n")
-    return venv
-
-
-def pip_install(venv: Path, *folders: str) -> None:
-    result = run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                  "--no-build-isolation", *(str(REPO / f) for f in folders)])
-    assert result.returncode == 0, result.stdout + result.stderr
+    return create_venv(tmp_path_factory.mktemp("fresh"))
 
 
 def test_install_core_and_conv_then_uninstall_conv(venv, tmp_path):
     python = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    env["BOO_CACHE_DIR"] = str(tmp_path / "cache")
+    env = subprocess_env(BOO_CACHE_DIR=str(tmp_path / "cache"))
 
     pip_install(venv, "boo_core", "boo_ops_conv")
     parsed = run([python, "-c", PARSE], env=env, cwd=tmp_path)
@@ -88,8 +49,7 @@ def test_install_core_and_conv_then_uninstall_conv(venv, tmp_path):
 ])
 def test_each_op_installs_without_the_others(venv, tmp_path, folder, distribution, command, expected):
     python = str(venv / "bin" / "python")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["BOO_CACHE_DIR"] = str(tmp_path / "cache")
+    env = subprocess_env(BOO_CACHE_DIR=str(tmp_path / "cache"))
     pip_install(venv, "boo_core", folder)
     code = ("import sys\nfrom boo_core import BooOpRegistry\n"
             f"s = BooOpRegistry.parse_command({command!r})\n"

@@ -2,7 +2,8 @@
 
 The default backward differentiates the signature's PyTorch reference, so every op is
 differentiable from its first day; an op replaces it with its own (torch's fused backward,
-or BOO backward kernels) by passing ``backward=``.
+or BOO backward kernels) by passing ``backward=``. A backward that needs the forward's
+results (softmax's takes y and dy) asks :func:`launch` to save them with ``save_outputs=True``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import torch
 from .launchable import Launchable
 
 Backward = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], Sequence[bool]], Sequence[torch.Tensor | None]]
-"""``backward(inputs, output_grads, needs_grad) -> one gradient (or None) per input``."""
+"""``backward(saved, output_grads, needs_grad) -> one gradient (or None) per input``.
+
+``saved`` holds the inputs, followed by the outputs when :func:`launch` had ``save_outputs=True``;
+``needs_grad`` has one flag per input."""
 
 
 def reference_backward(launchable: Launchable) -> Backward:
     """Gradients by differentiating ``launchable.signature.reference`` with torch autograd."""
 
-    def backward(inputs, grads, needs_grad):
+    def backward(saved, grads, needs_grad):
+        inputs = saved[: len(needs_grad)]
         with torch.enable_grad():
             leaves = [t.detach().requires_grad_(need) for t, need in zip(inputs, needs_grad)]
             outputs = launchable.signature.reference(*leaves)
@@ -34,21 +39,28 @@ def reference_backward(launchable: Launchable) -> Backward:
 
 class _LaunchFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, launchable: Launchable, backward: Backward, *inputs: torch.Tensor):  # type: ignore[override]
+    def forward(ctx, launchable: Launchable, backward: Backward, save_outputs: bool,  # type: ignore[override]
+                *inputs: torch.Tensor):
         ctx.backward_fn = backward
-        ctx.save_for_backward(*inputs)
-        return launchable(*inputs)
+        outputs = launchable(*inputs)
+        results = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+        ctx.save_for_backward(*inputs, *(results if save_outputs else ()))
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):  # type: ignore[override]
-        inputs = ctx.saved_tensors
-        needs = ctx.needs_input_grad[2:]
-        input_grads = ctx.backward_fn(inputs, grads, needs)
-        return (None, None, *input_grads)
+        needs = ctx.needs_input_grad[3:]
+        input_grads = ctx.backward_fn(ctx.saved_tensors, grads, needs)
+        return (None, None, None, *input_grads)
 
 
-def launch(launchable: Launchable, *inputs: torch.Tensor, backward: Backward | None = None):
-    """Call ``launchable`` on ``inputs``, recording it for autograd when gradients are needed."""
+def launch(launchable: Launchable, *inputs: torch.Tensor, backward: Backward | None = None,
+           save_outputs: bool = False):
+    """Call ``launchable`` on ``inputs``, recording it for autograd when gradients are needed.
+
+    ``backward`` computes the input gradients (default: :func:`reference_backward`); with
+    ``save_outputs=True`` it also receives the outputs, after the inputs.
+    """
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        return _LaunchFunction.apply(launchable, backward or reference_backward(launchable), *inputs)
+        return _LaunchFunction.apply(launchable, backward or reference_backward(launchable), save_outputs, *inputs)
     return launchable(*inputs)

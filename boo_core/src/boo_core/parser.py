@@ -146,6 +146,14 @@ class ParsedFlags:
     def label(self, long: str) -> str:
         return self.table[long].label
 
+    def require(self, long: str, ok: bool, message: str) -> None:
+        """Raise :class:`CommandError` naming the flag and its value unless ``ok``:
+        ``flags.require("batchsize", flags["batchsize"] >= 1, "must be at least 1")`` raises
+        ``flag -n/--batchsize 0 must be at least 1``."""
+        if not ok:
+            label = self.label(long)
+            raise CommandError(f"flag {label} {self.values[long]} {message}", flag=label)
+
 
 @dataclass(frozen=True)
 class ParsedCommand:

@@ -1,0 +1,56 @@
+"""Meta-tests: every hook specification is documented in docs/plugins.md and implemented by a
+test or the example plugin, and the guide covers every helper of ``boo_core.testing``."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+from boo_core import hookspecs, testing
+
+from ..conftest import REPO
+
+GUIDE = REPO / "docs" / "plugins.md"
+
+HOOKS = {name: function for name, function in inspect.getmembers(hookspecs, inspect.isfunction)
+         if hasattr(function, f"{hookspecs.PROJECT_NAME}_spec")}
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """Heading text -> the text under it, up to the next heading."""
+    parts = re.split(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_the_hook_specifications_are_found():
+    assert set(HOOKS) >= {"boo_register_ops", "boo_compile_flags", "boo_signature_mlir", "boo_fusion_patterns"}
+
+
+@pytest.mark.parametrize("name", sorted(HOOKS))
+def test_every_hook_is_documented_under_a_heading_with_its_parameters(name):
+    parameters = list(inspect.signature(HOOKS[name]).parameters)
+    heading = f"`{name}({', '.join(parameters)})`"
+    body = sections(GUIDE.read_text()).get(heading)
+    assert body is not None, f"docs/plugins.md has no heading {heading}"
+    for parameter in parameters:
+        assert f"`{parameter}`" in body, f"the section on {name} does not describe `{parameter}`"
+    assert "**When:**" in body and "**Returns:**" in body, f"the section on {name} says neither when nor what"
+
+
+@pytest.mark.parametrize("name", sorted(HOOKS))
+def test_every_hook_is_implemented_by_a_test_or_the_example(name):
+    files = [*(REPO / "tests").rglob("*.py"), *(REPO / "examples").rglob("*.py")]
+    implementation = re.compile(rf"^\s*def {name}\(", re.MULTILINE)
+    assert any(implementation.search(f.read_text()) for f in files), f"no test implements the hook {name}"
+
+
+def test_the_guide_documents_every_testing_helper_and_points_at_the_example():
+    guide = GUIDE.read_text()
+    helpers = [name for name, value in vars(testing).items()
+               if inspect.isfunction(value) and value.__module__ == testing.__name__ and not name.startswith("_")]
+    assert helpers
+    for name in helpers:
+        assert f"`{name}(" in guide, f"docs/plugins.md does not document boo_core.testing.{name}"
+    assert "(../examples/boo_ops_softmax)" in guide
