@@ -25,7 +25,7 @@ def help_text(capsys, *args: str) -> str:
 def test_every_subcommand_explains_itself_with_examples(capsys):
     driver = help_text(capsys, "driver")
     assert "Backends (--backend, repeatable; default boo):" in driver
-    assert "  boo_inductor  torch.compile of the reference with BOO's backend, iree_boo_inductor\n" in driver
+    assert "  boo_inductor  torch.compile of signature.eager with BOO's backend, iree_boo_inductor\n" in driver
     assert "'command' column holds the commands" in driver and "Examples:\n  boo driver convbfp16" in driver
     for option in ("--commands-file", "--backend", "--device", "--iter", "--warmup", "--splat-input-value",
                    "--seed", "--csv", "--verify-numerics"):
@@ -40,7 +40,7 @@ def test_every_subcommand_explains_itself_with_examples(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["driver", "--device", "cuda:0", "conv"], "boo driver: error: no timer for cuda devices yet"),
+    (["driver", "--device", "xpu:0", "conv"], "boo driver: error: no timer for xpu devices yet"),
     (["driver", "--device", "meta", "--backend", "torch", "conv"], "boo driver: error: no timer for meta devices yet"),
     (["driver"], "boo driver: error: no command given: give a command (boo driver conv -n 1 -c 8 ...) "
                  "or --commands-file FILE"),

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from boo_core import ArgumentError, BooOpRegistry, UnsupportedError, get_launchable
+from boo_core import BooOpRegistry, UnsupportedError, get_launchable
 from boo_core.numerics import compare, poisoned
 from boo_core.testing import assert_numerics
 from boo_ops_conv import MODES, ConvSignature, boo_conv

@@ -21,7 +21,7 @@ from .hookspecs import hookimpl
 from .launchable import Launchable, clear_launchables, get_launchable, launchable_for
 from .opspec import OpSpec
 from .parser import CommandParser, Flag, FlagKind, ParsedCommand, ParsedFlags
-from .preload import CachePopulator as CachePopulator
+from .preload import CachePopulator
 from .registry import BooOpRegistry, OpEntry, OpRegistry
 from .signature import Signature, TensorSpec
 
@@ -31,6 +31,7 @@ __all__ = [
     "BooError",
     "BooFallbackWarning",
     "BooOpRegistry",
+    "CachePopulator",
     "CommandError",
     "CommandParser",
     "CompileError",

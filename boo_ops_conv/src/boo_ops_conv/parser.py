@@ -125,12 +125,12 @@ class ConvParser(CommandParser):
         for axis in axes:
             at_least_one += [_SPATIAL_FLAGS[axis][i] for i in (0, 1, 3, 4)]
         for name in at_least_one:
-            _require(flags, name, flags[name] >= 1, "must be at least 1")
+            flags.require(name, flags[name] >= 1, "must be at least 1")
         for axis in axes:
             for name in (_SPATIAL_FLAGS[axis][2], _SPATIAL_FLAGS[axis][5]):
-                _require(flags, name, flags[name] >= 0, "must not be negative")
+                flags.require(name, flags[name] >= 0, "must not be negative")
         groups, c, k = flags["group_count"], flags["in_channels"], flags["out_channels"]
-        _require(flags, "group_count", c % groups == 0 and k % groups == 0,
+        flags.require("group_count", c % groups == 0 and k % groups == 0,
                  f"must divide in_channels {c} and out_channels {k}")
 
         padding = sizes["padding"] if transposed else _padding(flags["pad_mode"], sizes)
@@ -139,12 +139,12 @@ class ConvParser(CommandParser):
                 axes, sizes["size"], sizes["window"], padding, sizes["stride"], sizes["dilation"], output_padding):
             names = _SPATIAL_FLAGS[axis]
             if transposed:
-                _require(flags, names[5], out_pad < stride or out_pad < dilation,
+                flags.require(names[5], out_pad < stride or out_pad < dilation,
                          f"must be smaller than the stride {stride} or the dilation {dilation}")
                 extent = stride * (size - 1) + dilation * (window - 1) + 1 - 2 * pad + out_pad
             else:
                 extent = size + 2 * pad - dilation * (window - 1)
-            _require(flags, names[0], extent >= 1, f"with filter {window}, padding {pad}, stride {stride} and "
+            flags.require(names[0], extent >= 1, f"with filter {window}, padding {pad}, stride {stride} and "
                                                    f"dilation {dilation} leaves no output")
 
         kernel_shape = (c, k // groups) if transposed else (k, c // groups)
@@ -155,11 +155,6 @@ class ConvParser(CommandParser):
             input_layout=layout["in_layout"], kernel_layout=layout["fil_layout"], output_layout=layout["out_layout"],
             bias=bool(flags["bias"]) and mode == "fwd", mode=mode, transposed=transposed,
             output_padding=output_padding, activation=activation if mode == "fwd" else None) for mode in modes]
-
-
-def _require(flags: ParsedFlags, name: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise CommandError(f"flag {flags.label(name)} {flags[name]} {message}", flag=flags.label(name))
 
 
 def _rank(flags: ParsedFlags) -> int:

@@ -142,7 +142,7 @@ def _new_shape(flags: ParsedFlags) -> tuple[int, ...]:
     """MIOpen's rule: D set -> NCDHW; else C and H set -> NCHW; else N, W only -> NW."""
     n, c, d, h, w = (flags[name] for name in ("in_n", "in_c", "in_d", "in_h", "in_w"))
     for name in ("in_n", "in_c", "in_d", "in_h", "in_w"):
-        _require(flags, name, flags[name] >= 0, "must not be negative")
+        flags.require(name, flags[name] >= 0, "must not be negative")
     if d:
         shape, names = (n, c, d, h, w), ("in_n", "in_c", "in_h", "in_w")
     elif c and h:
@@ -153,7 +153,7 @@ def _new_shape(flags: ParsedFlags) -> tuple[int, ...]:
         raise CommandError(f"invalid tensor sizes -N {n} -C {c} -H {h} -W {w}: give -N -C -H -W (4-D), "
                            "add -D (5-D), or -N -W with -C 0 -H 0 (2-D)", flag=flags.label("in_n"))
     for name in names:
-        _require(flags, name, flags[name] >= 1, f"must be at least 1 for a {len(shape)}-D input")
+        flags.require(name, flags[name] >= 1, f"must be at least 1 for a {len(shape)}-D input")
     layout = flags["layout"]
     if layout and _LAYOUT_RANK[layout] != len(shape):
         raise CommandError(f"flag {flags.label('layout')} {layout} does not fit the {len(shape)}-D input "
@@ -177,7 +177,7 @@ def _log_shape(flags: ParsedFlags) -> tuple[int, ...]:
                            "-H -W (4-D) or -D -H -W (5-D)", flag=flags.label(missing))
     names = (*_LOG_SIZES, *spatial)
     for name in names:
-        _require(flags, name, flags[name] >= 1, "must be at least 1")
+        flags.require(name, flags[name] >= 1, "must be at least 1")
     return tuple(flags[name] for name in names)
 
 
@@ -186,11 +186,11 @@ def _affine(flags: ParsedFlags) -> tuple[bool, bool]:
     if mode in _OTHER_MODES:
         raise UnsupportedError(f"flag {flags.label('mode')} {mode} ({_OTHER_MODES[mode]}) belongs to MIOpen's "
                                "addlayernorm/t5layernorm, which BOO does not provide", flag=flags.label("mode"))
-    _require(flags, "mode", mode in (0, 1), "must be 0 (no affine) or 1 (weight and bias)")
+    flags.require("mode", mode in (0, 1), "must be 0 (no affine) or 1 (weight and bias)")
     bias = flags["bias"]
     if bias is None:
         return bool(mode), bool(mode)
-    _require(flags, "bias", bias in (0, 1), "must be 0 or 1")
+    flags.require("bias", bias in (0, 1), "must be 0 or 1")
     return bool(mode), bool(bias)
 
 
@@ -217,11 +217,6 @@ def _directions(flags: ParsedFlags, dialect: str, weight: bool,
         return [("fwd", None), ("bwd", None)]
     grads = tuple(g for g in GRADIENTS if g in chosen)
     return ([("fwd", None)] if "fwd" in chosen else []) + ([("bwd", grads)] if grads else [])
-
-
-def _require(flags: ParsedFlags, name: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise CommandError(f"flag {flags.label(name)} {flags[name]} {message}", flag=flags.label(name))
 
 
 def format_layernorm_command(signature: LayerNormSignature) -> str:

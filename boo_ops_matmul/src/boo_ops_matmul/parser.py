@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
+from boo_core import CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
 from boo_core.dtypes import DTYPE_TO_SUFFIX
 from boo_core.parser import format_command, integer, number, one_of
 
@@ -57,21 +57,16 @@ class GemmParser(CommandParser):
                                    "direction (-F 1); write a gradient as a gemm with -u/-v transposes",
                                    flag=flags.label("forw"))
         for name in ("a_h", "a_w", "b_w", "batch_count"):
-            _require(flags, name, flags[name] >= 1, "must be at least 1")
+            flags.require(name, flags[name] >= 1, "must be at least 1")
         for name in ("transA", "transB", "isColMajor", "bias"):
-            _require(flags, name, flags[name] in (0, 1), "must be 0 or 1")
+            flags.require(name, flags[name] in (0, 1), "must be 0 or 1")
         for name in ("alpha", "beta"):
-            _require(flags, name, math.isfinite(flags[name]), "must be finite")
+            flags.require(name, math.isfinite(flags[name]), "must be finite")
         return [MatmulSignature(
             m=flags["a_h"], n=flags["b_w"], k=flags["a_w"], batch=flags["batch_count"],
             trans_a=flags["transA"], trans_b=flags["transB"], alpha=flags["alpha"], beta=flags["beta"],
             col_major=flags["isColMajor"], bias=flags["bias"],
             activation=flags["activation"] or None, dtype=dtype)]
-
-
-def _require(flags: ParsedFlags, name: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise CommandError(f"flag {flags.label(name)} {flags[name]} {message}", flag=flags.label(name))
 
 
 def format_gemm_command(signature: MatmulSignature) -> str:
