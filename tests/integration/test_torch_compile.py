@@ -85,8 +85,9 @@ print("ok", "boo_core" in " ".join(sys.modules))
 
 
 def run_models(backend: str, model: str, mode: str, **env: str) -> subprocess.CompletedProcess:
+    # CI=1 turns on Inductor's own check that no op with a decomposition reaches it undecomposed.
     result = subprocess.run([sys.executable, "-c", MODELS_SCRIPT, backend, model, mode], capture_output=True,
-                            text=True, env={**os.environ, **env}, cwd=REPO, timeout=600)
+                            text=True, env={**os.environ, "CI": "1", **env}, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.split()[0] == "ok"
     return result
@@ -143,6 +144,28 @@ def test_ops_no_plugin_claims_still_run_correctly(backend):
     summary = offload_summary()
     assert summary.offloaded["conv.forward"] == 1
     assert summary.fallbacks["aten.cumsum"] == 1 and summary.fallbacks["aten.sort"] == 1
+
+
+def test_anchors_boo_declines_reach_inductor_decomposed(monkeypatch):
+    # BOO keeps layer norm from Inductor's decompositions to see it; a float64 layer norm (no
+    # plugin serves it) and its backward must still reach Inductor decomposed. With CI set,
+    # Inductor refuses to fall back to an op that has a decomposition.
+    monkeypatch.setenv("CI", "1")
+    torch._dynamo.reset()
+    reset_offload_summary()
+    model = nn.LayerNorm(6).double()
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BooFallbackWarning)
+        got = torch.compile(model, backend="iree_boo_inductor")(x)
+        got.sum().backward()
+    expected_x = x.detach().clone().requires_grad_()
+    expected = model(expected_x)
+    expected.sum().backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(x.grad, expected_x.grad)
+    forward = offload_summary().graphs[0]
+    assert not forward.offloaded and forward.fallbacks["aten.native_layer_norm"] == 1
 
 
 def test_same_shapes_do_not_recompile_and_a_new_shape_does():

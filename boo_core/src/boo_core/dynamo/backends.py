@@ -18,6 +18,7 @@ import torch.fx
 
 from ..registry import BooOpRegistry
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .decompose import decompose_remaining
 from .rewrite import rewrite
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -65,13 +66,17 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Cal
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
+    table = select_decomp_table()
     anchors = {anchor for pattern in BooOpRegistry.default().fusion_patterns() for anchor in pattern.anchors}
-    # Inductor would decompose some anchors (layer norm, say) before BOO's pass could see them.
-    decompositions = {op: fn for op, fn in select_decomp_table().items() if op not in anchors}
+    # Inductor would decompose some anchors (layer norm, say) before BOO's pass could see them;
+    # those BOO does not take are decomposed after it.
+    withheld = {op: fn for op, fn in table.items() if op in anchors}
+    decompositions = {op: fn for op, fn in table.items() if op not in anchors}
 
     def inner_compile(graph: torch.fx.GraphModule, inputs: list[Any], **kwargs: Any):
         kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")
         rewrite(graph, backend="iree_boo_inductor", kind=kind, as_custom_op=True)
+        decompose_remaining(graph, withheld, table)
         return compile_fx_inner(graph, inputs, **kwargs)
 
     return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
