@@ -2,7 +2,7 @@
 
 ``local-sync`` runs a kernel on the calling thread; ``local-task`` hands it to worker
 threads. This measurement sets BOO's default (``BOO_CPU_DRIVER=auto``): below
-``boo_core.devices.INLINE_FLOPS_LIMIT`` FLOPs a kernel runs inline.
+``boo_core.runtime.devices.INLINE_FLOPS_LIMIT`` FLOPs a kernel runs inline.
 
     python benchmarks/cpu_drivers.py
 """
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import get_launchable
-from boo_core.config import settings_override
-from boo_core.devices import INLINE_FLOPS_LIMIT
+from boo_core.settings import settings_override
+from boo_core.runtime.devices import INLINE_FLOPS_LIMIT
 from boo_ops_conv import ConvSignature
 
 SIZES = [(4, 8), (8, 8), (16, 16), (32, 16), (32, 32), (64, 32), (64, 56)]  # (channels, H = W)

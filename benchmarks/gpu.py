@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from boo_core import BooOpRegistry, CompileError, get_launchable
-from boo_core.signature import Signature
+from boo_core.signatures.signature import Signature
 from boo_ops_conv import ConvSignature
 from boo_ops_matmul import MatmulSignature
 

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import CompileError, get_launchable
-from boo_core.config import settings_override
-from boo_core.numerics import check_launchable
+from boo_core.settings import settings_override
+from boo_core.verify.numerics import check_launchable
 from boo_ops_conv import ConvSignature, layouts
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import get_launchable, get_settings
-from boo_core.dtypes import short_name
+from boo_core.signatures.dtypes import short_name
 from boo_ops_layernorm import LayerNormSignature, boo_layer_norm, layer_norm_signature_for
 
 DEFAULT_SIZES = "4096x1024,2048x768,8192x4096"

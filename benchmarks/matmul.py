@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from boo_core.dtypes import dtype_from_name, short_name
+from boo_core.signatures.dtypes import dtype_from_name, short_name
 from boo_ops_matmul import boo_linear, boo_matmul, matmul_signature_for
 
 

@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 import boo_core
-from boo_core import BooOpRegistry, clear_launchables
+from boo_core import BooOpRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Every test run gets its own kernel cache (BOO_TEST_CACHE_DIR reuses one across runs);
-    # subprocesses inherit it through the environment.
-    cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="boo-test-cache-")
-    os.environ["BOO_CACHE_DIR"] = cache_dir
-    os.environ.pop("BOO_CACHE_ON", None)
+    # boo-core's pytest plugin gives the session its own kernel cache; these tests also need
+    # the plugin switches and extra flags at their defaults.
     for name in ("BOO_STRICT_PLUGINS", "BOO_DISABLE_PLUGIN_AUTOLOAD", "BOO_DISABLE_PLUGINS",
-                 "BOO_EXTRA_COMPILE_FLAGS"):
+                 "BOO_EXTRA_COMPILE_FLAGS", "BOO_VERIFY", "BOO_TUNING_SPEC_PATH", "BOO_USE_TUNED"):
         os.environ.pop(name, None)
-    boo_core.config.reload_from_environment()
+    boo_core.settings.reload_from_environment()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,13 +42,21 @@ def fresh_default_registry():
 
 
 @pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    """A kernel cache of the test's own, and no launchables remembered in memory."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("BOO_CACHE_DIR", str(directory))
-    boo_core.config.reload_from_environment()
-    clear_launchables()
-    yield directory
-    clear_launchables()
+def private_cache(boo_cache):
+    """A kernel cache of the test's own (boo-core's pytest plugin), no launchables in memory."""
+    return boo_cache
+
+
+@pytest.fixture
+def boo_env(monkeypatch):
+    """``boo_env(NAME=value, ...)``: set BOO_* environment variables and re-read the settings
+    (restored after the test)."""
+
+    def set_env(**variables: str) -> boo_core.Settings:
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        return boo_core.settings.reload_from_environment()
+
+    yield set_env
     monkeypatch.undo()
-    boo_core.config.reload_from_environment()
+    boo_core.settings.reload_from_environment()

@@ -1,4 +1,4 @@
-"""``boo_core.autograd.launch``: what a backward function receives, and the default backward."""
+"""``boo_core.runtime.autograd.launch``: what a backward function receives, and the default backward."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from boo_core import get_launchable
-from boo_core.autograd import launch
+from boo_core.runtime.autograd import launch
 
 from .fake_plugins.scale_op import ScaleSignature
 

@@ -13,14 +13,15 @@ import pytest
 import torch
 
 from boo_core import CompileError, clear_launchables, configure, get_launchable
-from boo_core.config import settings_override
+from boo_core.kernels.cache import entry_directories
+from boo_core.settings import settings_override
 
 from ..conftest import REPO
 from .fake_plugins.scale_op import ScaleSignature
 
 
 def entries(cache_dir):
-    return sorted(p for p in cache_dir.iterdir() if p.is_dir()) if cache_dir.exists() else []
+    return entry_directories(cache_dir)
 
 
 def launch_fresh(signature):
@@ -66,8 +67,8 @@ def test_key_covers_signature_and_flags(scale_registry, private_cache):
     (lambda e: (e / "kernel.vmfb").write_bytes((e / "kernel.vmfb").read_bytes()[:100]), "truncated"),
     (lambda e: (e / "kernel.vmfb").write_bytes(bytes(b ^ 0xFF for b in (e / "kernel.vmfb").read_bytes())),
      "checksum mismatch"),
-    (lambda e: (e / "meta.json").unlink(), "has a kernel but no meta.json"),
-    (lambda e: (e / "meta.json").write_text("{not json"), "unreadable meta.json"),
+    (lambda e: (e / "meta.json").unlink(), "missing or invalid meta.json"),
+    (lambda e: (e / "meta.json").write_text("{not json"), "missing or invalid meta.json"),
 ])
 def test_damaged_entry_is_detected_logged_and_rebuilt(scale_registry, private_cache, caplog, damage, log_message):
     signature = ScaleSignature(12)
@@ -107,7 +108,7 @@ def test_cache_off_writes_nothing(scale_registry, private_cache, monkeypatch):
 
 
 def test_cache_settings_come_from_the_environment_and_python(monkeypatch, tmp_path):
-    import boo_core.config as config
+    import boo_core.settings as config
 
     monkeypatch.setenv("BOO_CACHE_ON", "0")
     monkeypatch.setenv("BOO_CACHE_DIR", str(tmp_path / "env"))
@@ -163,7 +164,7 @@ import sys
 sys.modules["iree.compiler"] = None  # as if iree-base-compiler were not installed
 import torch
 from boo_core import CompileError, get_launchable
-from boo_core.compiler import compiler_available
+from boo_core.kernels.compiler import compiler_available
 from boo_core.testing import isolated_registry
 from tests.boo_core.fake_plugins import scale_op
 from tests.boo_core.fake_plugins.scale_op import ScaleSignature
@@ -187,14 +188,14 @@ def test_runtime_only_launch_from_a_populated_cache(scale_registry, private_cach
     result = subprocess.run([sys.executable, "-c", RUNTIME_ONLY], env=env, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "runtime-only ok" in result.stdout
-    assert ("uncached: scale_fwd_f32_n16_f2 is not in the kernel cache and the IREE compiler is not installed"
-            in result.stdout)
+    assert "uncached: no formulation of scale_fwd_f32_n16_f2 compiles" in result.stdout
+    assert "scale_fwd_f32_n16_f2 is not in the kernel cache and the IREE compiler is not installed" in result.stdout
 
 
 def test_uncached_compile_error_without_compiler_is_clear(scale_registry, private_cache, monkeypatch):
-    import boo_core.kernels
+    import boo_core.kernels.request
 
-    monkeypatch.setattr(boo_core.kernels, "compiler_available", lambda: False)
+    monkeypatch.setattr(boo_core.kernels.request, "compiler_available", lambda: False)
     with pytest.raises(CompileError, match="scale_fwd_f32_n17_f2 is not in the kernel cache and the IREE "
                                            "compiler is not installed"):
         get_launchable(ScaleSignature(17))

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import json
 
-from boo_core import CompileError, get_launchable, hookimpl
-from boo_core.cache_admin import clear, scan, summary_lines
-from boo_core.compiler import compiler_version
-from boo_core.devices import Target
-from boo_core.kernels import KernelRequest
+from boo_core import CompileError, Formulation, get_launchable
+from boo_core.tools.cache_admin import clear, scan, summary_lines
+from boo_core.kernels.compiler import compiler_version
+from boo_core.runtime.devices import Target
+from boo_core.kernels.request import KernelRequest
 from boo_core.testing import isolated_registry
 
 from .fake_plugins import scale_op
-from .fake_plugins.scale_op import ScaleSignature
+from .fake_plugins.broken_mlir import NONSENSE
+from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 
 
-class BrokenMlir:
-    @hookimpl
-    def boo_signature_mlir(self, signature):
-        return "func.func @nonsense( {" if signature.size == 5 else None
+def broken_for_size_5(signature, target):
+    """The scale op's formulations: MLIR that does not compile for size 5, the export otherwise."""
+    if signature.size == 5:
+        return (Formulation("broken", mlir=lambda: NONSENSE),)
+    return (Formulation("default"),)
+
+
+BROKEN_FOR_SIZE_5 = ScalePlugin(formulations=broken_for_size_5)
 
 
 def fill(cache_dir):
     """Four good entries (three cpu, one cuda), one failed compile, and a stranger's files."""
-    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+    with isolated_registry({"scale": BROKEN_FOR_SIZE_5}):
         for size in (2, 3, 4):
             get_launchable(ScaleSignature(size))
         KernelRequest.create(ScaleSignature(2), Target.parse("cuda:sm_80")).fetch()
@@ -39,42 +44,48 @@ def by_name(entries):
     return {e.directory.name.split("-")[0]: e for e in entries}
 
 
-def test_info_describes_entries_and_the_broken_ones(private_cache):
+def test_info_describes_entries_failed_compiles_and_the_broken_ones(private_cache):
     fill(private_cache)
     entries = scan(private_cache)
     assert len(entries) == 5 and all(e.size > 0 for e in entries)
-    good = [e for e in entries if not e.problem]
+    good = [e for e in entries if not e.problem and not e.failure]
     assert sorted(e.target for e in good) == ["cpu", "cpu", "cpu", "cuda:sm_80"]
-    assert {e.compiler for e in good} == {compiler_version()}
-    [failed] = [e for e in entries if e.problem]
-    assert failed.directory.name.startswith("scale_fwd_f32_n5_f2-")
-    assert failed.problem == ("no kernel: its compile failed or was interrupted "
-                              "(reproducer: source.mlir, compile_command.txt)")
+    assert {e.compiler for e in good} == {compiler_version()} and {e.formulation for e in good} == {"default"}
+    [failed] = [e for e in entries if e.failure]
+    assert failed.directory.name.startswith("scale_fwd_f32_n5_f2-") and not failed.problem
+    assert failed.failure == "iree-compile failed (exit 1)." and failed.log.endswith("compile_log.txt")
+    assert failed.state.startswith("compile failed (iree-compile failed (exit 1).; log: ")
 
     names = {e.directory.name: e.directory for e in good if e.target == "cpu"}
     n2, n3, n4 = (names[k] for k in sorted(names))
     (n2 / "meta.json").unlink()
     with open(n3 / "kernel.vmfb", "r+b") as f:
         f.truncate(10)
-    (n4 / "meta.json").write_text("{")
+    (n4 / "meta.json").write_text("[]")
+    (n4 / ".kernel.vmfb.abc.tmp").write_bytes(b"left by a killed compile")
     problems = sorted(e.problem for e in scan(private_cache) if e.problem)
     assert problems[0] == "incomplete: no meta.json"
     assert problems[1].startswith("kernel.vmfb is 10 bytes, meta.json says ") and problems[1].endswith("(truncated?)")
-    assert problems[3].startswith("unreadable meta.json (JSONDecodeError: ")
+    assert problems[2] == "unreadable meta.json (not a JSON object with a key)"
 
-    lines = summary_lines(scan(private_cache))
-    assert lines[0].startswith("entries: 5 (1 complete, 4 broken), ")
-    assert lines[1] == "targets: cpu (1), cuda:sm_80 (1)"
-    assert lines[2] == f"compiler versions: {compiler_version()} (2)"
-    assert sum(line.startswith("broken: ") for line in lines) == 4
+    lines = summary_lines(scan(private_cache), tuned=2)
+    assert lines[0].startswith("entries: 5 (1 complete, 1 failed compiles, 3 broken), ")
+    assert lines[1] == "targets: cuda:sm_80 (1)"
+    assert lines[2] == f"compiler versions: {compiler_version()} (1)"
+    assert "tuned kernels: 2 (boo tune records)" in lines
+    assert sum(line.startswith("broken: ") for line in lines) == 3
+    assert sum(line.startswith("compile failed: ") for line in lines) == 1
 
     [cuda] = [e.directory for e in scan(private_cache) if e.target == "cuda:sm_80"]
     meta = json.loads((cuda / "meta.json").read_text())
     (cuda / "meta.json").write_text(json.dumps({**meta, "format": 99}))
     (n3 / "kernel.vmfb").unlink()
     problems = {e.directory: e.problem for e in scan(private_cache)}
-    assert problems[cuda] == "cache format 99 (this BOO reads format 1)"
+    assert problems[cuda] == "cache format 99 (this BOO reads format 2)"
     assert problems[n3] == "kernel.vmfb is missing"
+
+    removed = clear(private_cache, broken_only=True)
+    assert len(removed) == 5 and scan(private_cache) == []
 
 
 def test_clear_one_target_then_everything_but_never_a_strangers_files(private_cache):
@@ -87,4 +98,5 @@ def test_clear_one_target_then_everything_but_never_a_strangers_files(private_ca
     assert len(scan(private_cache)) == 4
     assert clear(private_cache, Target.parse("rocm:gfx942")) == []
     assert len(clear(private_cache)) == 4 and scan(private_cache) == []
-    assert sorted(p.name for p in private_cache.iterdir()) == ["README", "notes"]
+    # BOO's lock files stay (removing one another process waits on would break the lock).
+    assert sorted(p.name for p in private_cache.iterdir()) == [".locks", "README", "notes"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from boo_core import CommandError
-from boo_core.commands import Command, CommandFileError, collect_commands
+from boo_core.signatures.commands import Command, CommandFileError, collect_commands
 
 
 def write(tmp_path, name, text):

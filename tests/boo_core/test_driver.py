@@ -7,12 +7,12 @@ import csv
 import pytest
 import torch
 
-from boo_core import UnsupportedError, hookimpl
-from boo_core import backends as backend_registry
-from boo_core.backends import PreparedBackend, get_backend, register_backend
-from boo_core.commands import Command
-from boo_core.driver import DriverOptions, run_command
-from boo_core.report import (
+from boo_core import UnsupportedError
+from boo_core.tools import backends as backend_registry
+from boo_core.tools.backends import PreparedBackend, get_backend, register_backend
+from boo_core.signatures.commands import Command
+from boo_core.tools.driver import DriverOptions, run_command
+from boo_core.tools.report import (
     DRIVER_COLUMNS,
     DRIVER_NUMERICS_COLUMNS,
     NUMERICS_COLUMNS,
@@ -22,13 +22,7 @@ from boo_core.report import (
 )
 from boo_core.testing import isolated_registry
 
-from .fake_plugins import scale_op, wrong_kernel
-
-
-class BrokenMlir:
-    @hookimpl
-    def boo_signature_mlir(self, signature):
-        return "func.func @nonsense( {" if signature.size == 5 else None
+from .fake_plugins import broken_mlir, wrong_kernel
 
 
 def run(text: str, **options) -> object:
@@ -65,15 +59,16 @@ def test_a_command_that_does_not_parse_is_recorded(scale_registry):
 
 
 def test_a_compile_failure_is_recorded_and_the_other_backends_still_run(private_cache):
-    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+    with isolated_registry({"scale": broken_mlir}):
         result = run("scale -n 5", backends=("boo", "torch"))
     boo, eager = result.runs
-    assert boo.status == "error" and boo.error.startswith("iree-compile failed (exit 1).\n  MLIR: ")
+    assert boo.status == "error"
+    assert boo.error.startswith("no formulation of scale_fwd_f32_n5_f2 compiles for cpu:\n  - broken: did not compile")
     assert eager.status == "ok" and result.failed
 
 
 def test_a_wrong_kernel_fails_numerics(private_cache):
-    with isolated_registry({"scale": scale_op, "wrong": wrong_kernel}):
+    with isolated_registry({"scale": wrong_kernel}):
         result = run("scale -n 16", verify=True)
     [boo] = result.runs
     assert boo.status == "fail" and result.failed

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from boo_core import ArgumentError, DeviceError, get_launchable, resolve_device
-from boo_core.signature import bounded_symbol
+from boo_core.signatures.signature import bounded_symbol
 
 from .fake_plugins.scale_op import ScaleSignature
 
@@ -127,20 +127,20 @@ def test_devices():
     ((12, 0), "sm_120"),
 ])
 def test_cuda_targets_follow_compute_capability(capability, target):
-    from boo_core.devices import cuda_target_for
+    from boo_core.runtime.devices import cuda_target_for
 
     assert cuda_target_for(capability) == target
 
 
 def test_a_gpu_iree_cannot_target_is_refused_by_capability():
-    from boo_core.devices import cuda_target_for
+    from boo_core.runtime.devices import cuda_target_for
 
     with pytest.raises(DeviceError, match=r"compute capability 5.2 cannot be targeted: IREE compiles for sm_60"):
         cuda_target_for((5, 2))
 
 
 def test_cuda_compile_flags_cross_compile_here():
-    from boo_core.devices import Target
+    from boo_core.runtime.devices import Target
 
     flags = Target.parse("cuda:sm_80").compile_flags()
     assert "--iree-cuda-target=sm_80" in flags and "--iree-execution-model=async-external" in flags
@@ -162,8 +162,8 @@ def test_bounded_symbol_keeps_long_names_distinct_and_bounded():
 
 
 def test_small_kernels_run_inline_and_large_ones_on_worker_threads(scale_registry):
-    from boo_core.config import settings_override
-    from boo_core.devices import INLINE_FLOPS_LIMIT
+    from boo_core.settings import settings_override
+    from boo_core.runtime.devices import INLINE_FLOPS_LIMIT
 
     assert get_launchable(ScaleSignature(8)).driver == "local-sync"
     big = ScaleSignature(INLINE_FLOPS_LIMIT)
@@ -183,7 +183,7 @@ def test_small_kernels_run_inline_and_large_ones_on_worker_threads(scale_registr
 def test_outputs_iree_writes_by_a_copy_work_on_both_drivers(scale_registry, policy):
     # x * 1.0 compiles to a buffer copy into the output, not a dispatch: IREE maps the
     # output with DISCARD_WRITE, which a DLPack-imported buffer did not allow on local-sync.
-    from boo_core.config import settings_override
+    from boo_core.settings import settings_override
 
     with settings_override(cpu_driver=policy):
         launchable = get_launchable(ScaleSignature(8, factor=1.0))

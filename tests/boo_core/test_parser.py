@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from boo_core import CommandError, UnsupportedError
-from boo_core.parser import tokenize
+from boo_core.signatures.parser import tokenize
 
 from .fake_plugins.scale_op import PARSER
 

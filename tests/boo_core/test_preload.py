@@ -8,18 +8,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from boo_core import BooError, CachePopulator, DeviceError, get_launchable, hookimpl
-from boo_core.config import settings_override
+from boo_core import BooError, CachePopulator, DeviceError, Formulation, get_launchable
+from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry, write_fake_distribution
 
 from .fake_plugins import scale_op
-from .fake_plugins.scale_op import ScaleSignature
+from .fake_plugins.broken_mlir import NONSENSE
+from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 
 
-class BrokenMlir:
-    @hookimpl
-    def boo_signature_mlir(self, signature):
-        return "func.func @nonsense( {" if signature.size == 5 else None
+def broken_for_size_5(signature, target):
+    """The scale op's formulations: MLIR that does not compile for size 5, the export otherwise."""
+    if signature.size == 5:
+        return (Formulation("broken", mlir=lambda: NONSENSE),)
+    return (Formulation("default"),)
+
+
+BROKEN_FOR_SIZE_5 = ScalePlugin(formulations=broken_for_size_5)
 
 
 def test_compiles_in_parallel_then_finds_everything_in_the_cache(scale_registry, private_cache, tmp_path):
@@ -40,28 +45,26 @@ def test_compiles_in_parallel_then_finds_everything_in_the_cache(scale_registry,
 
 
 def test_failures_carry_the_error_and_the_reproducer(private_cache):
-    with isolated_registry({"scale": scale_op, "broken": BrokenMlir()}):
+    with isolated_registry({"scale": BROKEN_FOR_SIZE_5}):
         populator = CachePopulator(commands=["scale -n 5", "scale -n 2 --bogus 1", "scale -n 7"], jobs=1)
         populator.run()
     parse_failure, compile_failure = sorted(populator.get_failures(), key=lambda o: o.func_name)
     assert (parse_failure.source, parse_failure.error, parse_failure.func_name) == (
         "commands[1]", "unknown flag --bogus", "")
     assert compile_failure.func_name == "scale_fwd_f32_n5_f2" and compile_failure.target == "cpu"
-    assert compile_failure.error.startswith("iree-compile failed (exit 1).")
+    assert compile_failure.error.startswith("broken: iree-compile failed (exit 1).")
     mlir, command = map(Path, compile_failure.reproducer)
     assert (mlir.name, command.name) == ("source.mlir", "compile_command.txt")
     assert mlir.read_text() == "func.func @nonsense( {" and "iree-compile" in command.read_text()
     assert populator.get_cache_status("scale_fwd_f32_n7_f2") == {"cpu": "compiled"}
 
 
-class DyingWorker:
-    @hookimpl
-    def boo_signature_mlir(self, signature):
-        os._exit(3)  # only ever called in a worker here: two jobs, two processes
+def dying_worker(signature, target):
+    os._exit(3)  # only ever called in a worker here: two jobs, two processes
 
 
 def test_a_worker_that_dies_is_a_failure_not_a_crash(private_cache):
-    with isolated_registry({"scale": scale_op, "dying": DyingWorker()}):
+    with isolated_registry({"scale": ScalePlugin(formulations=dying_worker)}):
         populator = CachePopulator(commands=["scale -n 13", "scale -n 14"], jobs=2)
         outcomes = populator.run()
     assert [o.status for o in outcomes] == ["failed", "failed"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from boo_core import DeviceError, timing
-from boo_core.timing import TimingStats, cpu_timer, register_timer, timer_for
+from boo_core import DeviceError
+from boo_core.runtime import timing
+from boo_core.runtime.timing import TimingStats, cpu_timer, register_timer, timer_for
 
 
 def test_cpu_timer_warms_up_then_times_each_call():
@@ -31,7 +32,7 @@ def test_cpu_timer_needs_an_iteration():
 def test_devices_without_a_timer_are_refused_until_one_is_registered(monkeypatch):
     assert timer_for("cuda:0") is timing.cuda_timer
     with pytest.raises(DeviceError, match=r"no timer for xpu devices yet \(timers exist for: cpu, cuda\); "
-                                          r"register one with boo_core.timing.register_timer"):
+                                          r"register one with boo_core.runtime.timing.register_timer"):
         timer_for("xpu:0")
     monkeypatch.setattr(timing, "_TIMERS", dict(timing._TIMERS))
     register_timer("xpu", cpu_timer)

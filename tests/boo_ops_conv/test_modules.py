@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boo_core import ArgumentError
-from boo_core.config import settings_override
+from boo_core.settings import settings_override
 from boo_ops_conv import (
     BooConv1d,
     BooConv2d,
@@ -74,16 +74,16 @@ def test_gradients_through_fused_activation(boo_backward):
 
 
 def test_boo_backward_kernels_are_really_used(monkeypatch):
-    import boo_core.launchable
+    import boo_core.runtime.launchable
 
     launched = []
-    original = boo_core.launchable.Launchable.__call__
+    original = boo_core.runtime.launchable.Launchable.__call__
 
     def recording(self, *args, **kwargs):
         launched.append(self.signature.mode)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(boo_core.launchable.Launchable, "__call__", recording)
+    monkeypatch.setattr(boo_core.runtime.launchable.Launchable, "__call__", recording)
     x, w = torch.randn(1, 3, 7, 7, requires_grad=True), torch.randn(2, 3, 3, 3, requires_grad=True)
     with settings_override(use_backward_kernels=True):
         boo_conv(x, w, stride=2).sum().backward()

@@ -115,7 +115,7 @@ def test_spot_checks():
 
 
 @pytest.mark.parametrize("line, pattern, flag", [
-    ("convint8 -n 1 -F 1", r"base argument 'convint8': torch.int8 convolution is not supported", None),
+    ("convint8 -n 1 -F 1", r"base argument 'convint8': conv does not support i8", None),
     ("conv -n 1 -F 1 --in_cast_type fp8", r"flag -U/--in_cast_type fp8 is not supported: cast types",
      "-U/--in_cast_type"),
     ("conv -n 1 -F 1 -d input.bin", r"flag -d/--in_data input.bin is not supported: BOO generates its own inputs",

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from boo_core import ArgumentError
-from boo_core.config import settings_override
-from boo_core.numerics import Tolerance, compare
+from boo_core.settings import settings_override
+from boo_core.verify.numerics import Tolerance, compare
 from boo_ops_layernorm import BooLayerNorm, boo_layer_norm, eager
 
 from . import reference

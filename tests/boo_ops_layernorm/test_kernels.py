@@ -7,10 +7,11 @@ import subprocess
 import pytest
 import torch
 
-from boo_core.compiler import compile_command
-from boo_core.devices import Target
-from boo_core.export import export_mlir
-from boo_core.kernels import KernelRequest
+from boo_core.kernels.compiler import compile_command
+from boo_core.runtime.devices import Target
+from boo_core import BooOpRegistry
+from boo_core.kernels.export import export_mlir
+from boo_core.kernels.request import KernelRequest
 from boo_ops_layernorm import LayerNormSignature as S
 from boo_ops_layernorm.hooks import CPU_FLAGS
 from boo_ops_layernorm.mlir import block_rows
@@ -22,7 +23,7 @@ def dispatch_count(signature: S, directory) -> int:
     """Compile ``signature`` as BOO does and count the executables IREE forms."""
     request = KernelRequest.create(signature, CPU)
     source = directory / "kernel.mlir"
-    source.write_text(request.plugin_mlir or export_mlir(signature))
+    source.write_text(request.source())
     dump = directory / "executables"
     command = compile_command(source, directory / "kernel.vmfb",
                               [*request.flags, f"--iree-hal-dump-executable-sources-to={dump}"])
@@ -43,9 +44,11 @@ def test_the_plugin_sets_cpu_flags_and_provides_mlir_on_the_cpu_only(mode):
     signature = S((8, 16), 1, mode=mode)
     request = KernelRequest.create(signature, CPU)
     assert request.flags[-len(CPU_FLAGS):] == CPU_FLAGS
-    assert request.plugin_mlir.startswith(f"func.func @layernorm_{mode}_f32_8x16_o1_affine_none_eps1em05")
+    assert request.formulation.name == "linalg"
+    assert request.source().startswith(f"func.func @layernorm_{mode}_f32_8x16_o1_affine_none_eps1em05")
+    assert [f.name for f in BooOpRegistry.default().formulations(signature, CPU)] == ["linalg", "default"]
     elsewhere = KernelRequest.create(signature, Target.parse("cuda:sm_80"))  # the export, no CPU flags
-    assert elsewhere.plugin_mlir is None and not set(CPU_FLAGS) & set(elsewhere.flags)
+    assert elsewhere.formulation.name == "default" and not set(CPU_FLAGS) & set(elsewhere.flags)
 
 
 @pytest.mark.parametrize("rows, block", [(4096, 16), (48, 16), (1000, 10), (37, 1), (6, 6), (1, 1)])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from boo_core import UnsupportedError
-from boo_core.devices import INLINE_FLOPS_LIMIT
+from boo_core.runtime.devices import INLINE_FLOPS_LIMIT
 from boo_ops_layernorm import LayerNormSignature as S
 
 f32, bf16 = torch.float32, torch.bfloat16

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import ArgumentError, UnsupportedError
-from boo_core.config import settings_override
-from boo_core.numerics import compare
+from boo_core.settings import settings_override
+from boo_core.verify.numerics import compare
 from boo_ops_matmul import BooLinear, MatmulSignature, boo_linear, boo_matmul, eager, matmul_signature_for
 
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16

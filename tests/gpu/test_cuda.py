@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from boo_core import BooOpRegistry, DeviceError, get_launchable, resolve_device
-from boo_core.config import settings_override
-from boo_core.numerics import check_launchable
+from boo_core.settings import settings_override
+from boo_core.verify.numerics import check_launchable
 from boo_ops_conv import MODES, ConvSignature, boo_conv
 from boo_ops_matmul import MatmulSignature, boo_linear
 
@@ -213,7 +213,7 @@ def test_autograd_on_cuda_with_and_without_boo_backward_kernels(boo_backward):
 
 def test_driver_times_device_kernels_on_the_gpu(tmp_path):
     csv_path = tmp_path / "times.csv"
-    command = [sys.executable, "-m", "boo_core.cli", "driver", "--device", DEVICE, "--backend", "boo",
+    command = [sys.executable, "-m", "boo_core.tools.cli", "driver", "--device", DEVICE, "--backend", "boo",
                "--backend", "torch", "--iter", "5", "--csv", str(csv_path),
                "gemmbfp16", "-m", "512", "-k", "256", "-n", "384"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from boo_core import BooOpRegistry, Signature
-from boo_core.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
+from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
 from boo_core.testing import write_fake_distribution
 
 from ..conftest import REPO
@@ -125,7 +125,7 @@ def test_preload_fills_the_cache_for_every_target_and_the_driver_then_compiles_n
     assert "6/6  compiled 6, cache hits 0, failed 0" in result.stderr  # the progress bar
 
     info = boo("cache", "info", env=env)
-    assert info.returncode == 0 and "entries: 6 (6 complete, 0 broken)" in info.stdout
+    assert info.returncode == 0 and "entries: 6 (6 complete, 0 failed compiles, 0 broken)" in info.stdout
     assert "targets: cpu (2), cuda:sm_80 (2), rocm:gfx942 (2)" in info.stdout
 
     table = tmp_path / "driver.csv"

@@ -126,10 +126,10 @@ def test_the_example_uses_nothing_private_of_boo_core():
 
 
 @pytest.mark.parametrize("source, problem", [
-    ("from boo_core.signature import _jsonable", "imports _jsonable from boo_core.signature"),
+    ("from boo_core.signatures.signature import _jsonable", "imports _jsonable from boo_core.signatures.signature"),
     ("import boo_core._hidden as h", "imports the private module boo_core._hidden"),
     ("from boo_core._hidden import thing", "imports the private module boo_core._hidden"),
-    ("import boo_core\nboo_core.config._current", "uses _current of boo_core"),
+    ("import boo_core\nboo_core.settings._current", "uses _current of boo_core"),
     ("from boo_core import config\nconfig._current", "uses _current of config"),
     ("from boo_core import get_settings\nget_settings()._x", "uses _x of get_settings"),
     ("from boo_core import CommandParser\nclass P(CommandParser):\n    def f(self):\n        return self._by_long",

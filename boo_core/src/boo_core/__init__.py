@@ -2,10 +2,14 @@
 
 boo_core knows no op. Op distributions (``boo-ops-conv``...) register through the ``boo``
 entry-point group; :class:`BooOpRegistry` finds them lazily on first use.
+
+The package is laid out by stage: ``plugins`` (the contract and loading), ``signatures``
+(signatures, flags, parsing), ``kernels`` (formulations, compile, cache), ``verify``,
+``tune``, ``runtime`` (devices, launching), ``tools`` (the ``boo`` command) and ``dynamo``
+(torch.compile). What plugins and users need is re-exported here.
 """
 
-from .config import Settings, configure, get_settings
-from .devices import BooDevice, Target, resolve_device
+from .dynamo.patterns import Decline, FusionMatch, FusionPattern, node_arguments, only_user
 from .errors import (
     ArgumentError,
     BooError,
@@ -13,17 +17,24 @@ from .errors import (
     CommandError,
     CompileError,
     DeviceError,
+    LaunchError,
     PluginError,
     UnknownOpError,
     UnsupportedError,
 )
-from .hookspecs import hookimpl
-from .launchable import Launchable, clear_launchables, get_launchable, launchable_for
-from .opspec import OpSpec
-from .parser import CommandParser, Flag, FlagKind, ParsedCommand, ParsedFlags
-from .preload import CachePopulator
-from .registry import BooOpRegistry, OpEntry, OpRegistry
-from .signature import Signature, TensorSpec
+from .kernels.formulation import Formulation
+from .kernels.target import Target
+from .plugins.hookspecs import hookimpl
+from .plugins.opspec import OpSpec
+from .plugins.registry import BooOpRegistry, OpEntry, OpRegistry
+from .runtime.autograd import launch
+from .runtime.devices import BooDevice, resolve_device
+from .runtime.launchable import Launchable, clear_launchables, get_launchable, launchable_for
+from .settings import Settings, configure, get_settings
+from .signatures.flags import Directions, Flag, FlagKind, run_flags
+from .signatures.parser import CommandParser, ParsedCommand, ParsedFlags
+from .signatures.signature import Signature, TensorSpec
+from .tools.preload import CachePopulator
 
 __all__ = [
     "ArgumentError",
@@ -35,9 +46,15 @@ __all__ = [
     "CommandError",
     "CommandParser",
     "CompileError",
+    "Decline",
     "DeviceError",
+    "Directions",
     "Flag",
     "FlagKind",
+    "Formulation",
+    "FusionMatch",
+    "FusionPattern",
+    "LaunchError",
     "Launchable",
     "OpEntry",
     "OpRegistry",
@@ -56,6 +73,10 @@ __all__ = [
     "get_launchable",
     "get_settings",
     "hookimpl",
+    "launch",
     "launchable_for",
+    "node_arguments",
+    "only_user",
     "resolve_device",
+    "run_flags",
 ]

@@ -43,12 +43,20 @@ class PluginError(BooError):
 
 
 class CompileError(BooError):
-    """iree-compile failed. The message carries the reproducer: MLIR path and command."""
+    """A kernel could not be built. The message carries the reproducer: MLIR path, command
+    and, once recorded in the cache, the compiler's log.
 
-    def __init__(self, message: str, *, mlir_path: str | None = None, command: str | None = None):
+    ``recordable``: the failure is a property of the key (the compiler rejected it), not of
+    this attempt (a timeout, no compiler installed), so the cache may remember it.
+    """
+
+    def __init__(self, message: str, *, mlir_path: str | None = None, command: str | None = None,
+                 log_path: str | None = None, recordable: bool = False):
         super().__init__(message)
         self.mlir_path = mlir_path
         self.command = command
+        self.log_path = log_path
+        self.recordable = recordable
 
 
 class ArgumentError(BooError, ValueError):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import ArgumentError, Launchable, UnsupportedError, get_settings, launchable_for
-from boo_core.autograd import launch, reference_backward
+from boo_core.runtime.autograd import launch, reference_backward
 
 from . import layouts
 from .signature import ConvSignature

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.fusion import FusionMatch, FusionPattern, only_user
+from boo_core.dynamo.patterns import FusionMatch, FusionPattern, only_user
 
 from .eager import boo_conv, boo_conv_backward, conv_signature_for
 from .signature import ACTIVATIONS, ConvSignature

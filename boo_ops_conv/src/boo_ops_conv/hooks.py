@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from boo_core import OpSpec, hookimpl
 
-from .cuda_workarounds import cuda_mlir
+from .formulations import conv_formulations
 from .fusion import PATTERNS
-from .parser import PARSER
+from .parser import ConvParser
 from .signature import ConvSignature
 
 
@@ -16,16 +16,8 @@ def boo_register_ops(register):
         name="conv",
         keywords=("conv",),
         signature_class=ConvSignature,
-        parser=PARSER,
+        parser=ConvParser(),
         description="convolution (MIOpenDriver conv, convfp16, convbfp16)",
+        formulations=conv_formulations,
+        fusion_patterns=PATTERNS,
     ))
-
-
-@hookimpl
-def boo_fusion_patterns():
-    return PATTERNS
-
-
-@hookimpl
-def boo_signature_mlir(signature, target):
-    return cuda_mlir(signature, target) if isinstance(signature, ConvSignature) else None

@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
-from boo_core.dtypes import DTYPE_TO_SUFFIX
-from boo_core.parser import format_command, integer, one_of, text, upper
+from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
+from boo_core.signatures.flags import integer, one_of, text, upper
+from boo_core.signatures.parser import format_command
 
 from . import layouts
 from .signature import ACTIVATIONS, ConvSignature
@@ -107,9 +108,10 @@ class ConvParser(CommandParser):
 
     flags = CONV_FLAGS
 
+    def format(self, signature: ConvSignature, keyword: str) -> str:
+        return format_conv_command(self, signature, keyword)
+
     def build(self, flags: ParsedFlags, *, base: str, dtype: torch.dtype) -> list[ConvSignature]:
-        if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise UnsupportedError(f"base argument {base!r}: {dtype} convolution is not supported")
         rank = _rank(flags)
         axes = _AXES[rank]
         transposed = flags["mode"] == "trans"
@@ -206,9 +208,9 @@ def _padding(mode: str, sizes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
                  for n, w, s in zip(sizes["size"], window, stride))
 
 
-def format_conv_command(signature: ConvSignature) -> str:
+def format_conv_command(parser: ConvParser, signature: ConvSignature, keyword: str) -> str:
     """The MIOpenDriver command for a signature, in MIOpen's logging style."""
-    flag = PARSER.flag
+    flag = parser.flag
     rank = signature.spatial_rank
     axes = _AXES[rank]
     n, c = signature.input_shape[:2]
@@ -235,10 +237,8 @@ def format_conv_command(signature: ConvSignature) -> str:
             items.append((flag(name), layout))
     if signature.activation:
         items.append((flag("activation"), signature.activation))
-    return format_command("conv" + DTYPE_TO_SUFFIX[signature.dtype], items)
+    return format_command(keyword + DTYPE_TO_SUFFIX[signature.dtype], items)
 
 
 _LAYOUT_NAMES = frozenset((*layouts.MIOPEN_LAYOUTS, "NCW", "NWC"))
 
-#: The parser instance the plugin registers (parsers are stateless).
-PARSER = ConvParser()

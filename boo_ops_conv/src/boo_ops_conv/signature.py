@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.dtypes import short_name
+from boo_core.signatures.dtypes import short_name
 
 from . import layouts
 
@@ -301,11 +301,6 @@ class ConvSignature(Signature):
             return n * math.prod(small_side)
         channels = c // self.groups if self.mode == "fwd" else self.output_channels // self.groups
         return channels * window
-
-    def to_command(self) -> str:
-        from .parser import format_conv_command
-
-        return format_conv_command(self)
 
 
 def _placeholder(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from boo_core import OpSpec, hookimpl
+from boo_core import Formulation, OpSpec, Target, hookimpl
 
 from .fusion import PATTERNS
 from .mlir import kernel_mlir
-from .parser import PARSER
+from .parser import LayerNormParser
 from .signature import LayerNormSignature
 
 #: iree-compile flags for the layernorm kernels on the CPU. Aggressive fusion puts the row
@@ -17,32 +17,30 @@ CPU_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",
              "--iree-llvmcpu-reassociate-fp-reductions=true")
 
 
+def formulations(signature: LayerNormSignature, target: Target) -> tuple[Formulation, ...]:
+    """On the CPU, the hand-written linalg (mlir.py) first, then the reference's export."""
+    default = Formulation("default")
+    if target.backend != "llvm-cpu":
+        return (default,)
+    linalg = Formulation("linalg", mlir=lambda: kernel_mlir(signature),
+                         description="hand-written linalg, one row per vector step")
+    return (linalg, default)
+
+
+def compile_flags(signature: LayerNormSignature, target: Target) -> tuple[str, ...]:
+    return CPU_FLAGS if target.backend == "llvm-cpu" else ()
+
+
 @hookimpl
 def boo_register_ops(register):
     register(OpSpec(
         name="layernorm",
         keywords=("layernorm",),
         signature_class=LayerNormSignature,
-        parser=PARSER,
+        parser=LayerNormParser(),
         description="layer normalization, forward and backward (MIOpenDriver layernorm, layernormfp16, "
                     "layernormbfp16)",
+        formulations=formulations,
+        compile_flags=compile_flags,
+        fusion_patterns=PATTERNS,
     ))
-
-
-@hookimpl
-def boo_compile_flags(signature, target):
-    if isinstance(signature, LayerNormSignature) and target.backend == "llvm-cpu":
-        return list(CPU_FLAGS)
-    return None
-
-
-@hookimpl
-def boo_signature_mlir(signature, target):
-    if isinstance(signature, LayerNormSignature) and target.backend == "llvm-cpu":
-        return kernel_mlir(signature)
-    return None
-
-
-@hookimpl
-def boo_fusion_patterns():
-    return PATTERNS

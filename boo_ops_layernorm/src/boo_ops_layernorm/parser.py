@@ -32,8 +32,9 @@ import re
 import torch
 
 from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
-from boo_core.dtypes import DTYPE_TO_SUFFIX
-from boo_core.parser import format_command, integer, number, one_of, upper
+from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
+from boo_core.signatures.flags import integer, number, one_of, upper
+from boo_core.signatures.parser import format_command
 
 from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature
 
@@ -93,10 +94,9 @@ class LayerNormParser(CommandParser):
     """Parses ``layernorm``, ``layernormfp32``, ``layernormfp16``, ``layernormbfp16`` commands."""
 
     flags = LAYERNORM_FLAGS
+    dtypes = FLOAT_DTYPES
 
     def build(self, flags: ParsedFlags, *, base: str, dtype: torch.dtype) -> list[LayerNormSignature]:
-        if dtype not in FLOAT_DTYPES:
-            raise UnsupportedError(f"base argument {base!r}: {dtype} layernorm is not supported")
         dialect = _dialect(flags)
         shape = {"old": _old_shape, "new": _new_shape, "log": _log_shape}[dialect](flags)
         rank = len(shape)
@@ -112,6 +112,24 @@ class LayerNormParser(CommandParser):
                       eps=flags["eps"], dtype=dtype)
         return [LayerNormSignature(**common, mode=mode, gradients=grads)
                 for mode, grads in _directions(flags, dialect, weight, bias)]
+
+    def format(self, signature: LayerNormSignature, keyword: str) -> str:
+        """The old-dialect command for a signature (it can express every one)."""
+        flag = self.flag
+        if signature.mode == "fwd":
+            forw = 1
+        else:
+            forw = sum(bit for bit, name in _BITS.items() if name in signature.gradients)
+        items = [
+            (flag("input"), "x".join(map(str, signature.input_shape))),
+            (flag("normalized_dim"), signature.normalized_dim),
+            (flag("mode"), int(signature.weight)),
+            (flag("eps"), signature.eps),
+            (flag("forw"), forw),
+        ]
+        if signature.bias != signature.weight:
+            items.append((flag("bias"), int(signature.bias)))
+        return format_command(keyword + DTYPE_TO_SUFFIX[signature.dtype], items)
 
 
 def _dialect(flags: ParsedFlags) -> str:
@@ -217,26 +235,3 @@ def _directions(flags: ParsedFlags, dialect: str, weight: bool,
         return [("fwd", None), ("bwd", None)]
     grads = tuple(g for g in GRADIENTS if g in chosen)
     return ([("fwd", None)] if "fwd" in chosen else []) + ([("bwd", grads)] if grads else [])
-
-
-def format_layernorm_command(signature: LayerNormSignature) -> str:
-    """The old-dialect command for a signature (it can express every one)."""
-    flag = PARSER.flag
-    if signature.mode == "fwd":
-        forw = 1
-    else:
-        forw = sum(bit for bit, name in _BITS.items() if name in signature.gradients)
-    items = [
-        (flag("input"), "x".join(map(str, signature.input_shape))),
-        (flag("normalized_dim"), signature.normalized_dim),
-        (flag("mode"), int(signature.weight)),
-        (flag("eps"), repr(signature.eps)),
-        (flag("forw"), forw),
-    ]
-    if signature.bias != signature.weight:
-        items.append((flag("bias"), int(signature.bias)))
-    return format_command("layernorm" + DTYPE_TO_SUFFIX[signature.dtype], items)
-
-
-#: The parser instance the plugin registers (parsers are stateless).
-PARSER = LayerNormParser()

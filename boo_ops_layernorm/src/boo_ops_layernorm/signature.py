@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.dtypes import short_name
+from boo_core.signatures.dtypes import short_name
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The gradients a backward kernel can return, in output order.
@@ -237,9 +237,4 @@ class LayerNormSignature(Signature):
         if self.mode == "bwd" and set(self.gradients) & {"dw", "db"}:
             return max(self.rows, self.row_length if "dx" in self.gradients else 1)
         return self.row_length
-
-    def to_command(self) -> str:
-        from .parser import format_layernorm_command
-
-        return format_layernorm_command(self)
 

@@ -1,10 +1,10 @@
-"""Extra iree-compile flags for matmul kernels (answered through ``boo_compile_flags``)."""
+"""Extra iree-compile flags for matmul kernels (the op's ``compile_flags``)."""
 
 from __future__ import annotations
 
 import torch
 
-from boo_core import Signature, Target
+from boo_core import Target
 
 from .signature import MatmulSignature
 
@@ -16,8 +16,8 @@ from .signature import MatmulSignature
 CPU_BF16_FLAGS: tuple[str, ...] = ("--iree-opt-data-tiling",)
 
 
-def matmul_compile_flags(signature: Signature, target: Target) -> tuple[str, ...] | None:
-    """The flags this plugin adds for ``signature`` on ``target``, or None."""
-    if isinstance(signature, MatmulSignature) and target.backend == "llvm-cpu" and signature.dtype == torch.bfloat16:
+def matmul_compile_flags(signature: MatmulSignature, target: Target) -> tuple[str, ...]:
+    """The flags matmul kernels add for ``signature`` on ``target``."""
+    if target.backend == "llvm-cpu" and signature.dtype == torch.bfloat16:
         return CPU_BF16_FLAGS
-    return None
+    return ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from boo_core import ArgumentError, get_settings, launchable_for
-from boo_core.autograd import Backward, launch
+from boo_core.runtime.autograd import Backward, launch
 
 from .backward import input_gradients
 from .signature import ACTIVATIONS, MatmulSignature, check_activation

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.fusion import FusionMatch, FusionPattern, only_user, tensor_value
+from boo_core.dynamo.patterns import FusionMatch, FusionPattern, only_user, tensor_value
 
 from .eager import boo_matmul, matmul_signature_for
 from .signature import ACTIVATIONS, MatmulSignature

@@ -1,4 +1,4 @@
-"""The matmul plugin's hook implementations (the ``boo`` entry point ``matmul``)."""
+"""Registration of the matmul op with BOO (the ``boo`` entry point ``matmul``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from boo_core import OpSpec, hookimpl
 
 from .compile_flags import matmul_compile_flags
 from .fusion import PATTERNS
-from .parser import PARSER
+from .parser import GemmParser
 from .signature import MatmulSignature
 
 
@@ -16,16 +16,8 @@ def boo_register_ops(register):
         name="matmul",
         keywords=("gemm",),
         signature_class=MatmulSignature,
-        parser=PARSER,
+        parser=GemmParser(),
         description="matrix multiply (MIOpenDriver gemm, gemmfp16; gemmbfp16 is a BOO extension)",
+        compile_flags=matmul_compile_flags,
+        fusion_patterns=PATTERNS,
     ))
-
-
-@hookimpl
-def boo_compile_flags(signature, target):
-    return matmul_compile_flags(signature, target)
-
-
-@hookimpl
-def boo_fusion_patterns():
-    return PATTERNS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -11,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.dtypes import short_name
+from boo_core.signatures.signature import require_finite, require_positive
+from boo_core.signatures.dtypes import short_name
 
 #: Activations a matmul may apply last (the linear-layer epilogue). ``gelu`` is the exact (erf) form.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -68,19 +68,10 @@ class MatmulSignature(Signature):
     dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        for name in ("m", "n", "k", "batch"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-            set_(name, int(value))
+        require_positive(self, "m", "n", "k", "batch")
         for name in ("trans_a", "trans_b", "col_major", "bias"):
-            set_(name, bool(getattr(self, name)))
-        for name in ("alpha", "beta"):
-            value = float(getattr(self, name))
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-            set_(name, value + 0.0)  # -0.0 becomes 0.0: beta == 0 means no C either way
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        require_finite(self, "alpha", "beta")  # -0.0 becomes 0.0: beta == 0 means no C either way
         check_activation(self.activation)
         if self.dtype not in DTYPES:
             raise UnsupportedError(f"matmul dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
@@ -165,11 +156,6 @@ class MatmulSignature(Signature):
     @property
     def accumulation_length(self) -> int:
         return self.k
-
-    def to_command(self) -> str:
-        from .parser import format_gemm_command
-
-        return format_gemm_command(self)
 
 
 def _number(value: float) -> str:

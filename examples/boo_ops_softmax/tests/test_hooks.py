@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from boo_core import BooOpRegistry, Target
-from boo_core.kernels import KernelRequest
+from boo_core.kernels.request import KernelRequest
 from boo_ops_softmax import SoftmaxParser, SoftmaxSignature
 
 REASSOCIATE = "--iree-llvmcpu-reassociate-fp-reductions=true"

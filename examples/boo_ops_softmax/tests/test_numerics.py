@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from boo_core import get_launchable
-from boo_core.numerics import compare
+from boo_core.verify.numerics import compare
 from boo_core.testing import assert_numerics
 from boo_ops_softmax import SoftmaxSignature as S
 

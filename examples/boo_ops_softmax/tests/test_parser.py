@@ -60,8 +60,8 @@ def test_to_command_parses_back_to_the_signature(signature):
     ("softmax -L NCDHW", CommandError, r"^bad value 'NCDHW' for flag -L/--layout: expected one of NCHW, NHWC$"),
     ("softmax -k 3", CommandError, r"^unknown flag -k$"),
     ("softmax -L NHWC", UnsupportedError, r"^flag -L/--layout NHWC is not supported: BOO's softmax reads NCHW"),
-    ("softmaxfp64 -n 2", UnsupportedError, r"^base argument 'softmaxfp64': torch.float64 softmax is not supported; "
-                                           r"use softmax, softmaxfp16 or softmaxbfp16$"),
+    ("softmaxfp64 -n 2", UnsupportedError, r"^base argument 'softmaxfp64': softmax does not support f64 "
+                                           r"\(supported: f32, f16, bf16\)$"),
 ])
 def test_bad_commands_name_the_flag_at_fault(command, error, message):
     with pytest.raises(error, match=message):

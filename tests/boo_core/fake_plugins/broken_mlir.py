@@ -1,12 +1,20 @@
-"""A plugin whose MLIR for ``scale`` signatures does not compile (for compile-failure tests)."""
+"""The scale op whose hand-written MLIR does not compile (for compile-failure tests)."""
 
 from __future__ import annotations
 
-from boo_core import hookimpl
+from dataclasses import replace
 
-from .scale_op import ScaleSignature
+from boo_core import Formulation, hookimpl
+
+from .scale_op import SPEC
+
+NONSENSE = "func.func @nonsense( {"
+
+
+def broken(signature, target):
+    return (Formulation("broken", mlir=lambda: NONSENSE),)
 
 
 @hookimpl
-def boo_signature_mlir(signature):
-    return "func.func @nonsense( {" if isinstance(signature, ScaleSignature) else None
+def boo_register_ops(register):
+    register(replace(SPEC, formulations=broken))

@@ -6,14 +6,14 @@ that run several kernels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
 
-from boo_core import CommandParser, Flag, FlagKind, OpSpec, ParsedFlags, Signature, TensorSpec, hookimpl
-from boo_core.dtypes import DTYPE_TO_SUFFIX, short_name
-from boo_core.parser import format_command, integer, number
+from boo_core import CommandParser, Directions, Flag, FlagKind, OpSpec, Signature, TensorSpec, hookimpl
+from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.flags import integer, number, text
 
 
 @dataclass(frozen=True)
@@ -41,29 +41,18 @@ class ScaleSignature(Signature):
     def flops(self) -> int:
         return self.size
 
-    def to_command(self) -> str:
-        flag = PARSER.flag
-        return format_command("scale" + DTYPE_TO_SUFFIX[self.dtype],
-                              [(flag("size"), self.size), (flag("factor"), self.factor),
-                               (flag("forw"), 1 if self.mode == "fwd" else 2)])
-
 
 class ScaleParser(CommandParser):
     flags = (
-        Flag("size", "n", 16, integer, "elements"),
-        Flag("factor", "f", 2.0, number, "scale factor"),
+        Flag("size", "n", 16, integer, "elements", field="size"),
+        Flag("factor", "f", 2.0, number, "scale factor", field="factor"),
         Flag("forw", "F", 1, integer, "1 fwd, 2 bwd, 0 both"),
         Flag("iter", "i", 10, integer, "iterations", FlagKind.RUN),
-        Flag("in_data", "d", "", str, "input file", FlagKind.REFUSED, "files are not supported"),
+        Flag("in_data", "d", "", text, "input file", FlagKind.REFUSED, "files are not supported"),
     )
-
-    def build(self, flags: ParsedFlags, *, base: str, dtype: torch.dtype):
-        modes = {0: ("fwd", "bwd"), 1: ("fwd",), 2: ("bwd",)}.get(flags["forw"])
-        if modes is None:
-            from boo_core import CommandError
-
-            raise CommandError(f"flag {flags.label('forw')} must be 0, 1 or 2", flag=flags.label("forw"))
-        return [ScaleSignature(flags["size"], flags["factor"], dtype, mode) for mode in modes]
+    signature_class = ScaleSignature
+    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    directions = Directions({"fwd": 1, "bwd": 2}, zero=("fwd", "bwd"))
 
 
 PARSER = ScaleParser()
@@ -74,3 +63,15 @@ SPEC = OpSpec(name="scale", keywords=("scale",), signature_class=ScaleSignature,
 @hookimpl
 def boo_register_ops(register):
     register(SPEC)
+
+
+class ScalePlugin:
+    """A plugin registering the scale op with other per-op behaviour: ``ScalePlugin(
+    formulations=..., compile_flags=...)`` (the OpSpec fields)."""
+
+    def __init__(self, **behaviour) -> None:
+        self.spec = replace(SPEC, **behaviour)
+
+    @hookimpl
+    def boo_register_ops(self, register):
+        register(self.spec)

@@ -1,16 +1,16 @@
-"""A plugin whose kernel for float32 ``scale`` signatures is deliberately wrong.
+"""The scale op with a deliberately wrong kernel for float32 signatures.
 
-Its hand-written MLIR (through ``boo_signature_mlir``) computes ``x * 3`` while the
-signature's reference computes ``x * factor``: numerics checks must catch it.
+Its first formulation, hand-written MLIR, computes ``x * 3`` while the signature's reference
+computes ``x * factor``: numerics checks and verification must catch it.
 """
 
 from __future__ import annotations
 
 import torch
 
-from boo_core import hookimpl
+from boo_core import Formulation, hookimpl
 
-from .scale_op import ScaleSignature
+from .scale_op import SPEC, ScaleSignature
 
 TRIPLE = """
 func.func @{name}(%x: !torch.vtensor<[{n}],f32>, %out: !torch.tensor<[{n}],f32>) {{
@@ -22,8 +22,18 @@ func.func @{name}(%x: !torch.vtensor<[{n}],f32>, %out: !torch.tensor<[{n}],f32>)
 """
 
 
+def triple(signature: ScaleSignature) -> Formulation:
+    """A formulation computing x * 3 (wrong unless the factor is 3)."""
+    return Formulation("triple", mlir=lambda: TRIPLE.format(name=signature.func_name, n=signature.size))
+
+
+def only_triple(signature, target):
+    """The wrong kernel alone for float32 signatures (no correct formulation to fall back to)."""
+    return (triple(signature),) if signature.dtype == torch.float32 else (Formulation("default"),)
+
+
 @hookimpl
-def boo_signature_mlir(signature):
-    if isinstance(signature, ScaleSignature) and signature.dtype == torch.float32:
-        return TRIPLE.format(name=signature.func_name, n=signature.size)
-    return None
+def boo_register_ops(register):
+    from dataclasses import replace
+
+    register(replace(SPEC, formulations=only_triple))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..registry import BooOpRegistry
+from ..plugins.registry import BooOpRegistry
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .decompose import decompose_remaining
 from .rewrite import rewrite

@@ -13,7 +13,7 @@ import functools
 import torch
 
 from ..errors import BooError
-from ..registry import BooOpRegistry
+from ..plugins.registry import BooOpRegistry
 from .kernel_call import KernelCall
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..config import get_settings
+from ..settings import get_settings
 from ..errors import BooError, BooFallbackWarning
-from ..fusion import FusionPattern
+from .patterns import FusionPattern
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from ..config import get_settings
+from ..settings import get_settings
 from ..errors import BooError, BooFallbackWarning
-from ..fusion import FusionMatch, FusionPattern, has_static_shape
-from ..launchable import get_launchable
-from ..registry import BooOpRegistry
+from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
+from ..runtime.launchable import get_launchable
+from ..plugins.registry import BooOpRegistry
 from .kernel_call import KernelCall, OutputMeta
 from .report import GraphReport, logger, new_report
 
@@ -71,6 +71,12 @@ def _match(pattern: FusionPattern, node: torch.fx.Node, taken: set[torch.fx.Node
         _refuse(report, node, f"pattern {pattern.name} failed to match: {type(e).__name__}: {e}")
         return None
     if match is None:
+        return None
+    if isinstance(match, Decline):
+        _refuse(report, node, f"pattern {pattern.name} declined: {match.reason}")
+        return None
+    if not isinstance(match, FusionMatch):
+        _refuse(report, node, f"pattern {pattern.name} returned {type(match).__name__}, not a FusionMatch")
         return None
     inner = set(match.nodes[:-1])
     problem = None

@@ -8,7 +8,7 @@ from dataclasses import replace
 import torch
 
 from boo_core import ArgumentError, Launchable, get_settings, launchable_for
-from boo_core.autograd import Backward, launch
+from boo_core.runtime.autograd import Backward, launch
 
 from .signature import SoftmaxSignature
 

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.fusion import FusionMatch, FusionPattern, tensor_value
+from boo_core import Decline, FusionMatch, FusionPattern
+from boo_core.dynamo.patterns import tensor_value
 
 from .eager import boo_softmax, boo_softmax_backward, softmax_signature_for
 from .signature import SoftmaxSignature
@@ -25,10 +26,10 @@ class SoftmaxForward(FusionPattern):
     name = "softmax.forward"
     anchors = (aten._softmax.default, aten._log_softmax.default)
 
-    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline:
         x, dim, half_to_float = node.args[:3]
-        if half_to_float:  # a float32 result from a half input: BOO's result has the input's dtype
-            return None
+        if half_to_float:
+            return Decline("a float32 result from a half input (BOO's result has the input's dtype)")
         return FusionMatch((node,), (x,), {"dim": dim, "log": node.target == aten._log_softmax.default})
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[SoftmaxSignature]:
@@ -47,11 +48,11 @@ class SoftmaxBackward(FusionPattern):
     name = "softmax.backward"
     anchors = (aten._softmax_backward_data.default, aten._log_softmax_backward_data.default)
 
-    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline:
         dy, y, dim, input_dtype = node.args[:4]
         value = tensor_value(node)
-        if value is None or value.dtype != input_dtype:  # dx in another dtype than y: leave it to PyTorch
-            return None
+        if value is None or value.dtype != input_dtype:
+            return Decline("the gradient's dtype differs from the output's")
         log = node.target == aten._log_softmax_backward_data.default
         return FusionMatch((node,), (y, dy), {"dim": dim, "log": log})
 

@@ -9,7 +9,8 @@ from typing import ClassVar
 import torch
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.dtypes import short_name
+from boo_core.signatures.signature import require_choice, require_finite, require_positive
+from boo_core.signatures.dtypes import short_name
 
 #: MIOpen's ``-a/--algorithm`` values 0, 1, 2, in order.
 ALGORITHMS = ("fast", "accurate", "log")
@@ -49,18 +50,11 @@ class SoftmaxSignature(Signature):
     mode: str = "fwd"
 
     def __post_init__(self) -> None:
-        for name in ("n", "c", "h", "w"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("alpha", "beta"):
-            value = float(getattr(self, name))
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-            object.__setattr__(self, name, value + 0.0)  # frozen; -0.0 becomes 0.0
-        for name, allowed in (("algorithm", ALGORITHMS), ("softmax_mode", SOFTMAX_MODES), ("mode", ("fwd", "bwd"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} {getattr(self, name)!r} must be one of {', '.join(allowed)}")
+        require_positive(self, "n", "c", "h", "w")
+        require_finite(self, "alpha", "beta")
+        require_choice(self, "algorithm", ALGORITHMS)
+        require_choice(self, "softmax_mode", SOFTMAX_MODES)
+        require_choice(self, "mode", ("fwd", "bwd"))
         if self.dtype not in DTYPES:
             raise UnsupportedError(f"softmax dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
 
@@ -114,11 +108,6 @@ class SoftmaxSignature(Signature):
     @property
     def accumulation_length(self) -> int:
         return self._rows[1]
-
-    def to_command(self) -> str:
-        from .parser import format_softmax_command  # the parser imports this module
-
-        return format_softmax_command(self)
 
 
 def _softmax(x: torch.Tensor, algorithm: str) -> torch.Tensor:

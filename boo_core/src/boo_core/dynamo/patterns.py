@@ -1,0 +1,133 @@
+"""The fusion-pattern contract: how a plugin tells the torch.compile backends what it can run.
+
+The backends see aten-level FX graphs (after AOTAutograd, forward and backward). A
+:class:`FusionPattern` looks at one node at a time; when the node (and maybe some that
+follow it) is something the plugin's kernels compute, :meth:`FusionPattern.match` returns a
+:class:`FusionMatch`: the matched nodes, the tensors the kernel takes, and a JSON-able
+``spec`` holding every other argument. The backend compiles the pattern's
+:meth:`~FusionPattern.signatures` ahead of time (a failure falls back to PyTorch with a
+warning), then replaces the nodes with a call to :meth:`~FusionPattern.launch`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.fx
+
+from ..signatures.signature import Signature
+
+
+@dataclass(frozen=True)
+class FusionMatch:
+    """What a pattern matched.
+
+    ``nodes`` are the matched nodes in graph order; the last one is the *root*, whose value
+    the kernel produces: a tensor, or, for an op that returns several values
+    (``native_layer_norm`` returns ``(y, mean, rstd)``), a tuple of tensors and Nones that
+    the rest of the graph reads through ``operator.getitem`` nodes (which stay in the graph
+    and read the kernel's tuple instead). Every other matched node must be used only by
+    matched nodes (:func:`only_user` tells whether a node has exactly one user). ``inputs`` are the tensor arguments of the
+    kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
+    strings, bools, None, lists and dicts of those).
+    """
+
+    nodes: tuple[torch.fx.Node, ...]
+    inputs: tuple[torch.fx.Node, ...]
+    spec: Mapping[str, Any]
+
+    @property
+    def root(self) -> torch.fx.Node:
+        return self.nodes[-1]
+
+
+@dataclass(frozen=True)
+class Decline:
+    """What :meth:`FusionPattern.match` returns for a node it recognises but will not take:
+    ``reason`` appears in the offload summary (``offload_summary()``, the INFO log)."""
+
+    reason: str
+
+
+class FusionPattern(abc.ABC):
+    """One kind of subgraph a plugin's BOO kernels compute. See the module docstring."""
+
+    #: Unique name, ``<op>.<what>`` by convention (``conv.forward``); shown in summaries.
+    name: ClassVar[str]
+    #: The aten ops a match starts from. The Inductor-nested backend keeps them out of its
+    #: decompositions so that the pattern can see them.
+    anchors: ClassVar[tuple[torch._ops.OpOverload, ...]] = ()
+
+    @abc.abstractmethod
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
+        """A match rooted in or starting at ``node``; a :class:`Decline` with the reason
+        for a node this pattern will not take; or None (not this pattern's business).
+
+        Called for every ``call_function`` node whose target is in :attr:`anchors`, in
+        graph order. Node metadata ``node.meta["val"]`` holds fake tensors with the shapes,
+        strides and dtypes seen at compile time.
+        """
+
+    @abc.abstractmethod
+    def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Sequence[Signature]:
+        """The signatures :meth:`launch` will run for these inputs (fake tensors with the
+        compile-time metadata). BOO compiles them before the graph runs. Raise
+        :class:`~boo_core.errors.UnsupportedError` for a match the kernels cannot serve;
+        the nodes then stay with PyTorch and the summary shows the reason."""
+
+    @abc.abstractmethod
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
+        """Compute the root's value with BOO kernels: a tensor, or a tuple shaped like the
+        root's value (None where the root's value has None)."""
+
+    @abc.abstractmethod
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
+        """Compute the root's value with PyTorch (used if a launch fails at run time)."""
+
+
+def tensor_value(node: torch.fx.Node) -> torch.Tensor | None:
+    """The fake tensor a node produced at compile time, if it produced one tensor."""
+    value = node.meta.get("val")
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def has_static_shape(node: torch.fx.Node) -> bool:
+    """Whether a node's tensor value has only concrete (non-symbolic) sizes and strides."""
+    value = tensor_value(node)
+    return value is not None and all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+
+
+def only_user(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The one node that uses ``node``, or None if it has zero or several users."""
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def node_arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """A ``call_function`` node's arguments by the name its aten schema gives them,
+    positional and keyword alike, defaults filled in: for ``aten.convolution`` that is
+    ``{"input": ..., "weight": ..., "bias": ..., "stride": [...], ..., "groups": 1}``."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        raise TypeError(f"{node.format_node()}: its target has no schema (not an aten op overload)")
+    bound: dict[str, Any] = {}
+    for index, argument in enumerate(schema.arguments):
+        if index < len(node.args):
+            bound[argument.name] = node.args[index]
+        elif argument.name in node.kwargs:
+            bound[argument.name] = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+    return bound
+
+
+def static_ints(values: Any) -> list[int] | None:
+    """``values`` (an int or a list of them, as aten passes strides and paddings) as a list
+    of plain ints; None when any is symbolic (a dynamic shape)."""
+    values = values if isinstance(values, (list, tuple)) else [values]
+    if not all(isinstance(v, int) for v in values):
+        return None
+    return [int(v) for v in values]

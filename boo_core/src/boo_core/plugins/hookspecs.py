@@ -1,0 +1,48 @@
+"""The plugin contract: hook specifications of the ``boo`` pluggy project.
+
+A plugin is a module (or object) with functions named like the hooks below, decorated with
+:data:`hookimpl`, and exposed through an entry point in the ``boo`` group::
+
+    [project.entry-points.boo]
+    conv = "boo_ops_conv.hooks"
+
+Hooks are for concerns that cross ops. What one op does (its parser, formulations, compile
+flags, fusion patterns, tuning space) travels with its registration, the
+:class:`~boo_core.OpSpec` handed to ``register``, and BOO asks only that op.
+
+An implementation may accept fewer parameters than the specification lists (pluggy passes
+only the ones it names); hooks evolve only by gaining parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .opspec import OpSpec
+
+PROJECT_NAME = "boo"
+ENTRY_POINT_GROUP = "boo"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def boo_register_ops(register: Callable[[OpSpec], None]) -> None:
+    """Register the ops this plugin provides.
+
+    Call ``register(OpSpec(...))`` once per op. BOO calls this hook once per plugin, the
+    first time the registry is used; an exception here (or a value that is not an
+    :class:`~boo_core.OpSpec`) is reported against this plugin only (or raised, under
+    ``BOO_STRICT_PLUGINS=1``), and the other plugins keep working.
+
+    :param register: Callback taking an :class:`~boo_core.OpSpec`: the op's name, the
+        command keywords it owns, its signature class and parser, and its per-op behaviour.
+        Two plugins that claim the same keyword make that keyword unusable, with an error
+        naming both.
+    :return: Nothing; the return value is ignored.
+    """

@@ -1,0 +1,80 @@
+"""What a plugin registers for one op: its identity and everything BOO asks of that op."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..kernels.formulation import Formulation, default_formulations
+from ..signatures.parser import CommandParser
+from ..signatures.signature import Signature
+
+if TYPE_CHECKING:
+    from ..dynamo.patterns import FusionPattern
+    from ..kernels.target import Target
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+FormulationsFn = Callable[[Any, "Target"], Sequence[Formulation]]
+FlagsFn = Callable[[Any, "Target"], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op, as a plugin hands it to ``register`` in :func:`boo_register_ops`.
+
+    Identity: ``name``; ``keywords``, the base-argument stems the op owns (keyword ``conv``
+    claims ``conv``, ``convfp16``, ``convbfp16``...: keyword + a dtype suffix, matched
+    exactly, never by substring); ``signature_class``; ``parser``, which turns the flags
+    after the base argument into signatures (and signatures back into commands).
+
+    Per-op behaviour, each called only for this op's signatures:
+
+    * ``formulations(signature, target)``: the ways to build the kernel, in order of
+      preference (default: the export of ``signature.reference``). BOO uses the first that
+      compiles and, where it verifies kernels, passes; ``boo tune`` times them all.
+    * ``compile_flags(signature, target)``: iree-compile flags for every formulation.
+    * ``fusion_patterns``: subgraphs the torch.compile backends may hand to this op.
+    * ``tuning_space(signature, target)``: candidates ``boo tune`` sweeps (docs/plugins.md).
+    """
+
+    name: str
+    keywords: tuple[str, ...]
+    signature_class: type[Signature]
+    parser: CommandParser
+    description: str = ""
+    formulations: FormulationsFn = default_formulations
+    compile_flags: FlagsFn | None = None
+    fusion_patterns: Sequence[FusionPattern] = ()
+    tuning_space: Callable[[Any, Target], Sequence[Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"op name {self.name!r} must be lowercase letters, digits and _")
+        if isinstance(self.keywords, str) or not isinstance(self.keywords, Sequence) or not self.keywords:
+            raise ValueError(f"op {self.name!r}: keywords must be a non-empty tuple of strings")
+        object.__setattr__(self, "keywords", tuple(self.keywords))
+        for keyword in self.keywords:
+            if not isinstance(keyword, str) or not _NAME.match(keyword):
+                raise ValueError(f"op {self.name!r}: keyword {keyword!r} must be lowercase letters, digits and _")
+        if not (isinstance(self.signature_class, type) and issubclass(self.signature_class, Signature)):
+            raise TypeError(f"op {self.name!r}: signature_class must subclass boo_core.Signature")
+        if not isinstance(self.parser, CommandParser):
+            raise TypeError(f"op {self.name!r}: parser must be a boo_core.CommandParser instance")
+        for field in ("formulations", "compile_flags", "tuning_space"):
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise TypeError(f"op {self.name!r}: {field} must be callable (signature, target) -> ..., "
+                                f"got {type(value).__name__}")
+        from ..dynamo.patterns import FusionPattern
+
+        patterns = self.fusion_patterns
+        if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
+            raise TypeError(f"op {self.name!r}: fusion_patterns must be a sequence of FusionPattern")
+        for pattern in patterns:
+            if not isinstance(pattern, FusionPattern):
+                raise TypeError(f"op {self.name!r}: fusion_patterns holds a {type(pattern).__name__}, "
+                                "not a FusionPattern")
+        object.__setattr__(self, "fusion_patterns", tuple(patterns))

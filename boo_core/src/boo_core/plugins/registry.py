@@ -1,0 +1,359 @@
+"""The op registry: which ops are installed, commands turned into signatures, and each
+signature's per-op behaviour (formulations, compile flags, patterns) asked of its op.
+
+:class:`OpRegistry` is built from a :class:`~boo_core.plugins.manager.BooPlugins`;
+:class:`BooOpRegistry` is the process-wide facade that builds the default registry lazily,
+once, on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from ..errors import CommandError, PluginError, UnknownOpError
+from ..kernels.formulation import Formulation, check_formulations, default_formulations
+from ..signatures.dtypes import SUFFIX_TO_DTYPE
+from ..signatures.parser import ParsedCommand, tokenize
+from ..signatures.signature import Signature
+from .manager import BooPlugins, PluginFailure, PluginInfo, call_blamed
+from .opspec import OpSpec
+
+if TYPE_CHECKING:
+    from ..dynamo.patterns import FusionPattern
+    from ..kernels.target import Target
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """A registered op and the plugin that registered it."""
+
+    spec: OpSpec
+    plugin: PluginInfo
+    _source: list[str] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def distribution(self) -> str:
+        """``boo-ops-conv 0.1.0``, or the plugin name for an explicitly registered plugin."""
+        info = self.plugin
+        return f"{info.distribution} {info.version}" if info.distribution else f"(plugin {info.name})"
+
+    @property
+    def source_tag(self) -> str:
+        """What identifies the op's code in cache keys: its distribution and version, and a
+        hash of the Python sources of the package its signature class lives in (so editing
+        an op's formulations makes new kernels, even in an editable install)."""
+        if not self._source:
+            self._source.append(f"{self.distribution} {package_source_hash(self.spec.signature_class)}")
+        return self._source[0]
+
+    def formulations(self, signature: Signature, target: Target) -> tuple[Formulation, ...]:
+        """The op's formulations for ``signature`` on ``target``, validated."""
+        where = f"op {self.name!r} formulations"
+        result = call_blamed(self.plugin, where, self.spec.formulations, signature, target)
+        try:
+            return check_formulations(result, where)
+        except (TypeError, ValueError) as e:
+            raise PluginError(f"plugin {self.plugin.label}: {e}") from None
+
+    def compile_flags(self, signature: Signature, target: Target) -> tuple[str, ...]:
+        """The op's iree-compile flags for ``signature`` on ``target``, validated."""
+        if self.spec.compile_flags is None:
+            return ()
+        flags = call_blamed(self.plugin, f"op {self.name!r} compile_flags", self.spec.compile_flags, signature, target)
+        if flags is None:
+            return ()
+        if isinstance(flags, (str, bytes)) or not isinstance(flags, (list, tuple)) \
+                or not all(isinstance(f, str) for f in flags):
+            raise PluginError(f"plugin {self.plugin.label}: op {self.name!r} compile_flags must return a list or "
+                              f"tuple of str, got {flags!r:.80}")
+        return tuple(flags)
+
+
+def package_source_hash(cls: type) -> str:
+    """16 hex digits of SHA-256 over the Python sources of the package defining ``cls``
+    (its module alone when it is not in a package)."""
+    module = sys.modules.get(cls.__module__) or importlib.import_module(cls.__module__)
+    top = cls.__module__.partition(".")[0]
+    package = sys.modules.get(top)
+    root = getattr(package, "__path__", None)
+    files = sorted(Path(next(iter(root))).rglob("*.py")) if root else [Path(module.__file__ or "")]
+    return _hash_files(tuple(str(f) for f in files))
+
+
+@functools.lru_cache(maxsize=None)
+def _hash_files(files: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for name in files:
+        path = Path(name)
+        try:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        except OSError:
+            digest.update(path.name.encode() + b"\0?\0")
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BaseArg:
+    """A base argument split into its op and dtype: ``convbfp16`` = conv + bfp16."""
+
+    text: str
+    op: OpEntry
+    suffix: str
+    dtype: torch.dtype
+
+
+class OpRegistry:
+    """Ops registered by a set of plugins, and command parsing over them."""
+
+    def __init__(self, plugins: BooPlugins) -> None:
+        self.plugins = plugins
+        self._ops: dict[str, list[OpEntry]] = {}
+        self._keywords: dict[str, list[OpEntry]] = {}
+        self._by_signature_class: dict[type, OpEntry] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, plugins: BooPlugins | None = None) -> OpRegistry:
+        """A registry over installed plugins (entry points) plus nothing else."""
+        plugins = plugins if plugins is not None else BooPlugins()
+        registry = cls(plugins)
+        plugins.load_entry_points()
+        registry._add_ops(plugins.collect_ops())
+        return registry
+
+    def register_plugin(self, plugin: object, name: str) -> list[OpEntry]:
+        """Register a plugin object explicitly and add its ops; errors raise."""
+        with self._lock:
+            self.plugins.register(plugin, name)
+            return self._add_ops(self.plugins.collect_ops(self.plugins.plugin_key(name)))
+
+    def _add_ops(self, collected: Sequence[tuple[PluginInfo, OpSpec]]) -> list[OpEntry]:
+        added = []
+        for info, spec in collected:
+            entry = OpEntry(spec, info)
+            self._ops.setdefault(spec.name, []).append(entry)
+            for keyword in spec.keywords:
+                self._keywords.setdefault(keyword, []).append(entry)
+            self._by_signature_class.setdefault(spec.signature_class, entry)
+            added.append(entry)
+        if self.plugins.strict:
+            conflicts = self.conflicts()
+            if conflicts:
+                raise PluginError("; ".join(conflicts) + " (BOO_STRICT_PLUGINS=1)")
+        return added
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def list_ops(self) -> list[OpEntry]:
+        """Every registered op, sorted by name (conflicting duplicates included)."""
+        return sorted((e for entries in self._ops.values() for e in entries), key=lambda e: (e.name, e.plugin.name))
+
+    @property
+    def failures(self) -> list[PluginFailure]:
+        """Plugins that failed to import, validate or register."""
+        return list(self.plugins.failures)
+
+    def conflicts(self) -> list[str]:
+        """One message per op name or command keyword claimed by more than one plugin."""
+        messages = []
+        for kind, table in (("op name", self._ops), ("command keyword", self._keywords)):
+            for key, entries in sorted(table.items()):
+                if len(entries) > 1:
+                    messages.append(f"{kind} {key!r} is claimed by " + " and ".join(
+                        f"plugin {e.plugin.label}" for e in entries))
+        owners: dict[str, OpEntry] = {}
+        for entry in self.list_ops():
+            for pattern in entry.spec.fusion_patterns:
+                if pattern.name in owners and owners[pattern.name] is not entry:
+                    messages.append(f"fusion pattern {pattern.name!r} is provided by plugin "
+                                    f"{owners[pattern.name].plugin.label} and plugin {entry.plugin.label}")
+                owners.setdefault(pattern.name, entry)
+        return messages
+
+    def fusion_patterns(self) -> list[FusionPattern]:
+        """Every op's fusion patterns, for the torch.compile backends: ops in name order,
+        each op's patterns in its order. Ops whose name or keyword is in conflict offer none."""
+        patterns: list[FusionPattern] = []
+        owners: dict[str, OpEntry] = {}
+        for entry in self.list_ops():
+            if len(self._ops[entry.name]) > 1:
+                continue
+            for pattern in entry.spec.fusion_patterns:
+                if pattern.name in owners:
+                    continue  # reported by conflicts(); the first op keeps it
+                owners[pattern.name] = entry
+                patterns.append(pattern)
+        return patterns
+
+    def formulations(self, signature: Signature, target: Target) -> tuple[Formulation, ...]:
+        """``signature``'s formulations on ``target`` (its op's; the reference's export for a
+        signature no op registered)."""
+        entry = self.op_for_signature(signature)
+        return entry.formulations(signature, target) if entry else default_formulations(signature, target)
+
+    def compile_flags(self, signature: Signature, target: Target) -> tuple[str, ...]:
+        """The iree-compile flags ``signature``'s op asks for on ``target``."""
+        entry = self.op_for_signature(signature)
+        return entry.compile_flags(signature, target) if entry else ()
+
+    def source_tag(self, signature: Signature) -> str:
+        """What identifies the code that builds ``signature``'s kernels (cache keys)."""
+        entry = self.op_for_signature(signature)
+        if entry is not None:
+            return entry.source_tag
+        return f"unregistered {type(signature).__module__} {package_source_hash(type(signature))}"
+
+    def get_op(self, name: str) -> OpEntry:
+        """The op registered under ``name``."""
+        entries = self._ops.get(name)
+        if not entries:
+            raise UnknownOpError(f"no op named {name!r}; {self._installed_summary()}")
+        return _unique(entries, f"op name {name!r}")
+
+    def op_for_signature(self, signature: Signature | type[Signature]) -> OpEntry | None:
+        """The op whose signature class ``signature`` is (or None if unregistered)."""
+        cls = signature if isinstance(signature, type) else type(signature)
+        for klass in cls.__mro__:
+            entry = self._by_signature_class.get(klass)
+            if entry is not None:
+                return entry
+        return None
+
+    def resolve_base(self, base: str) -> BaseArg:
+        """Split a base argument into op and dtype by exact keyword + suffix match."""
+        matches: dict[int, tuple[OpEntry, str]] = {}
+        for suffix in SUFFIX_TO_DTYPE:
+            stem = base[: len(base) - len(suffix)] if suffix else base
+            if suffix and not base.endswith(suffix):
+                continue
+            for entry in self._keywords.get(stem, ()):
+                matches[id(entry)] = (entry, suffix)
+        if not matches:
+            raise UnknownOpError(f"unknown op {base!r}; {self._installed_summary()}", command=base)
+        entries = [entry for entry, _ in matches.values()]
+        entry = _unique(entries, f"command keyword of {base!r}")
+        suffix = next(s for e, s in matches.values() if e is entry)
+        return BaseArg(base, entry, suffix, SUFFIX_TO_DTYPE[suffix])
+
+    # -- parsing ----------------------------------------------------------------------------
+
+    def parse(self, command: str | Sequence[str]) -> ParsedCommand:
+        """Parse a command into its op, signatures (one per mode) and run options."""
+        tokens = tokenize(command)
+        if not tokens:
+            raise CommandError("empty command: expected a base argument such as 'conv'")
+        base = self.resolve_base(tokens[0])
+        text = command if isinstance(command, str) else " ".join(tokens)
+        try:
+            return base.op.spec.parser.parse(tokens[1:], op=base.op.name, base=base.text, dtype=base.dtype)
+        except CommandError as e:
+            e.command = e.command or text
+            raise
+
+    def parse_signatures(self, command: str | Sequence[str]) -> list[Signature]:
+        """Every signature a command runs (one per mode: ``-F 0`` may give several)."""
+        return list(self.parse(command).signatures)
+
+    def parse_command(self, command: str | Sequence[str]) -> Signature:
+        """The signature of a command that runs one kernel."""
+        parsed = self.parse(command)
+        if len(parsed.signatures) != 1:
+            names = ", ".join(s.func_name for s in parsed.signatures)
+            raise CommandError(f"command runs {len(parsed.signatures)} kernels ({names}); "
+                               "use parse_signatures() to get all of them, or select one mode with -F")
+        return parsed.signatures[0]
+
+    def _installed_summary(self) -> str:
+        if not self._ops:
+            text = "no BOO ops are installed (install an op package such as boo-ops-conv)"
+        else:
+            text = "installed ops: " + ", ".join(
+                f"{e.name} ({'/'.join(e.spec.keywords)}, from {e.distribution})" for e in self.list_ops())
+        if self.failures:
+            text += "; plugins that failed to load: " + ", ".join(f.plugin.label for f in self.failures)
+        return text
+
+
+def _unique(entries: Sequence[OpEntry], what: str) -> OpEntry:
+    if len(entries) > 1:
+        raise PluginError(f"{what} is claimed by " + " and ".join(f"plugin {e.plugin.label}" for e in entries)
+                          + "; uninstall one, or skip one with BOO_DISABLE_PLUGINS=<plugin name>")
+    return entries[0]
+
+
+class BooOpRegistry:
+    """Process-wide access to the installed ops.
+
+    The default registry is built on first use: entry points are scanned once (lazily,
+    never at import). :meth:`reset` forgets it, for tests and embedders that change the
+    environment or the installed plugins.
+    """
+
+    _default: ClassVar[OpRegistry | None] = None
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def default(cls) -> OpRegistry:
+        registry = cls._default
+        if registry is None:
+            with cls._lock:
+                if cls._default is None:
+                    cls._default = OpRegistry.load()
+                registry = cls._default
+        return registry
+
+    @classmethod
+    def reset(cls, registry: OpRegistry | None = None) -> OpRegistry | None:
+        """Forget the default registry (or install ``registry`` as the default); return the old one."""
+        with cls._lock:
+            previous, cls._default = cls._default, registry
+        return previous
+
+    @classmethod
+    def register_plugin(cls, plugin: object, name: str) -> list[OpEntry]:
+        """Register a plugin explicitly (with ``BOO_DISABLE_PLUGIN_AUTOLOAD=1``, the only way)."""
+        return cls.default().register_plugin(plugin, name)
+
+    @classmethod
+    def parse(cls, command: str | Sequence[str]) -> ParsedCommand:
+        """See :meth:`OpRegistry.parse`."""
+        return cls.default().parse(command)
+
+    @classmethod
+    def parse_command(cls, command: str | Sequence[str]) -> Signature:
+        """See :meth:`OpRegistry.parse_command`."""
+        return cls.default().parse_command(command)
+
+    @classmethod
+    def parse_signatures(cls, command: str | Sequence[str]) -> list[Signature]:
+        """See :meth:`OpRegistry.parse_signatures`."""
+        return cls.default().parse_signatures(command)
+
+    @classmethod
+    def list_ops(cls) -> list[OpEntry]:
+        """See :meth:`OpRegistry.list_ops`."""
+        return cls.default().list_ops()
+
+    @classmethod
+    def get_op(cls, name: str) -> OpEntry:
+        """See :meth:`OpRegistry.get_op`."""
+        return cls.default().get_op(name)
+
+    @classmethod
+    def failures(cls) -> list[PluginFailure]:
+        """Plugins that failed to load; see :attr:`OpRegistry.failures`."""
+        return cls.default().failures

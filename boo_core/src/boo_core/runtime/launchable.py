@@ -1,0 +1,285 @@
+"""Launchables: compiled kernels called on torch tensors.
+
+``get_launchable(signature, device)`` returns a :class:`Launchable`: the kernel of the first
+of the op's formulations that compiles and, where kernels are verified, passes
+(:mod:`boo_core.runtime.selection`). Calling it checks each argument against the signature
+(shape, dtype, device, contiguity), imports the inputs through DLPack without copying,
+allocates the outputs with torch and lets the kernel write them in place. The call path does
+no hashing, no file I/O and no compilation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from iree.runtime import HalFence, VmVariantList
+from torch.utils.dlpack import to_dlpack
+
+from ..errors import ArgumentError, DeviceError, LaunchError
+from ..kernels.request import KernelRequest
+from ..kernels.target import Target
+from ..settings import get_settings
+from ..signatures.signature import Signature, TensorSpec
+from . import hal
+from .devices import BooDevice, resolve_device
+
+logger = logging.getLogger(__name__)
+
+#: IREE imports external buffers only at this alignment. torch allocates aligned memory; an
+#: input view at an odd offset is copied once, an ``out=`` view at one is refused.
+IMPORT_ALIGNMENT = 64
+
+
+class Launchable:
+    """A compiled kernel bound to a device; call it like the op: ``y = launchable(x, w)``.
+
+    Arguments must match the signature's input specs exactly: shape (the layout's shape),
+    dtype, device, and contiguity. Inputs are imported without a copy, except a view that
+    starts at an address IREE cannot import (not 64-byte aligned), which is copied once.
+    ``out=`` takes preallocated outputs (a tensor, or a sequence when the kernel has
+    several) that the kernel writes in place; they must match like inputs do.
+    """
+
+    #: Formulations tried before this one, and why each was passed over (selection.Attempt).
+    passed_over: tuple[Any, ...] = ()
+    #: Whether the kernel was verified against PyTorch on this device model (now or before).
+    verified = False
+
+    def __init__(self, signature: Signature, device: BooDevice, request: KernelRequest, driver: str) -> None:
+        self.signature = signature
+        self.device = device
+        self.driver = driver
+        self.request = request
+        self._inputs = tuple(signature.input_specs())
+        self._outputs = tuple(signature.output_specs())
+        self._torch_device = device.torch_device
+        self._call_lock = threading.Lock()  # one VM context must not run two calls at once
+        #: Op code may keep things derived from this launchable here (its backward, say);
+        #: they live and die with it.
+        self.derived: dict[str, Any] = {}
+        self.cache_hit = False
+        self.compile_seconds = 0.0
+        self.load_seconds = 0.0
+        self.cache_directory: Path | None = None
+        self._load()
+
+    @property
+    def formulation(self) -> str:
+        """The name of the formulation this kernel was built from."""
+        return self.request.formulation.name
+
+    def _load(self) -> None:
+        start = time.perf_counter()
+        kernel = self.request.fetch()
+        device_runtime = self.runtime = hal.get_runtime(self.device, self.driver)
+        try:
+            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+        except ValueError as e:
+            logger.info("%s: cached kernel at %s unusable (%s); recompiling", self.signature.func_name,
+                        kernel.directory, e)
+            kernel = self.request.fetch(rebuild=True)
+            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+        self.cache_hit = kernel.hit
+        self.compile_seconds = kernel.compile_seconds
+        self.cache_directory = kernel.directory
+        self.load_seconds = time.perf_counter() - start - kernel.compile_seconds
+        self._generation = hal.generation
+        self._context = loaded.context
+        self._function = loaded.function
+        self._module = loaded.module
+        self._import = device_runtime.hal_device.from_dlpack_capsule
+        self._import_outputs = tuple(device_runtime.output_importer(spec) for spec in self._outputs)
+        self._invoke = self._invoke_cuda if self._torch_device.type == "cuda" else self._invoke_sync
+        if self._torch_device.type == "cuda":
+            self._function = device_runtime.load_async_function(loaded)
+            self._semaphore = device_runtime.hal_device.create_semaphore(0)
+            self._timeline = 0
+
+    def __repr__(self) -> str:
+        return f"<Launchable {self.signature.func_name} on {self.device.key}>"
+
+    @property
+    def stale(self) -> bool:
+        """Loaded before this process was forked from its parent (its runtime is gone)."""
+        return self._generation != hal.generation
+
+    def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
+        if self.stale:
+            hal.abandon(self._context, self._function, self._module, self._import)
+            self._load()
+        outputs = self._checked(args, out)
+        arg_list = VmVariantList(len(args) + len(outputs))
+        for tensor in args:
+            if tensor.requires_grad:
+                tensor = tensor.detach()
+            if tensor.data_ptr() % IMPORT_ALIGNMENT:
+                tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
+            arg_list.push_ref(self._import(to_dlpack(tensor)))
+        for import_output, tensor in zip(self._import_outputs, outputs):
+            arg_list.push_ref(import_output(tensor))
+        with self._call_lock:
+            self._invoke(arg_list)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _invoke_sync(self, arg_list: VmVariantList) -> None:
+        self._context.invoke(self._function, arg_list, VmVariantList(0))
+
+    def _invoke_cuda(self, arg_list: VmVariantList) -> None:
+        """Run in torch's stream order. IREE runs kernels on a stream of its own and (in 3.13)
+        cannot wait on or signal CUDA events, so ordering is kept on the host: wait for the
+        work queued on the current torch stream (that stream only, not the device), run the
+        kernel, and return once it has finished, so later torch work sees its results."""
+        torch.cuda.current_stream(self._torch_device).synchronize()
+        ready, done = self._timeline, self._timeline + 1
+        arg_list.push_ref(HalFence.create_at(self._semaphore, ready))
+        arg_list.push_ref(HalFence.create_at(self._semaphore, done))
+        with self.runtime.current():
+            self._context.invoke(self._function, arg_list, VmVariantList(0))
+        if not self._semaphore.wait(done):
+            raise LaunchError(f"{self.signature.func_name}: the kernel did not finish on {self.device.key}")
+        self._timeline = done
+
+    def _checked(self, args: Sequence[torch.Tensor], out) -> tuple[torch.Tensor, ...]:
+        """Check the arguments (and ``out=``); the output tensors to write."""
+        if len(args) != len(self._inputs):
+            names = ", ".join(s.name for s in self._inputs)
+            raise ArgumentError(f"{self.signature.func_name} takes {len(self._inputs)} tensors ({names}), "
+                                f"got {len(args)}")
+        for index, (tensor, spec) in enumerate(zip(args, self._inputs)):
+            self._check(tensor, spec, f"argument {index}")
+        if out is None:
+            return tuple(torch.empty(s.shape, dtype=s.dtype, device=self._torch_device) for s in self._outputs)
+        outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+        if len(outputs) != len(self._outputs):
+            raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, "
+                                f"out= has {len(outputs)}")
+        for index, (tensor, spec) in enumerate(zip(outputs, self._outputs)):
+            self._check(tensor, spec, f"out[{index}]")
+        return outputs
+
+    def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) must be a torch.Tensor, "
+                                f"got {type(tensor).__name__}")
+        problem = None
+        if tensor.shape != spec.shape:
+            problem = f"has shape {tuple(tensor.shape)}"
+        elif tensor.dtype != spec.dtype:
+            problem = f"has dtype {tensor.dtype}"
+        elif tensor.device != self._torch_device:
+            problem = f"is on {tensor.device}"
+        elif not tensor.is_contiguous():
+            problem = f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape"
+        elif where.startswith("out") and tensor.data_ptr() % IMPORT_ALIGNMENT:
+            problem = f"is not {IMPORT_ALIGNMENT}-byte aligned (a view at an offset); the kernel cannot write it"
+        if problem:
+            raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) {problem}; expected "
+                                f"{spec.describe()} on {self._torch_device}, contiguous")
+
+
+class ReferenceLaunchable(Launchable):
+    """PyTorch in place of a kernel: what a call gets when every formulation BOO has for its
+    signature failed verification on this device (selection warns once, naming them)."""
+
+    formulation = "pytorch"
+
+    def __init__(self, signature: Signature, device: BooDevice, passed_over: tuple[Any, ...]) -> None:
+        self.signature = signature
+        self.device = device
+        self.driver = "pytorch"
+        self.request = None  # type: ignore[assignment]
+        self.passed_over = passed_over
+        self._inputs = tuple(signature.input_specs())
+        self._outputs = tuple(signature.output_specs())
+        self._torch_device = device.torch_device
+        self.derived: dict[str, Any] = {}
+        self.cache_hit, self.compile_seconds, self.load_seconds, self.cache_directory = True, 0.0, 0.0, None
+        self._generation = hal.generation
+
+    def __repr__(self) -> str:
+        return f"<ReferenceLaunchable {self.signature.func_name} on {self.device.key} (PyTorch)>"
+
+    def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
+        outputs = self._checked(args, out)
+        with torch.no_grad():
+            results = self.signature.reference(*args)
+        results = (results,) if isinstance(results, torch.Tensor) else tuple(results)
+        for target, result in zip(outputs, results, strict=True):
+            target.copy_(result)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+_launchables: dict[Hashable, Launchable] = {}
+_lock = threading.Lock()
+_building: dict[Hashable, threading.Lock] = {}
+
+
+def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu", *,
+                   target: str | Target | None = None, formulation: str | None = None) -> Launchable:
+    """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
+
+    ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
+    ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
+    ``formulation`` pins one of the op's formulations by name (no fallback to the others:
+    for scans, the tuner and tests).
+    """
+    boo_device = resolve_device(device)
+    if target is not None:
+        chosen = target if isinstance(target, Target) else Target.parse(target)
+        if chosen.backend != boo_device.target.backend:
+            raise DeviceError(f"target {chosen.name} cannot run on {boo_device.key} "
+                              f"(its targets are {boo_device.target.backend})")
+        boo_device = dataclasses.replace(boo_device, target=chosen)
+    settings = get_settings()
+    driver = boo_device.driver_for(signature.flops, settings.cpu_driver)
+    memory_key = (signature, boo_device.key, boo_device.target, driver, formulation, settings.extra_compile_flags,
+                  settings.tuning_spec, settings.verify, settings.use_tuned, settings.cache_enabled)
+    launchable = _launchables.get(memory_key)
+    if launchable is not None and not launchable.stale:
+        return launchable
+    with _lock:
+        build_lock = _building.setdefault(memory_key, threading.Lock())
+    with build_lock:  # threads asking for one new kernel build it once
+        launchable = _launchables.get(memory_key)
+        if launchable is None or launchable.stale:
+            from .selection import select
+
+            launchable = _launchables[memory_key] = select(signature, boo_device, driver, only=formulation)
+    return launchable
+
+
+_by_eager_key: dict[Hashable, Launchable] = {}
+
+
+def launchable_for(key: Hashable, make_signature: Callable[[], Signature],
+                   device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
+    """:func:`get_launchable` for eager entry points, memoized on a cheap ``key``.
+
+    ``key`` must determine the signature (shapes, dtypes, attributes); ``make_signature``
+    builds it only on the first call, so a repeated eager call costs one dict lookup.
+    """
+    full_key = (key, str(device), get_settings())
+    launchable = _by_eager_key.get(full_key)
+    if launchable is None or launchable.stale:
+        launchable = _by_eager_key[full_key] = get_launchable(make_signature(), device)
+    return launchable
+
+
+def clear_launchables() -> None:
+    """Forget the launchables this process holds (the disk cache is untouched)."""
+    with _lock:
+        _launchables.clear()
+        _building.clear()
+        _by_eager_key.clear()
+
+
+# IREE objects must be released before the interpreter tears down its bindings.
+atexit.register(clear_launchables)

@@ -1,0 +1,156 @@
+"""Which kernel serves a signature on a device: the formulation chain, with verification.
+
+The candidates are the op's formulations in its order (a tuned winner first, when the
+tuning database has one for this signature, target, compiler and device model). For each,
+BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY``: GPUs by
+default) it reads the verdict recorded for this device model, or checks the kernel against
+PyTorch now and records the verdict. The first candidate that compiles and passes serves.
+
+Recorded outcomes are read before any work: a formulation whose compile failed before
+(``failed.json``) or whose kernel failed verification on this device model is skipped
+without compiling or loading it. When every formulation fails to compile, the call raises a
+:class:`CompileError` naming each formulation and its compiler log; when some compiled but
+none passed verification, calls compute with PyTorch, with one warning naming the
+signature and the verdicts.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+from ..errors import BooError, BooFallbackWarning, CompileError
+from ..kernels.formulation import Formulation
+from ..kernels.request import KernelRequest
+from ..plugins.registry import BooOpRegistry
+from ..settings import get_settings
+from ..signatures.signature import Signature
+from ..verify import verdicts
+from ..verify.numerics import check_launchable
+from .devices import BooDevice
+from .launchable import Launchable, ReferenceLaunchable
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A formulation that did not serve, and why: ``compile`` (with the compiler log) or
+    ``verification`` (with the verdict)."""
+
+    formulation: str
+    stage: str
+    detail: str
+
+    def __str__(self) -> str:
+        what = "did not compile" if self.stage == "compile" else "failed verification"
+        return f"{self.formulation}: {what} ({self.detail})"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to build the kernel: a formulation, maybe with a tuned configuration."""
+
+    formulation: Formulation
+    config: dict | None = None
+    flags: tuple[str, ...] = ()
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.label or self.formulation.name
+
+    def request(self, signature: Signature, device: BooDevice) -> KernelRequest:
+        return KernelRequest.create(signature, device.target, self.formulation, config=self.config,
+                                    extra_flags=self.flags)
+
+
+def candidates(signature: Signature, device: BooDevice, only: str | None = None) -> list[Candidate]:
+    """The candidates in the order they are tried (``only``: that formulation alone)."""
+    formulations = BooOpRegistry.default().formulations(signature, device.target)
+    if only is not None:
+        chosen = [f for f in formulations if f.name == only]
+        if not chosen:
+            raise BooError(f"{signature.func_name} has no formulation {only!r} on {device.target.name} "
+                           f"(it has: {', '.join(f.name for f in formulations)})")
+        return [Candidate(chosen[0])]
+    found = [Candidate(f) for f in formulations]
+    settings = get_settings()
+    if settings.use_tuned:
+        from ..tune.database import tuned_candidate
+
+        tuned = tuned_candidate(signature, device, formulations)
+        if tuned is not None:
+            found.insert(0, tuned)
+    return found
+
+
+def select(signature: Signature, device: BooDevice, driver: str, *, only: str | None = None) -> Launchable:
+    """The launchable that serves ``signature`` on ``device`` (module docstring)."""
+    verify = get_settings().verifies(device.torch_device.type)
+    attempts: list[Attempt] = []
+    for candidate in candidates(signature, device, only):
+        request = candidate.request(signature, device)
+        if verify:
+            recorded = verdicts.read_verdict(request.directory, device.torch_device)
+            if recorded is not None and recorded != verdicts.PASS:
+                attempts.append(Attempt(candidate.name, "verification", recorded))
+                continue
+        try:
+            launchable = Launchable(signature, device, request, driver)
+        except CompileError as e:
+            attempts.append(Attempt(candidate.name, "compile", e.log_path or str(e).splitlines()[0]))
+            logger.info("%s: formulation %s did not compile; trying the next", signature.func_name, candidate.name)
+            continue
+        if verify:
+            verdict = _verdict(launchable)
+            if verdict != verdicts.PASS:
+                attempts.append(Attempt(candidate.name, "verification", verdict))
+                logger.info("%s: formulation %s failed verification; trying the next", signature.func_name,
+                            candidate.name)
+                continue
+            launchable.verified = True
+        launchable.passed_over = tuple(attempts)
+        return launchable
+    return _nothing_served(signature, device, attempts)
+
+
+def verdict_for(launchable: Launchable) -> str:
+    """The recorded verdict of ``launchable``'s kernel on its device model, or a new one."""
+    return _verdict(launchable)
+
+
+def _verdict(launchable: Launchable) -> str:
+    torch_device = launchable.device.torch_device
+    verdict = verdicts.read_verdict(launchable.cache_directory, torch_device)
+    if verdict is None:
+        try:
+            comparisons = check_launchable(launchable)
+        except Exception as e:  # a kernel that crashes when run is as wrong as one that computes wrong
+            verdict = f"fail: running it raised {type(e).__name__}: {e}"
+        else:
+            failed = [c for c in comparisons if not c.passed]
+            verdict = verdicts.PASS if not failed else "fail: " + "; ".join(str(c) for c in failed)
+        verdicts.record_verdict(launchable.cache_directory, torch_device, verdict)
+        logger.info("%s (%s) verified on %s: %s", launchable.signature.func_name, launchable.formulation,
+                    verdicts.device_identity(torch_device), verdict)
+    return verdict
+
+
+def _nothing_served(signature: Signature, device: BooDevice, attempts: list[Attempt]) -> Launchable:
+    tried = "\n".join(f"  - {attempt}" for attempt in attempts)
+    if not any(a.stage == "verification" for a in attempts):
+        raise CompileError(f"no formulation of {signature.func_name} compiles for {device.target.name}:\n{tried}\n"
+                           f"  command: {_command(signature)}")
+    warnings.warn(f"BOO has no kernel for {signature.func_name} that passes verification on "
+                  f"{verdicts.device_identity(device.torch_device)}; it computes with PyTorch instead. Tried:\n{tried}",
+                  BooFallbackWarning, stacklevel=4)
+    return ReferenceLaunchable(signature, device, tuple(attempts))
+
+
+def _command(signature: Signature) -> str:
+    try:
+        return signature.to_command()
+    except Exception:
+        return "(no command)"

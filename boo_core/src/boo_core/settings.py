@@ -1,0 +1,252 @@
+"""Every BOO setting, declared once: its environment variable, type, default and meaning.
+
+:data:`SETTINGS` is the one registry. :class:`Settings` (a snapshot) has one field per row,
+:func:`configure` changes any of them from Python, and the README's settings table is
+:func:`markdown_table`'s output (a test keeps the two equal). The environment is read on
+first use, never at import; a bad value is an error naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import BooError
+
+
+class SettingError(BooError, ValueError):
+    """A setting has a value BOO cannot use; the message names the variable."""
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "boo"
+
+
+# -- value parsers: text from the environment -> value; ValueError with a short reason -------
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 0 or 1")
+
+
+def _path(text: str) -> Path:
+    return Path(text).expanduser()
+
+
+def _optional_path(text: str) -> Path | None:
+    return Path(text).expanduser() if text.strip() else None
+
+
+def _flags(text: str) -> tuple[str, ...]:
+    return tuple(shlex.split(text))
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _text_or_none(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower() or choices[0]
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _verify(text: str) -> str:
+    """``auto`` (GPUs only), ``1``/``all`` (every device) or ``0``/``off``."""
+    value = text.strip().lower()
+    if value in ("", "auto", "gpu"):
+        return "auto"
+    if value in ("1", "true", "yes", "on", "all"):
+        return "all"
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    raise ValueError("expected auto, 1 or 0")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the registry: ``Settings.<name>`` is read from ``$<env>``."""
+
+    name: str
+    env: str
+    parse: Callable[[str], Any]
+    default: Callable[[], Any]
+    shown_default: str
+    doc: str
+
+    def from_environment(self) -> Any:
+        raw = os.environ.get(self.env)
+        if raw is None or (raw.strip() == "" and self.parse is not _text_or_none):
+            return self.default()
+        try:
+            return self.parse(raw)
+        except ValueError as e:
+            raise SettingError(f"{self.env}={raw!r}: {e}") from None
+
+
+def _const(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("cache_enabled", "BOO_CACHE_ON", _boolean, _const(True), "`1`",
+            "keep compiled kernels on disk (`0`: in memory, this process only)"),
+    Setting("cache_dir", "BOO_CACHE_DIR", _path, _default_cache_dir, "`~/.cache/boo`",
+            "where the cache lives (`$XDG_CACHE_HOME/boo` if set)"),
+    Setting("extra_compile_flags", "BOO_EXTRA_COMPILE_FLAGS", _flags, _const(()), "empty",
+            "iree-compile flags added to every kernel (part of the cache key)"),
+    Setting("tuning_spec", "BOO_TUNING_SPEC_PATH", _optional_path, _const(None), "empty",
+            "an IREE transform-dialect tuning spec applied to every compile (its content is part of the cache key)"),
+    Setting("compile_timeout", "BOO_COMPILE_TIMEOUT", _seconds, _const(900.0), "`900`",
+            "seconds one iree-compile may take before it is stopped and reported"),
+    Setting("lock_timeout", "BOO_LOCK_TIMEOUT", _seconds, _const(1200.0), "`1200`",
+            "seconds to wait for another process compiling the same kernel"),
+    Setting("cpu_driver", "BOO_CPU_DRIVER", _choice("auto", "local-sync", "local-task"), _const("auto"), "`auto`",
+            "`local-sync` (inline), `local-task` (threads), or `auto`: small kernels inline"),
+    Setting("cuda_target", "BOO_CUDA_TARGET", _text_or_none, _const(None), "from the GPU",
+            "IREE CUDA target (`sm_80`, `sm_89`...); `get_launchable(..., target=)` per call"),
+    Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
+            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels"),
+    Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
+            "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
+            "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)"),
+    Setting("use_tuned", "BOO_USE_TUNED", _boolean, _const(True), "`1`",
+            "`0`: ignore the tuning database (`boo tune` results)"),
+    Setting("compile_strict", "BOO_COMPILE_STRICT", _boolean, _const(False), "`0`",
+            "`1`: in torch.compile, a kernel BOO cannot compile or run is an error, not a fallback"),
+    Setting("strict_plugins", "BOO_STRICT_PLUGINS", _boolean, _const(False), "`0`",
+            "`1`: a plugin that fails to load is an error, not a warning"),
+    Setting("plugin_autoload", "BOO_DISABLE_PLUGIN_AUTOLOAD", lambda t: not _boolean(t), _const(True), "`0`",
+            "`1`: load no entry points; register plugins with `BooOpRegistry.register_plugin`"),
+    Setting("disabled_plugins", "BOO_DISABLE_PLUGINS", _names, _const(frozenset()), "empty",
+            "comma-separated plugin (entry-point) names to skip"),
+    Setting("trace_hooks", "BOO_TRACE_HOOKS", _boolean, _const(False), "`0`",
+            "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`"),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+_NORMALIZE: dict[str, Callable[[Any], Any]] = {
+    "cache_dir": lambda v: Path(v).expanduser(),
+    "tuning_spec": lambda v: None if v is None else Path(v).expanduser(),
+    "extra_compile_flags": lambda v: tuple(shlex.split(v)) if isinstance(v, str) else tuple(v),
+    "disabled_plugins": lambda v: _names(v) if isinstance(v, str) else frozenset(v),
+    "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
+    "compile_timeout": float,
+    "lock_timeout": float,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A snapshot of every setting (one field per row of :data:`SETTINGS`)."""
+
+    cache_enabled: bool = True
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    extra_compile_flags: tuple[str, ...] = ()
+    tuning_spec: Path | None = None
+    compile_timeout: float = 900.0
+    lock_timeout: float = 1200.0
+    cpu_driver: str = "auto"
+    cuda_target: str | None = None
+    use_backward_kernels: bool = False
+    verify: str = "auto"
+    use_tuned: bool = True
+    compile_strict: bool = False
+    strict_plugins: bool = False
+    plugin_autoload: bool = True
+    disabled_plugins: frozenset[str] = frozenset()
+    trace_hooks: bool = False
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        return cls(**{s.name: s.from_environment() for s in SETTINGS})
+
+    def verifies(self, device_type: str) -> bool:
+        """Whether kernels are verified on first use on a device of ``device_type``."""
+        return self.verify == "all" or (self.verify == "auto" and device_type != "cpu")
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The current settings (the environment is read on the first call)."""
+    global _current
+    current = _current
+    if current is None:
+        with _lock:
+            if _current is None:
+                _current = Settings.from_environment()
+            current = _current
+    return current
+
+
+def configure(**changes: object) -> Settings:
+    """Change settings from Python: keyword names are :class:`Settings` fields (every
+    setting of :data:`SETTINGS`); the others keep their value. Launchables already built
+    keep working; new ones use the new settings."""
+    global _current
+    unknown = sorted(set(changes) - set(_BY_NAME))
+    if unknown:
+        raise TypeError(f"configure() got unknown settings {unknown}; known: {sorted(_BY_NAME)}")
+    normalized = {name: _NORMALIZE.get(name, lambda v: v)(value) for name, value in changes.items()}
+    with _lock:
+        base = _current if _current is not None else Settings.from_environment()
+        _current = dataclasses.replace(base, **normalized)
+        return _current
+
+
+def reload_from_environment() -> Settings:
+    """Forget Python-side changes and read the environment again."""
+    global _current
+    with _lock:
+        _current = Settings.from_environment()
+        return _current
+
+
+@contextmanager
+def settings_override(**changes: object) -> Iterator[Settings]:
+    """Temporarily :func:`configure` (restores the previous settings on exit)."""
+    global _current
+    previous = get_settings()
+    try:
+        yield configure(**changes)
+    finally:
+        with _lock:
+            _current = previous
+
+
+def markdown_table() -> str:
+    """The README's settings table."""
+    lines = ["| environment | `configure()` | default | meaning |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{s.env}` | `{s.name}` | {s.shown_default} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""BOO's pytest plugin (entry point ``pytest11: boo``, loaded by pytest wherever boo-core is
+installed; ``-p no:boo`` turns it off).
+
+* Every test session compiles into a kernel cache of its own, never the user's:
+  ``BOO_TEST_CACHE_DIR`` names one to reuse across sessions (subprocesses inherit it
+  through ``BOO_CACHE_DIR``).
+* Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
+  memory before or after it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="boo-test-cache-")
+    os.environ["BOO_CACHE_DIR"] = cache_dir
+    os.environ.pop("BOO_CACHE_ON", None)
+    from boo_core.settings import reload_from_environment
+
+    reload_from_environment()
+
+
+@pytest.fixture
+def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A kernel cache of the test's own (its directory), with no launchables in memory."""
+    from boo_core import clear_launchables
+    from boo_core.settings import reload_from_environment
+
+    directory = tmp_path / "boo-cache"
+    monkeypatch.setenv("BOO_CACHE_DIR", str(directory))
+    reload_from_environment()
+    clear_launchables()
+    yield directory
+    clear_launchables()
+    monkeypatch.undo()
+    reload_from_environment()

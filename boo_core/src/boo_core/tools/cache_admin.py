@@ -1,0 +1,168 @@
+"""What the kernel cache holds, and clearing it: ``boo cache info`` and ``boo cache clear``.
+
+Entries are described from their ``meta.json`` (target, compiler version, op, formulation,
+verdicts). An entry whose compile failed is listed with its log; an entry that is damaged
+(no or invalid metadata, a kernel that does not match it, temporary files a killed writer
+left) is listed as broken with the reason. The next process that needs a broken entry
+rebuilds it; ``boo cache clear --broken`` removes them now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..kernels import cache
+from ..kernels.target import Target, host_cpu_fingerprint
+from ..verify.verdicts import VERDICTS_FILE
+from .report import si
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One cache entry. ``problem`` is empty for a complete entry; ``failure`` holds the
+    first line of a recorded compile failure (an entry kept so it is not compiled again)."""
+
+    directory: Path
+    size: int  # bytes, every file of the entry
+    backend: str = ""  # llvm-cpu, cuda, rocm ("" when unknown)
+    arch: str = ""
+    target: str = ""  # how it is shown: cpu, cuda:sm_80, "cpu (another host CPU)"
+    compiler: str = ""
+    op: str = ""
+    formulation: str = ""
+    created: str = ""
+    verdicts: tuple[str, ...] = ()  # "device: verdict"
+    failure: str = ""
+    log: str = ""
+    leftovers: int = 0  # temporary files a killed writer left
+    problem: str = ""
+
+    def matches(self, target: Target) -> bool:
+        """Whether this entry was compiled for ``target`` (any host CPU for ``cpu``)."""
+        if self.backend != target.backend:
+            return False
+        return target.backend == "llvm-cpu" or self.arch == target.arch
+
+    @property
+    def state(self) -> str:
+        """How ``boo cache info --list`` describes it."""
+        if self.problem:
+            return f"BROKEN: {self.problem}"
+        if self.failure:
+            return f"compile failed ({self.failure}; log: {self.log})"
+        verdicts = f", verified: {'; '.join(self.verdicts)}" if self.verdicts else ""
+        return f"{self.target}, {self.formulation}, {self.compiler}, {self.created}{verdicts}"
+
+
+def _size(directory: Path) -> int:
+    total = 0
+    with contextlib.suppress(OSError):
+        for path in directory.iterdir():
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    total += path.stat().st_size
+    return total
+
+
+def _target(key: Any) -> tuple[str, str, str]:
+    target = key.get("target") if isinstance(key, dict) else None
+    if not isinstance(target, dict):
+        return "", "", ""
+    backend, arch = str(target.get("backend", "")), str(target.get("arch", ""))
+    if backend == "llvm-cpu":
+        shown = "cpu" if target.get("fingerprint") == host_cpu_fingerprint() else "cpu (another host CPU)"
+    else:
+        shown = f"{backend}:{arch}"
+    return backend, arch, shown
+
+
+def describe_entry(directory: Path) -> EntryInfo:
+    """Read an entry's metadata; never raises for a broken entry."""
+    size, leftovers = _size(directory), len(cache.leftovers(directory))
+    failed = cache.read_json_object(directory / cache.FAILED_FILE)
+    meta_path = directory / cache.META_FILE
+    if failed is not None and not meta_path.exists():
+        backend, arch, shown = _target(failed.get("key"))
+        return EntryInfo(directory, size, backend, arch, shown, str((failed.get("key") or {}).get("compiler", "")),
+                         created=str(failed.get("created", "")), failure=str(failed.get("error", "")),
+                         log=str(failed.get("log", "")), leftovers=leftovers,
+                         problem=f"{leftovers} leftover temporary files" if leftovers else "")
+    if not meta_path.exists():
+        if (directory / cache.MLIR_FILE).exists() and not (directory / cache.KERNEL_FILE).exists():
+            return EntryInfo(directory, size, leftovers=leftovers,
+                             problem=f"no kernel: its compile was interrupted (reproducer: {cache.MLIR_FILE}, "
+                                     f"{cache.COMMAND_FILE})")
+        return EntryInfo(directory, size, leftovers=leftovers, problem=f"incomplete: no {cache.META_FILE}")
+    meta = cache.read_json_object(meta_path)
+    if meta is None or not isinstance(meta.get("key"), dict):
+        return EntryInfo(directory, size, leftovers=leftovers,
+                         problem=f"unreadable {cache.META_FILE} (not a JSON object with a key)")
+    key = meta["key"]
+    backend, arch, shown = _target(key)
+    verdicts = cache.read_json_object(directory / VERDICTS_FILE) or {}
+    info = EntryInfo(directory, size, backend, arch, shown, str(key.get("compiler", "")), str(key.get("op") or ""),
+                     str(meta.get("formulation", key.get("formulation", ""))), str(meta.get("created", "")),
+                     tuple(f"{device}: {verdict}" for device, verdict in sorted(verdicts.items())), leftovers=leftovers)
+    kernel = directory / cache.KERNEL_FILE
+    if meta.get("format") != cache.CACHE_FORMAT:
+        problem = f"cache format {meta.get('format')} (this BOO reads format {cache.CACHE_FORMAT})"
+    elif not kernel.is_file():
+        problem = f"{cache.KERNEL_FILE} is missing"
+    elif kernel.stat().st_size != meta.get("kernel_size"):
+        problem = (f"{cache.KERNEL_FILE} is {kernel.stat().st_size} bytes, {cache.META_FILE} says "
+                   f"{meta.get('kernel_size')} (truncated?)")
+    elif leftovers:
+        problem = f"{leftovers} leftover temporary files"
+    else:
+        return info
+    return replace(info, problem=problem)
+
+
+def scan(cache_dir: Path) -> list[EntryInfo]:
+    """Every entry of the cache under ``cache_dir``."""
+    return [describe_entry(directory) for directory in cache.entry_directories(cache_dir)]
+
+
+def clear(cache_dir: Path, target: Target | None = None, *, broken_only: bool = False) -> list[EntryInfo]:
+    """Remove every entry (only those compiled for ``target``, if given; only broken ones
+    and recorded compile failures with ``broken_only``); the removed ones.
+
+    With a target, broken entries whose target cannot be read are kept.
+    """
+    removed = []
+    for entry in scan(cache_dir):
+        if broken_only and not (entry.problem or entry.failure):
+            continue
+        if target is None or entry.matches(target):
+            cache.remove_entry(cache_dir, entry.directory)
+            removed.append(entry)
+    return removed
+
+
+def summary_lines(entries: list[EntryInfo], tuned: int = 0) -> list[str]:
+    """``boo cache info``'s summary: counts, size, targets, compilers, ops, formulations,
+    tuned kernels, failed compiles and broken entries."""
+    broken = [e for e in entries if e.problem]
+    failed = [e for e in entries if e.failure and not e.problem]
+    complete = len(entries) - len(broken) - len(failed)
+    lines = [f"entries: {len(entries)} ({complete} complete, {len(failed)} failed compiles, {len(broken)} broken), "
+             f"{si(sum(e.size for e in entries), 'B')}"]
+    good = [e for e in entries if not e.problem and not e.failure]
+    for title, values in (("targets", [e.target for e in good if e.target]),
+                          ("compiler versions", [e.compiler for e in good if e.compiler]),
+                          ("op distributions", [e.op for e in good if e.op]),
+                          ("formulations", [e.formulation for e in good if e.formulation])):
+        if values:
+            counted = ", ".join(f"{value} ({count})" for value, count in sorted(Counter(values).items()))
+            lines.append(f"{title}: {counted}")
+    if tuned:
+        lines.append(f"tuned kernels: {tuned} (boo tune records)")
+    for entry in failed:
+        lines.append(f"compile failed: {entry.directory.name}: {entry.failure} (log: {entry.log})")
+    for entry in broken:
+        lines.append(f"broken: {entry.directory.name}: {entry.problem}")
+    return lines

@@ -1,0 +1,394 @@
+"""The ``boo`` command: MIOpenDriver-style tools over every installed op.
+
+Subcommands: ``ops`` (installed ops), ``driver`` (run and time commands), ``numerics``
+(check them against PyTorch), ``preload`` (compile them into the cache), ``cache``
+(``info``, ``clear``, ``path``). docs/cli.md is the reference.
+
+``driver``, ``numerics`` and ``preload`` take one command, or ``--commands-file FILE`` plus
+arguments appended to each of its commands. Their own options are parsed first; every
+other argument belongs to the command. An argument after ``--`` always does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+
+from . import cache_admin
+from .backends import backends
+from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
+from ..settings import get_settings
+from ..kernels.target import Target
+from ..runtime.devices import resolve_device
+from .driver import DEFAULT_ITERATIONS, DriverOptions, run_command
+from ..errors import BooError
+from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
+from ..plugins.registry import BooOpRegistry
+from .report import (
+    DRIVER_COLUMNS,
+    DRIVER_NUMERICS_COLUMNS,
+    NUMERICS_COLUMNS,
+    CsvReport,
+    driver_rows,
+    numerics_rows,
+    print_driver_result,
+    print_numerics_result,
+    si,
+)
+from ..runtime.timing import timer_for
+
+#: Exit status of a run in which something failed, and of a usage error.
+FAILED_EXIT, USAGE_EXIT = 1, 2
+
+_REFERENCE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+_COMMANDS_HELP = f"""\
+Commands: give one command (base argument and flags, as MIOpenDriver takes them), or
+--commands-file FILE with one command per line ('#' comments and blank lines skipped,
+MIOpen log prefixes such as "MIOpen(HIP): Command [LogCmdConvolution] ./bin/MIOpenDriver"
+stripped, a repeated command run once). In a .tsv file, the first row is a header and the
+'{TSV_COMMAND_COLUMN}' column holds the commands. With a file, extra arguments are appended
+to every line: the last value of a flag wins, so '--in_layout NHWC' or '-F 1' overrides
+the file's. Put a command whose flags look like this tool's options after '--'.
+"""
+
+
+class UsageError(BooError):
+    """A tool was called wrongly (exit status 2)."""
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _commands(args: argparse.Namespace, extra: Sequence[str]) -> list[Command]:
+    try:
+        commands = collect_commands(extra, args.commands_file)
+    except CommandFileError as e:
+        raise UsageError(str(e)) from None
+    if not commands:
+        where = f"{args.commands_file} holds no commands" if args.commands_file else "no command given"
+        raise UsageError(f"{where}: give a command (boo {args.subcommand} conv -n 1 -c 8 ...) "
+                         "or --commands-file FILE")
+    return commands
+
+
+def _csv(path: str | None, columns: Sequence[str]) -> CsvReport | contextlib.nullcontext[None]:
+    return CsvReport(path, columns) if path else contextlib.nullcontext()
+
+
+def _count(items: Sequence[object], noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _check_device(device: str, with_boo: bool) -> None:
+    try:
+        timer_for(device)
+        if with_boo:
+            resolve_device(device)
+    except BooError as e:
+        raise UsageError(str(e)) from None
+
+
+# -- subcommands ------------------------------------------------------------------------------------
+
+
+def _cmd_ops(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    registry = BooOpRegistry.default()
+    ops = registry.list_ops()
+    if not ops:
+        print("no BOO ops are installed (install an op package such as boo-ops-conv)")
+    for entry in ops:
+        keywords = ", ".join(entry.spec.keywords)
+        print(f"{entry.name:<12} keywords: {keywords:<20} from {entry.distribution}")
+        if entry.spec.description and args.verbose:
+            print(f"{'':<12} {entry.spec.description}")
+    for conflict in registry.conflicts():
+        print(f"conflict: {conflict}")
+    for failure in registry.failures:
+        print(f"failed: {failure}")
+    return FAILED_EXIT if registry.failures or registry.conflicts() else 0
+
+
+def _cmd_driver(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    names = tuple(dict.fromkeys(args.backend or ["boo"]))
+    _check_device(args.device, "boo" in names)
+    commands = _commands(args, extra)
+    options = DriverOptions(backends=names, device=args.device, iterations=args.iter, warmup=args.warmup,
+                            seed=args.seed, splat_value=args.splat_input_value, verify=args.verify_numerics,
+                            reference_dtype=_REFERENCE_DTYPES[args.reference_dtype])
+    iterations = args.iter or f"-i/--iter of each command (default {DEFAULT_ITERATIONS})"
+    print(f"boo driver: {_count(commands, 'command')} on {args.device}; backends: {', '.join(names)}; "
+          f"timed calls: {iterations}, after {args.warmup} warm-up calls")
+    columns = DRIVER_COLUMNS + (DRIVER_NUMERICS_COLUMNS if args.verify_numerics else ())
+    failed = runs = 0
+    with _csv(args.csv, columns) as csv_report:
+        for command in commands:
+            result = run_command(command, options)
+            print_driver_result(result, sys.stdout)
+            sys.stdout.flush()
+            if csv_report:
+                csv_report.write(driver_rows(result, args.device, args.verify_numerics, options.reference_dtype))
+            failed += result.failed
+            runs += len(result.runs)
+    print(f"\nsummary: {_count(commands, 'command')}, {runs} runs (mode x backend), {failed} failed")
+    if args.csv:
+        print(f"CSV written to {args.csv}")
+    if failed:
+        print(f"{failed} of {len(commands)} commands failed", file=sys.stderr)
+    return FAILED_EXIT if failed else 0
+
+
+def _cmd_numerics(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    _check_device(args.device, True)
+    commands = _commands(args, extra)
+    reference_dtype = _REFERENCE_DTYPES[args.reference_dtype]
+    options = DriverOptions(device=args.device, seed=args.seed, splat_value=args.splat_input_value, timed=False,
+                            verify=True, reference_dtype=reference_dtype)
+    print(f"boo numerics: {_count(commands, 'command')} on {args.device}, against PyTorch in {args.reference_dtype}")
+    counts = {"PASS": 0, "FAIL": 0, "ERROR": 0}
+    with _csv(args.csv, NUMERICS_COLUMNS) as csv_report:
+        for command in commands:
+            result = run_command(command, options)
+            print_numerics_result(result, sys.stdout)
+            sys.stdout.flush()
+            rows = numerics_rows(result, args.device, reference_dtype)
+            for row in rows:
+                counts[row["status"]] += 1
+            if csv_report:
+                csv_report.write(rows)
+    print(f"\nsummary: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['ERROR']} ERROR "
+          f"(outputs checked, or modes and commands that did not run)")
+    if args.csv:
+        print(f"CSV written to {args.csv}")
+    failed = counts["FAIL"] + counts["ERROR"]
+    if failed:
+        print(f"numerics: {counts['FAIL']} FAIL, {counts['ERROR']} ERROR", file=sys.stderr)
+    return FAILED_EXIT if failed else 0
+
+
+def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    commands = _commands(args, extra)
+    try:
+        populator = CachePopulator(commands=commands, targets=args.target or ["cpu"], jobs=args.jobs,
+                                   progress=sys.stderr)
+    except BooError as e:
+        raise UsageError(str(e)) from None
+    print(f"boo preload: {_count(commands, 'command')} for {', '.join(populator.targets)}, -j {populator.jobs}, "
+          f"into {get_settings().cache_dir}")
+    start = time.perf_counter()
+    outcomes = populator.run()
+    counts = {status: sum(o.status == status for o in outcomes) for status in (COMPILED, CACHE_HIT, FAILED)}
+    print(f"compiled {counts[COMPILED]}, cache hits {counts[CACHE_HIT]}, failed {counts[FAILED]} "
+          f"in {time.perf_counter() - start:.1f} s")
+    for failure in populator.get_failures():
+        what = f"{failure.func_name} for {failure.target}" if failure.func_name else failure.command
+        print(f"\nFAILED {what} ({failure.source})")
+        print("  " + failure.error.replace("\n", "\n  "))
+        if failure.reproducer:
+            print(f"  reproducer: {' and '.join(failure.reproducer)}")
+    return FAILED_EXIT if counts[FAILED] else 0
+
+
+def _cmd_cache_info(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    settings = get_settings()
+    print(f"cache: {settings.cache_dir}" + ("" if settings.cache_enabled else " (disabled: BOO_CACHE_ON=0)"))
+    entries = cache_admin.scan(settings.cache_dir)
+    for line in cache_admin.summary_lines(entries):
+        print(line)
+    if args.list:
+        for entry in entries:
+            state = entry.problem or f"{entry.target}, {entry.compiler}, {entry.created}"
+            print(f"  {entry.directory.name}  {si(entry.size, 'B')}  {state}")
+    return 0
+
+
+def _cmd_cache_clear(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    cache_dir = get_settings().cache_dir
+    try:
+        target = Target.parse(args.target) if args.target else None
+    except BooError as e:
+        raise UsageError(str(e)) from None
+    removed = cache_admin.clear(cache_dir, target)
+    scope = f" compiled for {target.name}" if target else ""
+    size = si(sum(e.size for e in removed), "B")
+    print(f"removed {len(removed)} entries{scope} ({size}) from {cache_dir}")
+    return 0
+
+
+def _cmd_cache_path(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    settings = get_settings()
+    print(settings.cache_dir)
+    if not settings.cache_enabled:
+        print("note: the disk cache is disabled (BOO_CACHE_ON=0)", file=sys.stderr)
+    return 0
+
+
+# -- argument parsing -------------------------------------------------------------------------------
+
+
+def _subparser(sub: argparse._SubParsersAction, name: str, summary: str, description: str,
+               takes_commands: bool = False) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=summary, description=description, allow_abbrev=False,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(takes_commands=takes_commands)
+    if takes_commands:
+        parser.add_argument("--commands-file", metavar="FILE",
+                            help=f"commands to run, one per line (.tsv: a '{TSV_COMMAND_COLUMN}' column)")
+    return parser
+
+
+def _input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu",
+                        help="torch device to run on (default: cpu; cuda:N once BOO launches on GPUs)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    parser.add_argument("--splat-input-value", type=float, metavar="V",
+                        help="fill every input with V instead of random values")
+    parser.add_argument("--reference-dtype", choices=sorted(_REFERENCE_DTYPES), default="float64",
+                        help="dtype the PyTorch reference computes in (default: float64)")
+    parser.add_argument("--csv", metavar="FILE", help="also write the results as CSV (columns: docs/cli.md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boo", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="BOO: standalone IREE kernels for PyTorch ops, with MIOpenDriver-style tools.",
+        epilog="Run 'boo SUBCOMMAND --help' for each tool's options and examples; docs/cli.md is the reference.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what BOO does (compiles, cache)")
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+
+    ops = _subparser(sub, "ops", "list installed ops and plugin failures",
+                     "List installed ops, their command keywords and distributions, and plugins that\n"
+                     "failed to load. Exits 1 if any plugin failed or two plugins claim one keyword.")
+    ops.set_defaults(func=_cmd_ops)
+
+    backend_list = "\n".join(f"  {b.name:<13} {b.description}" for b in backends())
+    driver = _subparser(sub, "driver", "run and time MIOpenDriver-style commands", f"""\
+Run MIOpenDriver-style commands and time them. For each command, every mode it runs (conv
+-F 0: fwd, bwd and wrw) on every backend: the output tensors, per-call time (min, median,
+mean, max, stddev in microseconds, after warm-up calls) and throughput (TFLOP/s and GB/s
+from the op's FLOP and byte counts, at the median time). Compile and load time are
+reported apart and never timed. A command that fails is reported and the run goes on; the
+exit status is 1 if any failed. The command's -t, -V and -w flags are accepted and ignored:
+BOO always times, and checks numerics with --verify-numerics.
+
+Backends (--backend, repeatable; default boo):
+{backend_list}
+
+{_COMMANDS_HELP}
+Examples:
+  boo driver convbfp16 -n 8 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 1 --in_layout NHWC
+  boo driver --commands-file examples/sample_commands.txt --csv results.csv
+  boo driver --commands-file cmds.txt --backend boo --backend torch --iter 50 -F 1
+  boo driver --verify-numerics conv -n 2 -c 16 -H 14 -W 14 -k 32 -F 0""", takes_commands=True)
+    driver.add_argument("--backend", action="append", choices=[b.name for b in backends()],
+                        help="what to run: boo (default), torch, inductor, boo_inductor; repeatable")
+    driver.add_argument("--iter", type=_positive, help="timed calls (default: the command's -i/--iter, else 10)")
+    driver.add_argument("--warmup", type=_non_negative, default=3, help="untimed calls before timing (default: 3)")
+    driver.add_argument("--verify-numerics", action="store_true",
+                        help="also compare each backend's outputs with the PyTorch reference (as boo numerics)")
+    _input_options(driver)
+    driver.set_defaults(func=_cmd_driver)
+
+    numerics = _subparser(sub, "numerics", "check BOO kernels against PyTorch", f"""\
+Check BOO kernels against PyTorch. For each command and mode, the kernel runs on random
+inputs into outputs pre-filled with NaN, and each output is compared elementwise with the
+op's PyTorch reference computed in float64 from the same inputs:
+
+  |boo - ref| <= rtol * |ref| + atol
+  rtol = 2 * eps(dtype)
+  atol = max|ref| * (eps(dtype) + 8 * eps(float32) * sqrt(n))
+
+n is the op's accumulation length (products summed per output element). Reported: max
+absolute error, max relative error (max abs error / max|ref|), the tolerance, PASS/FAIL.
+The exit status is 1 if any output fails or any command or mode does not run.
+
+{_COMMANDS_HELP}
+Examples:
+  boo numerics --commands-file examples/sample_commands.txt
+  boo numerics convbfp16 -n 2 -c 64 -H 14 -W 14 -k 64 -F 0 --in_layout NHWC
+  boo numerics --commands-file cmds.txt --reference-dtype float32 --csv numerics.csv""",
+                          takes_commands=True)
+    _input_options(numerics)
+    numerics.set_defaults(func=_cmd_numerics)
+
+    preload = _subparser(sub, "preload", "compile commands into the kernel cache ahead of time", f"""\
+Compile the kernels of commands into the kernel cache, for one or more targets, in
+parallel processes, so later runs only load them. No device is needed: cuda and rocm
+targets cross-compile on any machine. Kernels already cached count as cache hits. Prints a
+progress bar on stderr, then how many kernels were compiled, found in the cache, or
+failed, with the reproducer (source.mlir and compile_command.txt in the cache entry) of
+each failure. The exit status is 1 if any failed. From Python: boo_core.CachePopulator.
+
+{_COMMANDS_HELP}
+-j is also conv's dilation flag: a command using it goes after '--'.
+
+Examples:
+  boo preload --commands-file examples/sample_commands.txt -j 4
+  boo preload --commands-file cmds.txt --target cpu --target cuda:sm_80 --target rocm:gfx942
+  boo preload -j 2 -- conv -n 1 -c 8 -H 8 -W 8 -k 8 -l 2 -j 2 -F 1""", takes_commands=True)
+    preload.add_argument("--target", action="append", metavar="TARGET",
+                         help="cpu (default), cuda:sm_80, rocm:gfx942...; repeatable")
+    preload.add_argument("-j", "--jobs", type=_positive, help="parallel compile processes (default: one per CPU)")
+    preload.set_defaults(func=_cmd_preload)
+
+    cache = _subparser(sub, "cache", "what the kernel cache holds; clear it", """\
+Inspect or clear the kernel cache (BOO_CACHE_DIR, default ~/.cache/boo).
+
+Examples:
+  boo cache info            entries, total size, targets, compiler versions, broken entries
+  boo cache info --list     ... and every entry
+  boo cache clear           remove every entry
+  boo cache clear --target cuda:sm_80
+  boo cache path            print the cache directory""")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    info = _subparser(cache_sub, "info", "entries, size, targets, compiler versions",
+                      "Summarize the kernel cache from each entry's meta.json; broken entries (an\n"
+                      "interrupted or failed compile, a truncated kernel) are listed with the reason.")
+    info.add_argument("-l", "--list", action="store_true", help="list every entry")
+    info.set_defaults(func=_cmd_cache_info)
+    clear = _subparser(cache_sub, "clear", "remove cached kernels",
+                       "Remove cache entries and say what was removed. Only directories named like\n"
+                       "cache entries are touched. An entry being compiled is removed after its compile.")
+    clear.add_argument("--target", help="only entries compiled for this target (cpu, cuda:sm_80, rocm:gfx942...)")
+    clear.set_defaults(func=_cmd_cache_clear)
+    path = _subparser(cache_sub, "path", "print the cache directory", "Print the kernel cache directory.")
+    path.set_defaults(func=_cmd_cache_path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not args.takes_commands:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args, extra)
+    except UsageError as e:
+        print(f"boo {args.subcommand}: error: {e}", file=sys.stderr)
+        return USAGE_EXIT
+    except BooError as e:
+        print(f"boo {args.subcommand}: error: {e}", file=sys.stderr)
+        return FAILED_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Filling the kernel cache ahead of time: :class:`CachePopulator` and ``boo preload``.
+
+Every command is parsed here; each distinct (signature, target) pair is then compiled into
+the disk cache, in worker processes when ``jobs > 1`` (forked where safe: see
+:func:`_pool`). Targets need no device: ``cuda:sm_80`` and ``rocm:gfx942`` cross-compile on
+any machine. The cache's per-entry lock makes concurrent compiles of one kernel (another
+``boo preload``, a running model) happen once.
+
+    populator = CachePopulator(commands_file="commands.txt", targets=["cpu", "cuda:sm_80"], jobs=4)
+    populator.run()
+    populator.get_cache_status("conv2d_fwd_bf16_...")   # {"cpu": "cache hit", "cuda:sm_80": "compiled"}
+    populator.get_failures()                           # [PreloadOutcome(...), ...]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from ..kernels import cache
+from ..signatures.commands import Command, collect_commands, deduplicate
+from ..settings import Settings, configure, get_settings
+from ..kernels.target import Target
+from .driver import error_text
+from ..errors import BooError
+from ..kernels.chain import compile_formulations
+from .progress import ProgressBar
+from ..signatures.signature import Signature
+
+COMPILED, CACHE_HIT, FAILED = "compiled", "cache hit", "failed"
+
+
+@dataclass(frozen=True)
+class PreloadOutcome:
+    """What happened to one kernel for one target, or to a command that did not parse
+    (``func_name`` and ``target`` then empty).
+
+    ``reproducer`` holds, for a failed compile, the MLIR and the exact compile command
+    saved in the kernel's cache entry.
+    """
+
+    command: str
+    source: str
+    func_name: str
+    target: str
+    status: str  # COMPILED, CACHE_HIT or FAILED
+    seconds: float = 0.0  # compile time
+    directory: str = ""  # the cache entry of the formulation that serves
+    error: str = ""
+    reproducer: tuple[str, ...] = ()
+    formulation: str = ""  # the formulation that serves (the first that compiles)
+
+
+@dataclass(frozen=True)
+class _Job:
+    command: Command
+    signature: Signature
+    target: str
+
+
+class CachePopulator:
+    """Compile the kernels of MIOpenDriver-style commands into the cache, for several targets.
+
+    ``commands`` are full commands (strings, or :class:`~boo_core.signatures.commands.Command` objects
+    that know where they came from); ``commands_file`` is read as the tools read it (``#``
+    comments, ``.tsv`` with a ``command`` column); ``extra_args`` are appended to each
+    command of the file. ``jobs`` processes compile in parallel (default: one per CPU).
+    ``progress`` is a stream for a progress bar (None: no bar).
+    """
+
+    def __init__(self, *, commands_file: str | Path | None = None, commands: Sequence[str | Command] = (),
+                 targets: Sequence[str] = ("cpu",), jobs: int | None = None, extra_args: Sequence[str] = (),
+                 progress: TextIO | None = None) -> None:
+        if not targets:
+            raise ValueError("give at least one target")
+        self.targets = [Target.parse(t).name for t in targets]
+        self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        if self.jobs < 1:
+            raise ValueError(f"jobs must be at least 1, got {self.jobs}")
+        listed = [c if isinstance(c, Command) else Command(c, f"commands[{i}]") for i, c in enumerate(commands)]
+        from_file = collect_commands(extra_args, commands_file) if commands_file is not None else []
+        self.commands = deduplicate(listed + from_file)
+        self.progress = progress
+        self.outcomes: list[PreloadOutcome] = []
+
+    def run(self) -> list[PreloadOutcome]:
+        """Parse, then compile every kernel missing from the cache; one outcome per kernel
+        and target, plus one per command that did not parse."""
+        if not get_settings().cache_enabled:
+            raise BooError("the kernel cache is disabled (BOO_CACHE_ON=0): there is nothing to preload into")
+        self.outcomes = []
+        jobs: dict[tuple[Signature, str], _Job] = {}
+        for command in self.commands:
+            try:
+                signatures = command.parse().signatures
+            except Exception as e:  # a bad command is reported; the others still compile
+                self.outcomes.append(PreloadOutcome(command.text, command.source, "", "", FAILED,
+                                                    error=error_text(e)))
+                continue
+            for signature in signatures:
+                for target in self.targets:
+                    jobs.setdefault((signature, target), _Job(command, signature, target))
+        self.outcomes += self._compile(list(jobs.values()))
+        return self.outcomes
+
+    def _compile(self, jobs: list[_Job]) -> list[PreloadOutcome]:
+        results: list[PreloadOutcome | None] = [None] * len(jobs)
+        bar = ProgressBar(len(jobs), self.progress) if self.progress is not None and jobs else None
+        counts = {COMPILED: 0, CACHE_HIT: 0, FAILED: 0}
+
+        def record(index: int, outcome: PreloadOutcome) -> None:
+            results[index] = outcome
+            counts[outcome.status] += 1
+            if bar is not None:
+                bar.update(sum(counts.values()), f"compiled {counts[COMPILED]}, cache hits {counts[CACHE_HIT]}, "
+                                                 f"failed {counts[FAILED]}")
+
+        if self.jobs == 1 or len(jobs) == 1:
+            for index, job in enumerate(jobs):
+                record(index, compile_kernel(job))
+        else:
+            with _pool(min(self.jobs, len(jobs))) as pool:
+                futures = {pool.submit(compile_kernel, job): index for index, job in enumerate(jobs)}
+                for future in as_completed(futures):
+                    index = futures[future]
+                    try:
+                        outcome = future.result()
+                    except Exception as e:  # the worker died (BrokenProcessPool) or the job did not pickle
+                        job = jobs[index]
+                        outcome = PreloadOutcome(job.command.text, job.command.source, job.signature.func_name,
+                                                 job.target, FAILED, error=error_text(e))
+                    record(index, outcome)
+        if bar is not None:
+            bar.close()
+        return [outcome for outcome in results if outcome is not None]
+
+    def get_cache_status(self, func_name: str) -> dict[str, str]:
+        """Per target, what :meth:`run` did for the kernel ``func_name``: compiled, cache hit
+        or failed."""
+        status = {o.target: o.status for o in self.outcomes if o.func_name == func_name}
+        if not status:
+            known = sorted({o.func_name for o in self.outcomes if o.func_name})
+            hint = f"; preloaded kernels: {', '.join(known)}" if known else "; call run() first"
+            raise LookupError(f"no kernel named {func_name!r} was preloaded{hint}")
+        return status
+
+    def get_failures(self) -> list[PreloadOutcome]:
+        """The commands that did not parse and the kernels that failed to compile."""
+        return [o for o in self.outcomes if o.status == FAILED]
+
+
+def _pool(workers: int) -> Executor:
+    """Worker processes: forked where that is safe, spawned otherwise.
+
+    Forked workers start at once and inherit this process's registry (plugins registered
+    explicitly included) and settings. A child forked after the parent initialized CUDA
+    cannot use CUDA (which exporting may touch), and some platforms cannot fork: then
+    workers are spawned, load the installed plugins afresh and get this process's settings.
+    """
+    if "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized():
+        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_use_settings, initargs=(get_settings(),))
+
+
+def _use_settings(settings: Settings) -> None:
+    configure(**dataclasses.asdict(settings))
+
+
+def compile_kernel(job: _Job) -> PreloadOutcome:
+    """Compile one signature's formulations for one target into the cache (runs in a worker)."""
+    command, signature, target = job.command, job.signature, job.target
+    try:
+        chain = compile_formulations(signature, Target.parse(target))
+    except Exception as e:  # a plugin's failure: reported against this kernel only
+        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED, error=error_text(e))
+    if not chain.ok:
+        errors = "\n".join(f"{name}: {error_text(error)}" for name, error in chain.failed)
+        first = chain.failed[0][1] if chain.failed else None
+        reproducer: tuple[str, ...] = ()
+        if first is not None and first.mlir_path:
+            mlir = Path(first.mlir_path)
+            reproducer = tuple(str(p) for p in (mlir, mlir.with_name(cache.COMMAND_FILE)) if p.exists())
+        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED,
+                              error=errors, reproducer=reproducer)
+    status = COMPILED if chain.compiled else CACHE_HIT
+    return PreloadOutcome(command.text, command.source, signature.func_name, target, status, chain.seconds,
+                          chain.directory, formulation=chain.serving)

@@ -1,0 +1,128 @@
+"""The tuning database: one record per (signature, target, compiler version, device model),
+in the cache directory (``<cache>/tuning/<func_name>-<digest>.json``), written atomically.
+
+A record names the winning candidate (formulation, configuration, flags) and the times it
+was chosen by. :func:`tuned_candidate` is what kernel selection asks; a record made by
+another compiler, for another device model, or naming a formulation the op no longer offers
+is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..kernels.cache import atomic_write, read_json_object
+from ..kernels.compiler import compiler_version
+from ..settings import get_settings
+from ..verify.verdicts import device_identity
+
+if TYPE_CHECKING:
+    from ..kernels.formulation import Formulation
+    from ..runtime.devices import BooDevice
+    from ..runtime.selection import Candidate
+    from ..signatures.signature import Signature
+
+TUNING_DIR = "tuning"
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """The winner of one tune, and what it was chosen by."""
+
+    func_name: str
+    signature: dict[str, Any]
+    target: str
+    compiler: str
+    device: str
+    formulation: str
+    config: dict[str, Any] | None = None
+    flags: tuple[str, ...] = ()
+    label: str = ""
+    time_us: float = 0.0
+    default_time_us: float = 0.0
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": RECORD_FORMAT, "func_name": self.func_name, "signature": self.signature,
+                "target": self.target, "compiler": self.compiler, "device": self.device,
+                "winner": {"formulation": self.formulation, "config": self.config, "flags": list(self.flags),
+                           "label": self.label},
+                "time_us": self.time_us, "default_time_us": self.default_time_us, "created": self.created}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuningRecord | None:
+        try:
+            winner = data["winner"]
+            if data.get("format") != RECORD_FORMAT or not isinstance(winner, dict):
+                return None
+            config = winner.get("config")
+            return cls(str(data["func_name"]), dict(data["signature"]), str(data["target"]), str(data["compiler"]),
+                       str(data["device"]), str(winner["formulation"]), dict(config) if config else None,
+                       tuple(str(f) for f in winner.get("flags", ())), str(winner.get("label", "")),
+                       float(data.get("time_us", 0.0)), float(data.get("default_time_us", 0.0)),
+                       str(data.get("created", "")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def tuning_dir(cache_dir: Path | None = None) -> Path:
+    return (cache_dir or get_settings().cache_dir) / TUNING_DIR
+
+
+def record_path(signature: Signature, target: str, device: str, compiler: str | None = None,
+                cache_dir: Path | None = None) -> Path:
+    """Where the record of ``signature`` on ``target`` and ``device`` lives."""
+    material = json.dumps({"signature": signature.canonical(), "target": target, "device": device,
+                           "compiler": compiler or compiler_version()}, sort_keys=True)
+    digest = hashlib.sha256(material.encode()).hexdigest()[:24]
+    return tuning_dir(cache_dir) / f"{signature.func_name[:64]}-{digest}.json"
+
+
+def write_record(record: TuningRecord, signature: Signature, cache_dir: Path | None = None) -> Path:
+    path = record_path(signature, record.target, record.device, record.compiler, cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def read_record(signature: Signature, target: str, device: str, cache_dir: Path | None = None) -> TuningRecord | None:
+    """This compiler's record for ``signature`` on ``target`` and ``device``, if any."""
+    data = read_json_object(record_path(signature, target, device, cache_dir=cache_dir))
+    record = TuningRecord.from_json(data) if data is not None else None
+    if record is None or record.compiler != compiler_version() or record.signature != signature.canonical():
+        return None
+    return record
+
+
+def all_records(cache_dir: Path | None = None) -> list[TuningRecord]:
+    """Every readable record in the database."""
+    directory = tuning_dir(cache_dir)
+    records = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        data = read_json_object(path)
+        record = TuningRecord.from_json(data) if data is not None else None
+        if record is not None:
+            records.append(record)
+    return records
+
+
+def tuned_candidate(signature: Signature, device: BooDevice, formulations: Sequence[Formulation]) -> Candidate | None:
+    """The recorded winner for ``signature`` on ``device`` as a selection candidate, or None."""
+    if not get_settings().cache_enabled:
+        return None
+    record = read_record(signature, device.target.name, device_identity(device.torch_device))
+    if record is None:
+        return None
+    by_name = {f.name: f for f in formulations}
+    formulation = by_name.get(record.formulation)
+    if formulation is None:
+        return None
+    from ..runtime.selection import Candidate
+
+    return Candidate(formulation, record.config, record.flags, record.label or f"tuned:{record.formulation}")
