@@ -15,6 +15,7 @@ from pathlib import Path
 
 from boo_core import BooOpRegistry, Signature
 from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
+from boo_core.kernels.cache import entry_directories
 from boo_core.testing import write_fake_distribution
 
 from ..conftest import REPO
@@ -101,7 +102,7 @@ def test_driver_reports_a_malformed_line_with_its_flag_and_runs_the_others(tmp_p
 def test_numerics_fails_on_a_deliberately_wrong_kernel(tmp_path):
     site = tmp_path / "site"
     write_fake_distribution(site, "boo-test-wrong", "1.0",
-                            {"scale": f"{FAKE}.scale_op", "wrong": f"{FAKE}.wrong_kernel"})
+                            {"scale": f"{FAKE}.wrong_kernel"})
     table = tmp_path / "numerics.csv"
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
     result = boo("numerics", "scale", "-n", "8", "-F", "0", "--csv", str(table), env=env)
@@ -143,11 +144,11 @@ def test_preload_fills_the_cache_for_every_target_and_the_driver_then_compiles_n
 def test_preload_reports_failures_with_their_reproducer(tmp_path):
     site = tmp_path / "site"
     write_fake_distribution(site, "boo-test-broken-mlir", "1.0",
-                            {"scale": f"{FAKE}.scale_op", "broken": f"{FAKE}.broken_mlir"})
+                            {"scale": f"{FAKE}.broken_mlir"})
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "BOO_CACHE_DIR": str(tmp_path / "cache")}
     result = boo("preload", "scale", "-n", "5", env=env)
     assert result.returncode == 1
     assert "compiled 0, cache hits 0, failed 1" in result.stdout
-    assert "FAILED scale_fwd_f32_n5_f2 for cpu (command line)\n  iree-compile failed (exit 1)." in result.stdout
-    entry = next((tmp_path / "cache").iterdir())
+    assert "FAILED scale_fwd_f32_n5_f2 for cpu (command line)\n  broken: iree-compile failed (exit 1)." in result.stdout
+    [entry] = entry_directories(tmp_path / "cache")
     assert f"reproducer: {entry / 'source.mlir'} and {entry / 'compile_command.txt'}" in result.stdout

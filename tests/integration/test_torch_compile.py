@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from boo_core import BooFallbackWarning, hookimpl
+from boo_core import BooFallbackWarning
 from boo_core.settings import settings_override
 from boo_core.dynamo import boo_backend, offload_summary, reset_offload_summary
 from boo_core.dynamo.patterns import FusionMatch, FusionPattern
@@ -256,15 +256,9 @@ class ScaleByThree(FusionPattern):
         return inputs[0] * spec["factor"]
 
 
-class ScalePatterns:
-    @hookimpl
-    def boo_fusion_patterns(self):
-        return [ScaleByThree()]
-
-
 @pytest.mark.parametrize("nested", ["eager", "custom"])
 def test_a_third_party_plugin_adds_its_own_pattern(nested):
-    from ..boo_core.fake_plugins import scale_op
+    from ..boo_core.fake_plugins.scale_op import ScalePlugin
 
     seen = []
 
@@ -273,7 +267,7 @@ def test_a_third_party_plugin_adds_its_own_pattern(nested):
         return gm.forward
 
     backend = boo_backend("eager" if nested == "eager" else custom_nested)
-    with isolated_registry({"scale": scale_op, "scale_patterns": ScalePatterns()}):
+    with isolated_registry({"scale": ScalePlugin(fusion_patterns=(ScaleByThree(),))}):
         torch._dynamo.reset()
         reset_offload_summary()
         x = torch.randn(2, 5)
