@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import get_launchable
-from boo_core.settings import settings_override
 from boo_core.runtime.devices import INLINE_FLOPS_LIMIT
+from boo_core.settings import settings_override
 from boo_ops_conv import ConvSignature
 
 SIZES = [(4, 8), (8, 8), (16, 16), (32, 16), (32, 32), (64, 32), (64, 56)]  # (channels, H = W)
@@ -41,7 +41,8 @@ def per_call_us(fn, budget_s: float = 0.3) -> float:
 def main() -> None:
     print(f"3x3 conv, batch 1, f32; torch {torch.__version__} with {torch.get_num_threads()} threads; "
           f"inline limit {INLINE_FLOPS_LIMIT:,} FLOPs")
-    print(f"{'C=K':>4} {'HxW':>6} {'MFLOP':>9} {'local-sync us':>14} {'local-task us':>14} {'torch us':>10}  auto picks")
+    print(f"{'C=K':>4} {'HxW':>6} {'MFLOP':>9} {'local-sync us':>14} {'local-task us':>14} {'torch us':>10}  "
+          "auto picks")
     for channels, size in SIZES:
         signature = ConvSignature((1, channels, size, size), (channels, channels, 3, 3), padding=1)
         x, w = signature.get_sample_args(seed=0)
@@ -49,8 +50,8 @@ def main() -> None:
         for driver in ("local-sync", "local-task"):
             with settings_override(cpu_driver=driver):
                 launchable = get_launchable(signature)
-            times[driver] = per_call_us(lambda launchable=launchable: launchable(x, w))
-        torch_us = per_call_us(lambda: F.conv2d(x, w, padding=1))
+            times[driver] = per_call_us(lambda launchable=launchable, x=x, w=w: launchable(x, w))
+        torch_us = per_call_us(lambda x=x, w=w: F.conv2d(x, w, padding=1))
         picked = "local-sync" if signature.flops < INLINE_FLOPS_LIMIT else "local-task"
         print(f"{channels:>4} {size:>3}x{size:<2} {signature.flops / 1e6:>9.2f} {times['local-sync']:>14.1f} "
               f"{times['local-task']:>14.1f} {torch_us:>10.1f}  {picked}")

@@ -107,7 +107,8 @@ def main() -> None:
                 driver = get_launchable(signature).driver
                 c = compare(boo, torch_fn, args.seconds)
                 print(f"{rows:>5}x{cols:<4} {short_name(dtype):>5} {name:>4} {driver:>10} "
-                      f"{signature.flops / 1e6:>7.1f} {c.boo_us:>9.1f} {c.torch_us:>9.1f} {c.ratio:>9.2f} {c.best_ratio:>5.2f}", flush=True)
+                      f"{signature.flops / 1e6:>7.1f} {c.boo_us:>9.1f} {c.torch_us:>9.1f} {c.ratio:>9.2f} "
+                      f"{c.best_ratio:>5.2f}", flush=True)
 
 
 if __name__ == "__main__":

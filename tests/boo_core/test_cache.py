@@ -151,7 +151,7 @@ def test_four_processes_launching_one_new_signature_compile_it_once(private_cach
         time.sleep(0.01)
     (rendezvous / "go").touch()
     outputs = [w.communicate(timeout=180) for w in workers]
-    for worker, (out, err) in zip(workers, outputs):
+    for worker, (_, err) in zip(workers, outputs):
         assert worker.returncode == 0, err
     results = sorted(out.split()[0] for out, _ in outputs)
     assert results == ["compiled", "hit", "hit", "hit"]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 from boo_core import CompileError, Formulation, get_launchable
-from boo_core.tools.cache_admin import clear, scan, summary_lines
 from boo_core.kernels.compiler import compiler_version
-from boo_core.runtime.devices import Target
 from boo_core.kernels.request import KernelRequest
+from boo_core.runtime.devices import Target
 from boo_core.testing import isolated_registry
+from boo_core.tools.cache_admin import clear, scan, summary_lines
 
-from .fake_plugins import scale_op
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from boo_core import UnsupportedError
+from boo_core.signatures.commands import Command
+from boo_core.testing import isolated_registry
 from boo_core.tools import backends as backend_registry
 from boo_core.tools.backends import PreparedBackend, get_backend, register_backend
-from boo_core.signatures.commands import Command
 from boo_core.tools.driver import DriverOptions, run_command
 from boo_core.tools.report import (
     DRIVER_COLUMNS,
@@ -20,7 +21,6 @@ from boo_core.tools.report import (
     driver_rows,
     numerics_rows,
 )
-from boo_core.testing import isolated_registry
 
 from .fake_plugins import broken_mlir, wrong_kernel
 

@@ -162,8 +162,8 @@ def test_bounded_symbol_keeps_long_names_distinct_and_bounded():
 
 
 def test_small_kernels_run_inline_and_large_ones_on_worker_threads(scale_registry):
-    from boo_core.settings import settings_override
     from boo_core.runtime.devices import INLINE_FLOPS_LIMIT
+    from boo_core.settings import settings_override
 
     assert get_launchable(ScaleSignature(8)).driver == "local-sync"
     big = ScaleSignature(INLINE_FLOPS_LIMIT)

@@ -12,7 +12,6 @@ from boo_core import BooError, CachePopulator, DeviceError, Formulation, get_lau
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry, write_fake_distribution
 
-from .fake_plugins import scale_op
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 

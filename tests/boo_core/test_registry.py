@@ -23,14 +23,16 @@ def test_base_argument_is_keyword_plus_dtype_suffix(scale_registry, base, dtype)
 
 @pytest.mark.parametrize("base", ["scal", "scales", "xscale", "scalefp17", "Scale", "scale16"])
 def test_keyword_is_matched_exactly_never_by_substring(scale_registry, base):
-    with pytest.raises(UnknownOpError, match=rf"unknown op '{base}'; installed ops: scale \(scale, from \(plugin scale\)\)"):
+    with pytest.raises(UnknownOpError,
+                       match=rf"unknown op '{base}'; installed ops: scale \(scale, from \(plugin scale\)\)"):
         scale_registry.resolve_base(base)
 
 
 def test_parse_command_accepts_strings_token_lists_and_log_prefixes(scale_registry):
     expected = BooOpRegistry.parse_command("scale -n 6 -f 3")
     assert BooOpRegistry.parse_command(["scale", "-n", "6", "-f", "3"]) == expected
-    assert BooOpRegistry.parse_command("MIOpen(HIP): Command [LogCmdScale] ./bin/MIOpenDriver scale -n 6 -f 3") == expected
+    logged = "MIOpen(HIP): Command [LogCmdScale] ./bin/MIOpenDriver scale -n 6 -f 3"
+    assert BooOpRegistry.parse_command(logged) == expected
     assert BooOpRegistry.parse_command("MIOpenDriver scale --size=6 --factor=3") == expected
 
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import BooOpRegistry, UnsupportedError, get_launchable
-from boo_core.verify.numerics import compare, poisoned
 from boo_core.testing import assert_numerics
+from boo_core.verify.numerics import compare, poisoned
 from boo_ops_conv import MODES, ConvSignature, boo_conv
 
 from . import reference

@@ -108,7 +108,8 @@ def test_spot_checks():
         "--in_channels 256 --out_channels 128 --forw 1")
     assert (mixed.input_layout, mixed.kernel_layout, mixed.output_layout) == ("NCHW", "NCHW", "NHWC")
     assert mixed.output_specs()[0].shape == (256, 56, 56, 128)
-    grouped = BooOpRegistry.parse_command("conv -n 2 -c 176 -H 28 -W 28 -k 176 -y 3 -x 3 -p 1 -q 1 -u 2 -v 2 -g 176 -F 1")
+    grouped = BooOpRegistry.parse_command(
+        "conv -n 2 -c 176 -H 28 -W 28 -k 176 -y 3 -x 3 -p 1 -q 1 -u 2 -v 2 -g 176 -F 1")
     assert grouped.kernel_shape == (176, 1, 3, 3) and grouped.output_shape == (2, 176, 14, 14)
     asymmetric = BooOpRegistry.parse_command("conv -n 1 -c 4 -H 17 -W 17 -k 4 -y 1 -x 7 -p 0 -q 3 -F 1")
     assert asymmetric.padding == (0, 3) and asymmetric.output_shape == (1, 4, 17, 17)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from boo_core.settings import settings_override
 from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
 from boo_core.verify.numerics import compare
 
 from . import reference

@@ -7,11 +7,11 @@ import subprocess
 import pytest
 import torch
 
-from boo_core.kernels.compiler import compile_command
-from boo_core.runtime.devices import Target
 from boo_core import BooOpRegistry
+from boo_core.kernels.compiler import compile_command
 from boo_core.kernels.export import export_mlir
 from boo_core.kernels.request import KernelRequest
+from boo_core.runtime.devices import Target
 from boo_ops_layernorm import LayerNormSignature as S
 from boo_ops_layernorm.hooks import CPU_FLAGS
 from boo_ops_layernorm.mlir import block_rows

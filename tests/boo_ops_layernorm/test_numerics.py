@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from boo_core import get_launchable
-from boo_core.verify.numerics import compare
 from boo_core.testing import assert_numerics
+from boo_core.verify.numerics import compare
 from boo_ops_layernorm import LayerNormSignature as S
 
 from . import reference

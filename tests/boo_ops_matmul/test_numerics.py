@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from boo_core import get_launchable
-from boo_core.verify.numerics import compare
 from boo_core.testing import assert_numerics
+from boo_core.verify.numerics import compare
 from boo_ops_matmul import MatmulSignature
 
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16

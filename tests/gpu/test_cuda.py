@@ -175,7 +175,8 @@ def test_verification_records_a_verdict_on_the_gpu(tmp_path):
     code = ("import torch\n"
             "from boo_core import get_launchable\n"
             "from boo_ops_conv import ConvSignature\n"
-            "s = ConvSignature((4, 32, 14, 14), (32, 32, 3, 3), padding=1, dtype=torch.bfloat16, shared_layout='NHWC')\n"
+            "s = ConvSignature((4, 32, 14, 14), (32, 32, 3, 3), padding=1, dtype=torch.bfloat16,\n"
+            "                  shared_layout='NHWC')\n"
             "l = get_launchable(s, 'cuda:0')\n"
             "print((l.cache_directory / 'verdicts.json').read_text())\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)

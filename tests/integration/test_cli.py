@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from boo_core import BooOpRegistry, Signature
-from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
 from boo_core.kernels.cache import entry_directories
 from boo_core.testing import write_fake_distribution
+from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
 
 from ..conftest import REPO
 

@@ -29,14 +29,14 @@ def is_layout(layout: str, rank: int) -> bool:
     return logical is not None and len(layout) == len(logical) and sorted(layout) == sorted(logical)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def to_physical(layout: str) -> tuple[int, ...]:
     """Permutation taking a logical tensor to ``layout`` (``logical.permute(p)``)."""
     logical = LOGICAL[spatial_rank(layout)]
     return tuple(logical.index(letter) for letter in layout)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def to_logical(layout: str) -> tuple[int, ...]:
     """Permutation taking a tensor stored in ``layout`` back to logical order."""
     return tuple(layout.index(letter) for letter in LOGICAL[spatial_rank(layout)])

@@ -51,9 +51,10 @@ def _transposed_output_padding(module: nn.modules.conv._ConvTransposeNd, input: 
         smallest = ((input.shape[-rank + i] - 1) * module.stride[i] - 2 * module.padding[i]
                     + module.dilation[i] * (module.kernel_size[i] - 1) + 1)
         extra = size - smallest
-        if not 0 <= extra < max(module.stride[i], module.dilation[i]):
+        reach = max(module.stride[i], module.dilation[i])
+        if not 0 <= extra < reach:
             raise ArgumentError(f"{type(module).__name__}: output_size {tuple(wanted)} is not reachable; "
-                                f"dim {i} must be in [{smallest}, {smallest + max(module.stride[i], module.dilation[i]) - 1}]")
+                                f"dim {i} must be in [{smallest}, {smallest + reach - 1}]")
         padding.append(extra)
     return tuple(padding)
 

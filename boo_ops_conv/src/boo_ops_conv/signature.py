@@ -232,7 +232,8 @@ class ConvSignature(Signature):
             return layouts.permute(y, layouts.to_physical(self.output_layout))
         dy = layouts.permute(args[0], to_logical["y"])
         if self.mode == "bwd_bias":  # accumulate in float32 at least, as torch does for half types
-            total = dy.sum(dim=[d for d in range(dy.dim()) if d != 1], dtype=torch.promote_types(dy.dtype, torch.float32))
+            accumulate = torch.promote_types(dy.dtype, torch.float32)
+            total = dy.sum(dim=[d for d in range(dy.dim()) if d != 1], dtype=accumulate)
             return total.to(dy.dtype)
         if self.mode == "bwd":
             w = layouts.permute(args[1], to_logical["w"])

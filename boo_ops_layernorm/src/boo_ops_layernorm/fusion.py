@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.signatures.dtypes import dtype_from_name, short_name
 from boo_core.dynamo.patterns import FusionMatch, FusionPattern
+from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, forward_launchable, layer_norm_signature_for
 from .signature import GRADIENTS, LayerNormSignature

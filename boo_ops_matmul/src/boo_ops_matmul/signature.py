@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.signatures.signature import require_finite, require_positive
 from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.signature import require_finite, require_positive
 
 #: Activations a matmul may apply last (the linear-layer epilogue). ``gelu`` is the exact (erf) form.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from boo_core import BooFallbackWarning
-from boo_core.settings import settings_override
 from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
 
 
 class Scores(nn.Module):

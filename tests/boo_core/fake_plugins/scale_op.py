@@ -26,7 +26,8 @@ class ScaleSignature(Signature):
     mode: str = "fwd"
 
     def readable_name(self) -> str:
-        return f"scale_{self.mode}_{short_name(self.dtype)}_n{self.size}_f{self.factor:g}".replace(".", "p").replace("-", "m")
+        factor = f"{self.factor:g}".replace(".", "p").replace("-", "m")
+        return f"scale_{self.mode}_{short_name(self.dtype)}_n{self.size}_f{factor}"
 
     def input_specs(self):
         return [TensorSpec("x", (self.size,), self.dtype)]

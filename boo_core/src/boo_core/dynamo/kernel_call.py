@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..settings import get_settings
 from ..errors import BooError, BooFallbackWarning
+from ..settings import get_settings
 from .patterns import FusionPattern
 
 logger = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ class FusionMatch:
     (``native_layer_norm`` returns ``(y, mean, rstd)``), a tuple of tensors and Nones that
     the rest of the graph reads through ``operator.getitem`` nodes (which stay in the graph
     and read the kernel's tuple instead). Every other matched node must be used only by
-    matched nodes (:func:`only_user` tells whether a node has exactly one user). ``inputs`` are the tensor arguments of the
-    kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
+    matched nodes (:func:`only_user` tells whether a node has exactly one user). ``inputs``
+    are the tensor arguments of the kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
     strings, bools, None, lists and dicts of those).
     """
 

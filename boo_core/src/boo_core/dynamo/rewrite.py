@@ -10,12 +10,13 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from ..settings import get_settings
 from ..errors import BooError, BooFallbackWarning
-from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
-from ..runtime.launchable import get_launchable
 from ..plugins.registry import BooOpRegistry
+from ..runtime.launchable import get_launchable
+from ..settings import get_settings
+from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .kernel_call import KernelCall, OutputMeta
+from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
 from .report import GraphReport, logger, new_report
 
 _module_logger = logging.getLogger(__name__)

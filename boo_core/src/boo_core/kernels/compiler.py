@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata as importlib_metadata
 import re
 import shlex
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import CompileError
 
-if sys.version_info >= (3, 10):
-    import importlib.metadata as importlib_metadata
-else:  # pragma: no cover
-    import importlib_metadata
-
 #: Flags every BOO kernel is compiled with, before the target's and the plugins'.
 BASE_FLAGS: tuple[str, ...] = ("--iree-input-type=torch",)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_version() -> str:
     """The iree-base-compiler version, read from package metadata (no import).
 
@@ -49,7 +44,7 @@ def compiler_available() -> bool:
 _find_lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _iree_compile_path() -> str:
     with _find_lock:  # first imports from several threads at once can deadlock
         try:

@@ -61,7 +61,7 @@ class Target:
 
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_cpu_fingerprint() -> str:
     """A short hash of this CPU's model and feature flags (``host`` kernels depend on them)."""
     description = platform.machine()

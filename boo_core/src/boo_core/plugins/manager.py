@@ -14,8 +14,8 @@ claim is reported as a conflict naming both; neither silently displaces the othe
 
 from __future__ import annotations
 
+import importlib.metadata as importlib_metadata
 import logging
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,11 +26,6 @@ from ..errors import PluginError
 from ..settings import get_settings
 from . import hookspecs
 from .opspec import OpSpec
-
-if sys.version_info >= (3, 10):
-    import importlib.metadata as importlib_metadata
-else:  # pragma: no cover - the backport serves older interpreters only
-    import importlib_metadata
 
 logger = logging.getLogger(__name__)
 _trace_logger = logging.getLogger("boo_core.plugins")
@@ -94,7 +89,7 @@ class BooPlugins:
         self._objects: dict[str, object] = {}
         self.failures: list[PluginFailure] = []
         if settings.trace_hooks:
-            self._pm.trace.root.setwriter(lambda message: _trace_logger.debug("hook: %s", message.rstrip()))
+            self._pm.trace.root.setwriter(lambda message: _trace_logger.debug("hook: %s", message.strip()))
             self._pm.enable_tracing()
 
     # -- loading ----------------------------------------------------------------------------

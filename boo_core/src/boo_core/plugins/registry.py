@@ -94,7 +94,7 @@ def package_source_hash(cls: type) -> str:
     return _hash_files(tuple(str(f) for f in files))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hash_files(files: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for name in files:

@@ -74,7 +74,7 @@ def cuda_target_for(capability: tuple[int, int]) -> str:
     return f"sm_{major}{minor}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resolve(text: str, cuda_target: str | None) -> BooDevice:
     try:
         torch_device = torch.device(text)
@@ -87,8 +87,8 @@ def _resolve(text: str, cuda_target: str | None) -> BooDevice:
     if torch_device.type == "cuda":
         index = torch_device.index if torch_device.index is not None else 0
         if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-            raise DeviceError(f"device {text!r}: torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0} "
-                              "CUDA devices")
+            seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            raise DeviceError(f"device {text!r}: torch sees {seen} CUDA devices")
         capability = torch.cuda.get_device_capability(index)
         target = Target("cuda", cuda_target or cuda_target_for(capability))
         return BooDevice(torch.device("cuda", index), "cuda", target)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.dlpack import to_dlpack
 
-from .devices import BooDevice
 from ..errors import DeviceError
+from .devices import BooDevice
 
 if TYPE_CHECKING:
     from ..signatures.signature import TensorSpec

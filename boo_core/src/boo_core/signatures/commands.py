@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BooError, CommandError
-from .parser import ParsedCommand, tokenize
 from ..plugins.registry import BooOpRegistry
+from .parser import ParsedCommand, tokenize
 
 #: Name of the column that holds the commands in a ``.tsv`` commands file.
 TSV_COMMAND_COLUMN = "command"

@@ -269,7 +269,7 @@ class CommandParser:
         for flag in self.flags:
             default = flag.format(flag.default) if flag.default is not None else ""
             kind = {FlagKind.RUN: " [run]", FlagKind.REFUSED: " [default only]"}.get(flag.kind, "")
-            lines.append(f"  {flag.label:<28} {default!r:>10}  {flag.help}{kind}")
+            lines.append(f"  {flag.label:<28} {default or '-':>10}  {flag.help}{kind}")
         return lines
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 
 from ..plugins.hookspecs import ENTRY_POINT_GROUP
-from ..runtime.launchable import Launchable, get_launchable
-from ..verify.numerics import Comparison, check_launchable
 from ..plugins.manager import BooPlugins
 from ..plugins.registry import BooOpRegistry, OpRegistry
+from ..runtime.launchable import Launchable, get_launchable
 from ..signatures.signature import Signature
+from ..verify.numerics import Comparison, check_launchable
 
 
 @contextmanager

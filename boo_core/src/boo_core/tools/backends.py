@@ -22,8 +22,8 @@ import torch
 
 from ..errors import UnsupportedError
 from ..runtime.launchable import Launchable, get_launchable
-from ..verify.numerics import Comparison, check_launchable
 from ..signatures.signature import Signature
+from ..verify.numerics import Comparison, check_launchable
 
 Outputs = torch.Tensor | tuple[torch.Tensor, ...]
 Checker = Callable[[Sequence[torch.Tensor], torch.dtype], list[Comparison]]
@@ -45,6 +45,8 @@ class PreparedBackend:
     cache: str = ""
     lazy: bool = False
     check: Checker | None = None
+    formulation: str = ""  # which of the op's formulations served (BOO's backend)
+    passed_over: tuple[str, ...] = ()  # formulations tried first, and why they did not serve
 
 
 Factory = Callable[[Signature, torch.device], PreparedBackend]
@@ -99,7 +101,8 @@ def boo_kernel(signature: Signature, device: torch.device) -> PreparedBackend:
     def check(args: Sequence[torch.Tensor], reference_dtype: torch.dtype) -> list[Comparison]:
         return check_launchable(launchable, args, reference_dtype=reference_dtype)
 
-    return PreparedBackend(launchable, compile_seconds, load_seconds, cache, check=check)
+    return PreparedBackend(launchable, compile_seconds, load_seconds, cache, check=check,
+                           formulation=launchable.formulation, passed_over=tuple(map(str, launchable.passed_over)))
 
 
 def torch_eager(signature: Signature, device: torch.device) -> PreparedBackend:

@@ -20,16 +20,18 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import BooError
+from ..kernels.target import Target
+from ..plugins.registry import BooOpRegistry
+from ..runtime.devices import resolve_device
+from ..runtime.timing import timer_for
+from ..settings import get_settings
+from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
+from ..tune.database import all_records
 from . import cache_admin
 from .backends import backends
-from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
-from ..settings import get_settings
-from ..kernels.target import Target
-from ..runtime.devices import resolve_device
 from .driver import DEFAULT_ITERATIONS, DriverOptions, run_command
-from ..errors import BooError
 from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
-from ..plugins.registry import BooOpRegistry
 from .report import (
     DRIVER_COLUMNS,
     DRIVER_NUMERICS_COLUMNS,
@@ -41,7 +43,6 @@ from .report import (
     print_numerics_result,
     si,
 )
-from ..runtime.timing import timer_for
 
 #: Exit status of a run in which something failed, and of a usage error.
 FAILED_EXIT, USAGE_EXIT = 1, 2
@@ -111,6 +112,15 @@ def _check_device(device: str, with_boo: bool) -> None:
 
 def _cmd_ops(args: argparse.Namespace, extra: Sequence[str]) -> int:
     registry = BooOpRegistry.default()
+    if args.flags:
+        try:
+            entry = registry.get_op(args.flags)
+        except BooError as e:
+            raise UsageError(str(e)) from None
+        print(f"{entry.name} ({', '.join(entry.spec.keywords)}; from {entry.distribution}): flags")
+        for line in entry.spec.parser.help_lines():
+            print(line)
+        return 0
     ops = registry.list_ops()
     if not ops:
         print("no BOO ops are installed (install an op package such as boo-ops-conv)")
@@ -186,12 +196,13 @@ def _cmd_numerics(args: argparse.Namespace, extra: Sequence[str]) -> int:
 def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
     commands = _commands(args, extra)
     try:
-        populator = CachePopulator(commands=commands, targets=args.target or ["cpu"], jobs=args.jobs,
-                                   progress=sys.stderr)
+        populator = CachePopulator(commands=commands, targets=args.target or (() if args.device else ["cpu"]),
+                                   jobs=args.jobs, progress=sys.stderr, device=args.device)
     except BooError as e:
         raise UsageError(str(e)) from None
-    print(f"boo preload: {_count(commands, 'command')} for {', '.join(populator.targets)}, -j {populator.jobs}, "
-          f"into {get_settings().cache_dir}")
+    verified = f", verified on {args.device}" if args.device else ""
+    print(f"boo preload: {_count(commands, 'command')} for {', '.join(populator.targets)}{verified}, "
+          f"-j {populator.jobs}, into {get_settings().cache_dir}")
     start = time.perf_counter()
     outcomes = populator.run()
     counts = {status: sum(o.status == status for o in outcomes) for status in (COMPILED, CACHE_HIT, FAILED)}
@@ -210,12 +221,16 @@ def _cmd_cache_info(args: argparse.Namespace, extra: Sequence[str]) -> int:
     settings = get_settings()
     print(f"cache: {settings.cache_dir}" + ("" if settings.cache_enabled else " (disabled: BOO_CACHE_ON=0)"))
     entries = cache_admin.scan(settings.cache_dir)
-    for line in cache_admin.summary_lines(entries):
+    records = all_records(settings.cache_dir)
+    for line in cache_admin.summary_lines(entries, tuned=len(records)):
         print(line)
     if args.list:
         for entry in entries:
-            state = entry.problem or f"{entry.target}, {entry.compiler}, {entry.created}"
-            print(f"  {entry.directory.name}  {si(entry.size, 'B')}  {state}")
+            print(f"  {entry.directory.name}  {si(entry.size, 'B')}  {entry.state}")
+        for record in records:
+            winner = record.label or record.formulation
+            print(f"  tuned: {record.func_name} on {record.target} ({record.device}): {winner} "
+                  f"{record.time_us:.1f} us (default {record.default_time_us:.1f} us)")
     return 0
 
 
@@ -225,8 +240,8 @@ def _cmd_cache_clear(args: argparse.Namespace, extra: Sequence[str]) -> int:
         target = Target.parse(args.target) if args.target else None
     except BooError as e:
         raise UsageError(str(e)) from None
-    removed = cache_admin.clear(cache_dir, target)
-    scope = f" compiled for {target.name}" if target else ""
+    removed = cache_admin.clear(cache_dir, target, broken_only=args.broken)
+    scope = (" broken or failed" if args.broken else "") + (f" compiled for {target.name}" if target else "")
     size = si(sum(e.size for e in removed), "B")
     print(f"removed {len(removed)} entries{scope} ({size}) from {cache_dir}")
     return 0
@@ -275,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ops = _subparser(sub, "ops", "list installed ops and plugin failures",
                      "List installed ops, their command keywords and distributions, and plugins that\n"
-                     "failed to load. Exits 1 if any plugin failed or two plugins claim one keyword.")
+                     "failed to load. Exits 1 if any plugin failed or two plugins claim one keyword.\n"
+                     "With --flags OP, list that op's flags: name, default, meaning.")
+    ops.add_argument("--flags", metavar="OP", help="print the flags of op OP (conv, matmul, ...)")
     ops.set_defaults(func=_cmd_ops)
 
     backend_list = "\n".join(f"  {b.name:<13} {b.description}" for b in backends())
@@ -346,6 +363,9 @@ Examples:
     preload.add_argument("--target", action="append", metavar="TARGET",
                          help="cpu (default), cuda:sm_80, rocm:gfx942...; repeatable")
     preload.add_argument("-j", "--jobs", type=_positive, help="parallel compile processes (default: one per CPU)")
+    preload.add_argument("--device", metavar="DEVICE",
+                         help="also verify each kernel on this device (cuda:0) and record the verdict, so that "
+                              "no first call pays for it; its target is added to the targets")
     preload.set_defaults(func=_cmd_preload)
 
     cache = _subparser(sub, "cache", "what the kernel cache holds; clear it", """\
@@ -356,6 +376,7 @@ Examples:
   boo cache info --list     ... and every entry
   boo cache clear           remove every entry
   boo cache clear --target cuda:sm_80
+  boo cache clear --broken  remove damaged entries and recorded compile failures
   boo cache path            print the cache directory""")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
     info = _subparser(cache_sub, "info", "entries, size, targets, compiler versions",
@@ -367,6 +388,8 @@ Examples:
                        "Remove cache entries and say what was removed. Only directories named like\n"
                        "cache entries are touched. An entry being compiled is removed after its compile.")
     clear.add_argument("--target", help="only entries compiled for this target (cpu, cuda:sm_80, rocm:gfx942...)")
+    clear.add_argument("--broken", action="store_true",
+                       help="only damaged entries (and leftovers of killed compiles) and recorded compile failures")
     clear.set_defaults(func=_cmd_cache_clear)
     path = _subparser(cache_sub, "path", "print the cache directory", "Print the kernel cache directory.")
     path.set_defaults(func=_cmd_cache_path)

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .backends import PreparedBackend, get_backend
-from ..signatures.commands import Command
 from ..errors import BooError
-from ..verify.numerics import Comparison, check_outputs
-from ..signatures.signature import Signature
 from ..runtime.timing import TimingStats, timer_for
+from ..signatures.commands import Command
+from ..signatures.signature import Signature
+from ..verify.numerics import Comparison, check_outputs
+from .backends import PreparedBackend, get_backend
 
 #: Timed calls when neither ``--iter`` nor the command's ``-i/--iter`` says (MIOpen's default).
 DEFAULT_ITERATIONS = 10
@@ -55,6 +55,8 @@ class BackendRun:
     backend: str
     error: str = ""
     cache: str = ""  # see PreparedBackend.cache
+    formulation: str = ""  # see PreparedBackend.formulation
+    passed_over: tuple[str, ...] = ()
     lazy: bool = False  # compiled on its first call
     compile_seconds: float | None = None
     load_seconds: float | None = None
@@ -144,6 +146,7 @@ def _run_backend(name: str, signature: Signature, args: Sequence[torch.Tensor], 
     try:
         prepared = get_backend(name).prepare(signature, device)
         run.cache, run.lazy = prepared.cache, prepared.lazy
+        run.formulation, run.passed_over = prepared.formulation, prepared.passed_over
         run.compile_seconds, run.load_seconds = prepared.compile_seconds, prepared.load_seconds
         if options.timed:
             start = time.perf_counter()

@@ -25,15 +25,17 @@ from typing import TextIO
 
 import torch
 
-from ..kernels import cache
-from ..signatures.commands import Command, collect_commands, deduplicate
-from ..settings import Settings, configure, get_settings
-from ..kernels.target import Target
-from .driver import error_text
 from ..errors import BooError
+from ..kernels import cache
 from ..kernels.chain import compile_formulations
-from .progress import ProgressBar
+from ..kernels.target import Target
+from ..runtime.devices import resolve_device
+from ..runtime.launchable import get_launchable
+from ..settings import Settings, configure, get_settings
+from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
+from .driver import error_text
+from .progress import ProgressBar
 
 COMPILED, CACHE_HIT, FAILED = "compiled", "cache hit", "failed"
 
@@ -56,7 +58,8 @@ class PreloadOutcome:
     directory: str = ""  # the cache entry of the formulation that serves
     error: str = ""
     reproducer: tuple[str, ...] = ()
-    formulation: str = ""  # the formulation that serves (the first that compiles)
+    formulation: str = ""  # the formulation that serves (the first that compiles, or verifies)
+    verified: bool = False  # checked against PyTorch on the preload's device (and the verdict recorded)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,11 @@ class CachePopulator:
 
     def __init__(self, *, commands_file: str | Path | None = None, commands: Sequence[str | Command] = (),
                  targets: Sequence[str] = ("cpu",), jobs: int | None = None, extra_args: Sequence[str] = (),
-                 progress: TextIO | None = None) -> None:
+                 progress: TextIO | None = None, device: str | None = None) -> None:
+        self.device = resolve_device(device) if device is not None else None
+        targets = list(targets)
+        if self.device is not None and self.device.target.name not in targets:
+            targets.append(self.device.target.name)
         if not targets:
             raise ValueError("give at least one target")
         self.targets = [Target.parse(t).name for t in targets]
@@ -98,6 +105,7 @@ class CachePopulator:
             raise BooError("the kernel cache is disabled (BOO_CACHE_ON=0): there is nothing to preload into")
         self.outcomes = []
         jobs: dict[tuple[Signature, str], _Job] = {}
+        self._signatures = jobs.keys()
         for command in self.commands:
             try:
                 signatures = command.parse().signatures
@@ -109,7 +117,22 @@ class CachePopulator:
                 for target in self.targets:
                     jobs.setdefault((signature, target), _Job(command, signature, target))
         self.outcomes += self._compile(list(jobs.values()))
+        if self.device is not None:
+            self.outcomes = [self._verify(o) if o.target == self.device.target.name and o.status != FAILED else o
+                             for o in self.outcomes]
         return self.outcomes
+
+    def _verify(self, outcome: PreloadOutcome) -> PreloadOutcome:
+        """Select the kernel on the device, as a call would: verified (and the verdict
+        recorded) where the device verifies kernels."""
+        signature = next(s for (s, target) in self._signatures if s.func_name == outcome.func_name)
+        try:
+            launchable = get_launchable(signature, self.device)
+        except Exception as e:
+            return dataclasses.replace(outcome, status=FAILED, error=error_text(e))
+        passed_over = "; ".join(str(a) for a in launchable.passed_over)
+        return dataclasses.replace(outcome, formulation=launchable.formulation, verified=launchable.verified,
+                                   error=passed_over)
 
     def _compile(self, jobs: list[_Job]) -> list[PreloadOutcome]:
         results: list[PreloadOutcome | None] = [None] * len(jobs)

@@ -15,15 +15,15 @@ from typing import TextIO
 
 import torch
 
-from .driver import BackendRun, CommandResult
 from ..signatures.dtypes import short_name
-from ..verify.numerics import Comparison
 from ..signatures.signature import Signature
+from ..verify.numerics import Comparison
+from .driver import BackendRun, CommandResult
 
 DRIVER_COLUMNS: tuple[str, ...] = (
     "command", "source", "op", "mode", "func_name", "backend", "device", "status", "error", "cache",
     "compile_s", "load_s", "iterations", "min_us", "median_us", "mean_us", "max_us", "stddev_us",
-    "flops", "bytes", "tflops", "gbps",
+    "flops", "bytes", "tflops", "gbps", "formulation",
 )
 #: Added to DRIVER_COLUMNS with ``--verify-numerics``; about the worst output of the row.
 DRIVER_NUMERICS_COLUMNS: tuple[str, ...] = (
@@ -71,6 +71,11 @@ def _signature_header(signature: Signature) -> str:
 
 
 def _provenance(run: BackendRun) -> str:
+    served = f"formulation {run.formulation}: " if run.formulation else ""
+    return served + _source(run)
+
+
+def _source(run: BackendRun) -> str:
     if run.lazy:
         return f"compiled on the first call, in {run.compile_seconds:.2f} s"
     if run.cache == "miss":
@@ -100,6 +105,8 @@ def print_driver_result(result: CommandResult, out: TextIO) -> None:
             print(f"    {run.backend}: error: {_indent(run.error, '      ').lstrip()}", file=out)
             continue
         print(f"    {run.backend}: {_provenance(run)}", file=out)
+        for attempt in run.passed_over:
+            print(f"      passed over {attempt}", file=out)
         for output in run.outputs:
             print(f"      output {output}", file=out)
         if run.timing is not None:
@@ -162,6 +169,7 @@ def driver_rows(result: CommandResult, device: str, verify: bool, reference_dtyp
             "load_s": _number(run.load_seconds, ".4f"),
             "flops": str(run.signature.flops),
             "bytes": str(run.signature.bytes_moved),
+            "formulation": run.formulation,
         }
         if t is not None:
             row.update(iterations=str(t.iterations), min_us=_number(t.min, ".3f"), median_us=_number(t.median, ".3f"),

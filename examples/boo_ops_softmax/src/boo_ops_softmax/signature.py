@@ -9,8 +9,8 @@ from typing import ClassVar
 import torch
 
 from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.signatures.signature import require_choice, require_finite, require_positive
 from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.signature import require_choice, require_finite, require_positive
 
 #: MIOpen's ``-a/--algorithm`` values 0, 1, 2, in order.
 ALGORITHMS = ("fast", "accurate", "log")

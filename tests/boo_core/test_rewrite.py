@@ -1,0 +1,132 @@
+"""The FX rewrite pass of the torch.compile backends, on hand-made aten graphs (no dynamo)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from boo_core import Decline, FusionMatch, FusionPattern, get_launchable, node_arguments
+from boo_core.dynamo.kernel_call import KernelCall
+from boo_core.dynamo.rewrite import rewrite
+from boo_core.testing import isolated_registry
+
+from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
+
+aten = torch.ops.aten
+
+
+class MulByConstant(FusionPattern):
+    """``aten.mul.Tensor(x, c)`` on the scale kernel; declines c == 0 and raises for c == 13."""
+
+    name = "scale.mul"
+    anchors = (aten.mul.Tensor,)
+
+    def match(self, node):
+        arguments = node_arguments(node)
+        factor = arguments["other"]
+        if not isinstance(factor, float):
+            return None
+        if factor == 0.0:
+            return Decline("multiplying by zero is not worth a kernel")
+        if factor == 13.0:
+            raise RuntimeError("unlucky")
+        return FusionMatch((node,), (arguments["self"],), {"factor": factor})
+
+    def signatures(self, spec, inputs):
+        return [ScaleSignature(inputs[0].numel(), spec["factor"])]
+
+    def launch(self, spec, inputs):
+        [signature] = self.signatures(spec, inputs)
+        return get_launchable(signature)(inputs[0].reshape(-1)).reshape(inputs[0].shape)
+
+    def reference(self, spec, inputs):
+        return inputs[0] * spec["factor"]
+
+
+class MulThenSin(FusionPattern):
+    """Matches ``mul`` and the ``sin`` after it as one kernel (whatever else uses the mul)."""
+
+    name = "scale.mul_sin"
+    anchors = (aten.mul.Tensor,)
+
+    def match(self, node):
+        user = next(iter(node.users))
+        return FusionMatch((node, user), (node.args[0],), {"factor": node.args[1]})
+
+    signatures = MulByConstant.signatures
+    launch = MulByConstant.launch
+    reference = MulByConstant.reference
+
+
+def graph(fn, *shapes):
+    return make_fx(fn, tracing_mode="fake")(*(torch.randn(s) for s in shapes))
+
+
+@pytest.fixture
+def patterns(private_cache):
+    def use(*found):
+        return isolated_registry({"scale": ScalePlugin(fusion_patterns=found)})
+
+    return use
+
+
+def calls(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_a_match_becomes_one_kernel_call_that_computes_the_same(patterns):
+    gm = graph(lambda x: torch.sin(x * 3.0), (4, 5))
+    with patterns(MulByConstant()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+        x = torch.randn(4, 5)
+        torch.testing.assert_close(gm(x), torch.sin(x * 3.0))
+    assert report.offloaded == {"scale.mul": 1} and report.fallbacks == {"aten.sin": 1}
+    [kernel, sin] = calls(gm)
+    assert isinstance(kernel, KernelCall) and kernel.spec == {"factor": 3.0} and sin is aten.sin.default
+
+
+def test_as_a_custom_op_the_call_is_torch_ops_boo_fused(patterns):
+    gm = graph(lambda x: x * 3.0, (6,))
+    with patterns(MulByConstant()):
+        rewrite(gm, backend="test", kind="forward", as_custom_op=True)
+        x = torch.randn(6)
+        torch.testing.assert_close(gm(x), x * 3.0)
+    assert torch.ops.boo.fused.default in calls(gm)
+
+
+def test_declines_and_broken_patterns_leave_the_node_and_say_why(patterns):
+    gm = graph(lambda x: (x * 0.0) + (x * 13.0), (3,))
+    with patterns(MulByConstant()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+    assert report.offloaded == {} and report.fallbacks == {"aten.mul": 2, "aten.add": 1}
+    assert report.reasons["aten.mul"] == "pattern scale.mul declined: multiplying by zero is not worth a kernel"
+    assert "declined: multiplying by zero" in report.line()
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), x * 13.0)
+
+
+def test_a_pattern_s_exception_is_recorded_not_raised(patterns):
+    gm = graph(lambda x: x * 13.0, (3,))
+    with patterns(MulByConstant()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+    assert report.reasons["aten.mul"] == "pattern scale.mul failed to match: RuntimeError: unlucky"
+
+
+def test_a_match_whose_inner_values_are_used_elsewhere_is_refused(patterns):
+    def fn(x):
+        y = x * 2.0
+        return torch.sin(y) + y.sum()
+
+    gm = graph(fn, (3,))
+    with patterns(MulThenSin()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+    assert report.offloaded == {}
+    assert "matched nodes whose values are used elsewhere" in report.reasons["aten.mul"]
+
+
+def test_backward_graphs_are_left_alone_unless_asked(patterns):
+    gm = graph(lambda x: x * 3.0, (3,))
+    with patterns(MulByConstant()):
+        report = rewrite(gm, backend="test", kind="backward", as_custom_op=False)
+    assert report.offloaded == {} and "BOO_USE_BACKWARD_KERNELS=0" in report.note
