@@ -75,7 +75,8 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
 
 def _read_extents(s: ConvSignature) -> tuple[int, ...]:
     """Per spatial axis, how much of the padded input the windows read."""
-    return tuple((o - 1) * st + d * (f - 1) + 1 for o, st, d, f in zip(s.output_spatial, s.stride, s.dilation, s.window))
+    axes = zip(s.output_spatial, s.stride, s.dilation, s.window)
+    return tuple((o - 1) * st + d * (f - 1) + 1 for o, st, d, f in axes)
 
 
 def _reads_less_than_padded(s: ConvSignature) -> bool:

@@ -8,6 +8,7 @@ from .compile_flags import matmul_compile_flags
 from .fusion import PATTERNS
 from .parser import GemmParser
 from .signature import MatmulSignature
+from .tuning import tuning_space
 
 
 @hookimpl
@@ -20,4 +21,5 @@ def boo_register_ops(register):
         description="matrix multiply (MIOpenDriver gemm, gemmfp16; gemmbfp16 is a BOO extension)",
         compile_flags=matmul_compile_flags,
         fusion_patterns=PATTERNS,
+        tuning_space=tuning_space,
     ))
