@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import PluginError
 from ..kernels.formulation import Formulation
+from ..kernels.target import Target
 
 
 @dataclass(frozen=True)
@@ -131,3 +132,22 @@ def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 32
     return sorted(configs, key=lambda c: -waves(c))[:limit]
 
 
+def cpu_contraction_configs(m: int, n: int, k: int, *, limit: int = 12) -> list[dict[str, Any]]:
+    """Configurations of IREE's llvm-cpu tiling for an ``m x n x k`` contraction:
+    distribution tiles (work per thread task) and vector tiles."""
+    configs = []
+    for dist_m, dist_n in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+        for vec_m, vec_n, vec_k in ((8, 16, 1), (8, 32, 1), (16, 16, 1), (4, 32, 1), (8, 16, 16)):
+            if dist_m > m or dist_n > n or dist_m % vec_m or dist_n % vec_n:
+                continue
+            configs.append({"distribution": [dist_m, dist_n], "vector_common_parallel": [vec_m, vec_n],
+                            "vector_reduction": [vec_k]})
+    return configs[:limit]
+
+
+def cpu_flag_sets(target: Target) -> list[tuple[str, ...]]:
+    """Flag sets worth trying on the CPU: data tiling (packs operands into the layouts of
+    the CPU's matrix instructions) and microkernels."""
+    if target.backend != "llvm-cpu":
+        return []
+    return [("--iree-opt-data-tiling",), ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all")]
