@@ -75,7 +75,9 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert names(nchw) == ["default", "im2col", "explicit_pad"]
     weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, mode="wrw")
     assert names(weight_gradient) == ["default", "im2col_split32", "im2col_split128", "im2col", "explicit_pad"]
-    assert names(weight_gradient, CUDA) == ["default", "im2col_split128", "im2col_split32", "im2col", "explicit_pad"]
+    half_1x1_weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=bf16, mode="wrw")
+    assert names(half_1x1_weight_gradient, CUDA) == ["im2col_split32", "default", "im2col_split128", "im2col",
+                                                     "explicit_pad"]
     nhwc_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, shared_layout="NHWC", mode="bwd")
     assert names(nhwc_bwd) == ["default", "im2col", "logical_layout"]
     strided_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")

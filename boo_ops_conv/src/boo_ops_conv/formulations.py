@@ -20,13 +20,14 @@ and ``boo tune`` times them all.
 * ``logical_layout``: a channels-last convolution computed on NC[D]HW copies of its
   tensors, then stored back in its layout.
 
-CUDA (measured on an H100, sm_80 PTX; benchmarks/gpu_conv_scan.py): IREE 3.13 computes
-16-bit forward convolutions wrongly when the input is channels-last and padded, and forward
-1x1 convolutions with an NCHW input wrongly in 16-bit types (with 256 output channels even
-in float32). For those classes BOO offers first ``matmul_1x1`` (NCHW 1x1 unpadded
-ungrouped: a batched matmul) and ``f32_compute`` (computed in float32, rounded once).
-Verification (on by default on GPUs) refuses any formulation that comes out wrong, and the
-next one serves.
+CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
+computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
+batch 32 also through NCHW copies and explicit padding), forward 1x1 convolutions with an
+NCHW input in 16-bit types, and, at batch 32, 16-bit 1x1 weight gradients by every route but
+im2col. For those classes BOO offers its remedies first: ``im2col`` then ``f32_compute``
+(computed in float32, rounded once), ``matmul_1x1`` (NCHW 1x1 unpadded ungrouped: a batched
+matmul), ``im2col_split32``. Verification (on by default on GPUs) refuses any formulation
+that comes out wrong, and the next one serves.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if s.mode == "wrw" and not s.transposed:
         splits = [Formulation(f"im2col_split{n}", computation=lambda *a, n=n: _im2col_weight_gradient(s, a, n),
                               description=f"dY^T @ columns, the reduction cut into about {n} partial products")
-                  for n in (128, 32)]
-        later += [*(splits if cuda else splits[::-1]),
+                  for n in (32, 128)]
+        if cuda and s.dtype in _HALF and all(w == 1 for w in s.window):
+            first.append(splits.pop(0))  # IREE's own kernels for this class came out wrong at batch 32
+        later += [*splits,
                   Formulation("im2col", computation=lambda *a: _im2col_weight_gradient(s, a, 1),
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
