@@ -8,6 +8,7 @@ import torch
 
 from boo_core import BooOpRegistry, Target
 from boo_core.kernels.chain import compile_formulations
+from boo_core.verify.numerics import compare
 from boo_ops_matmul import MatmulSignature
 
 CUDA = Target.parse("cuda:sm_80")
@@ -23,16 +24,16 @@ def formulations(signature, target=CUDA):
     "gemmfp16 -m 64 -n 128 -k 32 -v 1 --bias 1 --activation relu",
 ])
 def test_every_cuda_formulation_computes_the_reference(command):
-    # On float32 copies of the inputs (f32_compute computes in float32 whatever it is given),
-    # against the reference in float64.
+    # In the signature's dtype, as the kernels compute, against the reference in float64
+    # within BOO's dtype-aware tolerance.
     signature = BooOpRegistry.parse_command(command)
-    args = [a.float() for a in signature.get_sample_args()]
+    args = signature.get_sample_args()
     expected = signature.reference(*(a.double() for a in args))
     for formulation in formulations(signature):
         if formulation.computation is not None:
-            got = formulation.computation(*args).double()
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item(),
-                                       msg=formulation.name)
+            result = compare(formulation.name, formulation.computation(*args), expected,
+                             accumulation_length=signature.accumulation_length)
+            assert result.passed, str(result)
 
 
 def test_the_racy_class_gets_the_padded_formulation_first():
