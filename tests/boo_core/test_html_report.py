@@ -99,6 +99,20 @@ def test_a_winner_that_did_not_pass_is_flagged_everywhere(tmp_path):
     assert 'class="bar flagged" data-kernel="' + CONV + '" data-series="tuned"' in html
 
 
+def test_a_kernel_without_a_winner_or_with_two_is_flagged(tmp_path):
+    rows = tune_rows()
+    for row in rows:
+        if row["func_name"] == GEMM:
+            row["winner"] = "1"
+        if row["func_name"] == NORM:
+            row["winner"] = "0"
+    _, gemm, norm = read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows)).kernels
+    assert gemm.warnings == ["2 candidates marked winner: default, default/wg128x128_k64_s3"]
+    assert norm.warnings == ["no winner: no candidate passed, or the tune did not finish"]
+    assert [t.series for t in norm.timed] == ["default", "torch"]
+    assert bar_note("tune", norm, norm.get("torch")) == "1.14× faster than default"
+
+
 def test_row_flags_mark_winners_wrong_and_failed_candidates():
     assert row_flag("tune", {"verdict": "pass", "winner": "1"}) == ("winner", "★ winner")
     assert row_flag("tune", {"verdict": "pass", "winner": "0"}) == ("", "")

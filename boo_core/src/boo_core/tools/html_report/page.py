@@ -133,7 +133,7 @@ def _tune_summary(section: Section, peak_flops: float | None, peak_bandwidth: fl
             _time_cell(torch_us), _ratio_cell(t_us / torch_us if t_us and torch_us else None),
             _cell(f"{tflops:.4g}" if tflops else "", tflops), _cell(f"{gbps:.4g}" if gbps else "", gbps),
             _cell(f"{pct:.1f}" if pct is not None else "", pct)])
-        rows.append(("flagged" if k.warnings and (not tuned or not tuned.ok) else "", cells))
+        rows.append(("flagged" if k.warnings else "", cells))
     return _table(headers, rows, "summary")
 
 

@@ -180,24 +180,25 @@ def is_wrong(verdict: str) -> bool:
 
 def _tune_kernels(path: Path, rows: list[dict[str, str]]) -> list[Kernel]:
     kernels: dict[tuple[str, ...], Kernel] = {}
-    times: dict[int, dict[str, float | None]] = {}
-    torch_times: dict[int, float | None] = {}
+    times: dict[tuple[str, ...], dict[str, float | None]] = {}  # per kernel, per candidate
+    torch_times: dict[tuple[str, ...], float] = {}
     for line, row in enumerate(rows, start=2):
-        kernel = _kernel_for(kernels, (row["func_name"], row.get("device", ""), row.get("target", "")), row)
+        key = (row["func_name"], row.get("device", ""), row.get("target", ""))
+        kernel = _kernel_for(kernels, key, row)
         kernel.rows.append(row)
         _cost(path, line, kernel, row)
-        times.setdefault(id(kernel), {})[row["candidate"]] = number(path, line, row, "time_us")
+        times.setdefault(key, {})[row["candidate"]] = number(path, line, row, "time_us")
         torch_us = number(path, line, row, "torch_us")
         if torch_us is not None:
-            torch_times[id(kernel)] = torch_us
-    for kernel in kernels.values():
+            torch_times[key] = torch_us
+    for key, kernel in kernels.items():
         kernel.reference = DEFAULT_CANDIDATE
         default = next((r for r in kernel.rows if r["candidate"] == DEFAULT_CANDIDATE), None)
         winners = [r for r in kernel.rows if r["winner"] == "1"]
         if default is None:
             kernel.warnings.append(f"no candidate named {DEFAULT_CANDIDATE!r}: no speed-up to show")
         else:
-            kernel.timed.append(Timed("default", "default", times[id(kernel)][DEFAULT_CANDIDATE],
+            kernel.timed.append(Timed("default", "default", times[key][DEFAULT_CANDIDATE],
                                       ok=not is_wrong(default["verdict"]), note=default["verdict"]))
         if len(winners) > 1:
             kernel.warnings.append(f"{len(winners)} candidates marked winner: "
@@ -208,12 +209,12 @@ def _tune_kernels(path: Path, rows: list[dict[str, str]]) -> list[Kernel]:
             if not ok:
                 kernel.warnings.append(f"winner {winner['candidate']!r} has verdict {winner['verdict']!r}: "
                                        "a candidate that did not pass must never win")
-            kernel.timed.append(Timed("tuned", f"tuned: {winner['candidate']}",
-                                      times[id(kernel)][winner["candidate"]], ok=ok, note=winner["verdict"]))
+            kernel.timed.append(Timed("tuned", f"tuned: {winner['candidate']}", times[key][winner["candidate"]],
+                                      ok=ok, note=winner["verdict"]))
         else:
-            kernel.warnings.append("no winner: no candidate passed")
-        if id(kernel) in torch_times:
-            kernel.timed.append(Timed("torch", "torch", torch_times[id(kernel)]))
+            kernel.warnings.append("no winner: no candidate passed, or the tune did not finish")
+        if key in torch_times:
+            kernel.timed.append(Timed("torch", "torch", torch_times[key]))
     return list(kernels.values())
 
 
