@@ -9,10 +9,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from boo_core import Formulation
+from boo_core.testing import isolated_registry
+from boo_core.tools import tune
 from boo_core.tools.cli import main
 from boo_core.tools.html_report import (
     DRIVER_REQUIRED,
     TUNE_COLUMNS,
+    TUNE_REQUIRED,
     ResultsFileError,
     build_report,
     read_results,
@@ -22,7 +26,11 @@ from boo_core.tools.html_report.charts import Bars, Point, Roofline, bar_note, r
 from boo_core.tools.html_report.page import percent_of_peak, row_flag
 from boo_core.tools.html_report.svg import LogScale, ratio
 from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
+from boo_core.tune.peaks import Peaks
+from boo_core.tune.tuner import TuneOptions, Tuner
 
+from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
+from .fake_plugins.wrong_kernel import TRIPLE
 from .report_csvs import (
     CONV,
     DRIVER,
@@ -38,8 +46,9 @@ from .report_csvs import (
 )
 
 
-def test_the_driver_columns_the_report_needs_are_the_drivers():
+def test_the_columns_the_report_needs_are_those_the_tools_write():
     assert set(DRIVER_REQUIRED) <= set(DRIVER_COLUMNS)
+    assert set(TUNE_REQUIRED) <= set(TUNE_COLUMNS) and TUNE_COLUMNS is tune.TUNE_COLUMNS
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -97,6 +106,25 @@ def test_a_winner_that_did_not_pass_is_flagged_everywhere(tmp_path):
     assert '<div class="warnings"><strong>Flagged</strong>' in html and "must never win" in html
     assert 'class="point flagged" data-kernel="' + CONV + '" data-series="tuned"' in html
     assert 'class="bar flagged" data-kernel="' + CONV + '" data-series="tuned"' in html
+
+
+def test_the_baseline_is_the_plain_candidate_the_speedups_are_relative_to(tmp_path):
+    # On a GPU the op's first formulation may be wrong: boo tune then measures speed-ups
+    # against the first plain candidate that passed.
+    rows = [row for row in tune_rows() if row["func_name"] == CONV]
+    rows[0].update(verdict="fail: 40 elements out of tolerance", speedup="")
+    rows.insert(1, {**rows[1], "candidate": "f32_compute", "formulation": "f32_compute", "flags": "",
+                    "time_us": "4916.0", "speedup": "1", "winner": "0"})
+    for row in rows[2:]:
+        row["speedup"] = f"{4916.0 / float(row['time_us']):.4g}" if row["time_us"] else ""
+    conv = read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows)).kernels[0]
+    default, tuned = conv.get("default"), conv.get("tuned")
+    assert (default.label, default.time_us, default.ok) == ("default: f32_compute", 4916.0, True)
+    assert bar_note("tune", conv, tuned) == "18.6× faster than default"
+    assert row_flag("tune", rows[0]) == ("flagged", "✗ wrong")
+    rows[1]["speedup"] = ""  # no speed-ups written: the candidate named default
+    conv = read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows)).kernels[0]
+    assert (conv.get("default").label, conv.get("default").ok) == ("default", False)
 
 
 def test_a_kernel_without_a_winner_or_with_two_is_flagged(tmp_path):
@@ -285,6 +313,27 @@ def test_every_kernel_row_and_candidate_is_tabled(tmp_path):
     assert ("flagged", "✗ wrong", CONV) in candidates and ("muted", "not timed", NORM) in candidates
     assert f"<td>{CONV}</td><td>conv</td><td>fwd</td>" in html  # the kernel summary
     assert '<td data-v="6.879245' in html  # its speed-up, sortable as a number
+
+
+def test_a_csv_the_real_tuner_wrote_is_reported(private_cache, tmp_path):
+    wrong_fast = Formulation("wrong_fast", mlir=lambda: TRIPLE.format(name=signature.func_name, n=signature.size))
+    plugin = ScalePlugin(formulations=lambda s, t: (Formulation("default"), wrong_fast,
+                                                    Formulation("halved", computation=lambda x: (x * 0.5) * 4.0)))
+    signature = ScaleSignature(4096)
+    with isolated_registry({"scale": plugin}):
+        [result] = Tuner(TuneOptions(iterations=3, warmup=1)).tune([(signature.to_command(), signature)])
+    path = write_csv(tmp_path / "tune.csv", TUNE_COLUMNS, tune.tune_rows(result, Peaks(0.05, 5.0)))
+    results = read_results(path)
+    [kernel] = results.kernels
+    assert (results.kind, results.peak_tflops, results.peak_gbps) == ("tune", 0.05, 5.0)
+    assert [(t.series, t.label, t.ok) for t in kernel.timed] == [
+        ("default", "default", True), ("tuned", f"tuned: {result.winner}", True), ("torch", "torch", True)]
+    assert kernel.get("tuned").time_us == pytest.approx(result.result(result.winner).time_us, rel=1e-3)
+    assert not kernel.warnings
+    flags = {row["candidate"]: row_flag("tune", row)[1] for row in results.rows}
+    assert flags["wrong_fast"] == "✗ wrong" and flags[result.winner] == "★ winner"
+    html = build_report([results])
+    assert html.count('class="point"') == 3 and 'data-tflops="0.05"' in html
 
 
 # -- the verb -------------------------------------------------------------------------------------

@@ -15,18 +15,16 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import BooError
+from ..tune import TUNE_COLUMNS
 
-#: The columns ``boo tune --csv`` writes, in order.
-TUNE_COLUMNS: tuple[str, ...] = (
-    "func_name", "command", "op", "mode", "target", "device", "candidate", "formulation", "config", "flags",
-    "compile_s", "verdict", "time_us", "tflops", "gbps", "pct_peak", "peak_tflops", "peak_gbps", "speedup",
-    "winner", "torch_us", "flops", "bytes", "error",
-)
-#: What the report needs of each kind; other columns are shown when present.
+__all__ = ["TUNE_COLUMNS", "Kernel", "Results", "ResultsFileError", "Timed", "baseline_row", "read_results"]
+
+#: What the report needs of each kind (``boo tune`` writes TUNE_COLUMNS, ``boo driver`` the
+#: DRIVER_COLUMNS of tools/report.py); other columns are shown when present.
 TUNE_REQUIRED: tuple[str, ...] = ("func_name", "candidate", "verdict", "time_us", "winner", "flops", "bytes")
 DRIVER_REQUIRED: tuple[str, ...] = ("func_name", "backend", "device", "status", "median_us", "flops", "bytes")
 
-#: The candidate a tune times first: the op's first formulation, untuned.
+#: The op's first formulation, untuned: the baseline unless it failed (see :func:`baseline_row`).
 DEFAULT_CANDIDATE = "default"
 
 Kind = Literal["tune", "driver"]
@@ -178,6 +176,28 @@ def is_wrong(verdict: str) -> bool:
     return verdict.lower().startswith("fail")
 
 
+def baseline_row(rows: list[dict[str, str]]) -> dict[str, str] | None:
+    """The candidate an untuned launch uses, which the tune's speed-ups are relative to.
+
+    ``boo tune`` takes the first plain candidate (no config, no flags) that passed: the row
+    with ``speedup`` 1 and neither ``config`` nor ``flags``. Without one (nothing passed, no
+    speed-ups written), the candidate named ``default``.
+    """
+    for row in rows:
+        speedup = row.get("speedup", "")
+        if (row["verdict"] == "pass" and not row.get("config") and not row.get("flags") and speedup
+                and _is_one(speedup)):
+            return row
+    return next((r for r in rows if r["candidate"] == DEFAULT_CANDIDATE), None)
+
+
+def _is_one(text: str) -> bool:
+    try:
+        return abs(float(text) - 1) < 1e-3
+    except ValueError:
+        return False
+
+
 def _tune_kernels(path: Path, rows: list[dict[str, str]]) -> list[Kernel]:
     kernels: dict[tuple[str, ...], Kernel] = {}
     times: dict[tuple[str, ...], dict[str, float | None]] = {}  # per kernel, per candidate
@@ -193,13 +213,14 @@ def _tune_kernels(path: Path, rows: list[dict[str, str]]) -> list[Kernel]:
             torch_times[key] = torch_us
     for key, kernel in kernels.items():
         kernel.reference = DEFAULT_CANDIDATE
-        default = next((r for r in kernel.rows if r["candidate"] == DEFAULT_CANDIDATE), None)
+        default = baseline_row(kernel.rows)
         winners = [r for r in kernel.rows if r["winner"] == "1"]
         if default is None:
-            kernel.warnings.append(f"no candidate named {DEFAULT_CANDIDATE!r}: no speed-up to show")
+            kernel.warnings.append(f"no baseline: no plain candidate passed and none is named {DEFAULT_CANDIDATE!r}")
         else:
-            kernel.timed.append(Timed("default", "default", times[key][DEFAULT_CANDIDATE],
-                                      ok=not is_wrong(default["verdict"]), note=default["verdict"]))
+            name = default["candidate"]
+            kernel.timed.append(Timed("default", "default" if name == DEFAULT_CANDIDATE else f"default: {name}",
+                                      times[key][name], ok=not is_wrong(default["verdict"]), note=default["verdict"]))
         if len(winners) > 1:
             kernel.warnings.append(f"{len(winners)} candidates marked winner: "
                                    f"{', '.join(r['candidate'] for r in winners)}")
