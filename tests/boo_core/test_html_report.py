@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 
 import pytest
 
@@ -305,14 +306,49 @@ def test_given_peaks_override_the_recorded_ones_and_apply_to_every_section(tmp_p
     assert html.count('data-gbps="100"') == 2 and "ridge 100 FLOP/B" in html
 
 
-def test_every_kernel_row_and_candidate_is_tabled(tmp_path):
+class Tables(HTMLParser):
+    """Each table of a page: its class and its body rows as (row class, cell texts)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, list[tuple[str, list[str]]]]] = []
+        self._row: tuple[str, list[str]] | None = None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append((dict(attrs)["class"], []))
+        elif tag == "tr":
+            self._row = (dict(attrs).get("class") or "", [])
+        elif tag in ("td", "th") and self._row is not None:
+            self._row[1].append("")
+
+    def handle_endtag(self, tag):
+        if tag == "tr" and self._row is not None:
+            self.tables[-1][1].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._row is not None and self._row[1]:
+            self._row[1][-1] += data
+
+
+def test_every_kernel_and_candidate_is_tabled(tmp_path):
     html = build_report([read_results(write_tune_csv(tmp_path / "tune.csv"))])
-    rows = re.findall(r"<tr( class=\"(\w+)\")?><td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td>", html)
-    candidates = [(cls, badge, name) for _, cls, badge, name in rows if name in TUNE]
-    assert len(candidates) == sum(len(c[-1]) for c in TUNE.values())
-    assert ("flagged", "✗ wrong", CONV) in candidates and ("muted", "not timed", NORM) in candidates
-    assert f"<td>{CONV}</td><td>conv</td><td>fwd</td>" in html  # the kernel summary
-    assert '<td data-v="6.879245' in html  # its speed-up, sortable as a number
+    (summary_class, summary), (rows_class, rows) = Tables(html).tables
+    assert (summary_class, rows_class) == ("sortable summary", "sortable rows")
+    assert summary[0][1][:8] == ["kernel", "op", "mode", "device", "target", "winner", "default", "tuned"]
+    assert summary[1] == ("", [CONV, "conv", "fwd", "NVIDIA H100 80GB HBM3", "cuda:sm_90", "im2col", "1.82 ms",
+                               "265 µs", "6.88×", "24 µs", "11×", "27.92", "96.98", "2.9"])
+    assert len(summary) == 1 + len(TUNE)
+    assert rows[0][1][:4] == ["flag", "func_name", "candidate", "formulation"]
+    flagged = [(cls, cells[0], cells[1], cells[2]) for cls, cells in rows[1:]]
+    assert len(flagged) == sum(len(c[-1]) for c in TUNE.values())
+    assert flagged[:4] == [("", "", CONV, "default"), ("winner", "★ winner", CONV, "im2col"),
+                           ("flagged", "✗ wrong", CONV, "default/wg128x128_k64_s3"),
+                           ("flagged", "✗ compile error", CONV, "explicit_pad")]
+    assert ("muted", "not timed", NORM, "default/rows8") in flagged
+    assert '<td data-v="6.879245' in html  # the speed-up sorts as a number
 
 
 def test_a_csv_the_real_tuner_wrote_is_reported(private_cache, tmp_path):

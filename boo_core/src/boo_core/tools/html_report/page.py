@@ -93,10 +93,15 @@ def geomean(values: Sequence[float]) -> float | None:
 # -- tables ---------------------------------------------------------------------------------------
 
 
+#: Longer cell texts (configs, errors, commands) wrap; others stay on one line.
+LONG = 60
+
+
 def _cell(value: str, sort: float | None = None, cls: str = "") -> str:
     data = f' data-v="{sort:.9g}"' if sort is not None else ""
     klass = f' class="{cls}"' if cls else ""
-    return f"<td{data}{klass}>{text(value)}</td>"
+    content = f'<div class="long">{text(value)}</div>' if len(value) > LONG else text(value)
+    return f"<td{data}{klass}>{content}</td>"
 
 
 def _time_cell(us: float | None) -> str:
@@ -260,7 +265,8 @@ def _valid(kernel: Kernel, series: str) -> Timed | None:
 
 
 def _facts(section: Section, peak_flops: float | None, peak_bandwidth: float | None) -> str:
-    facts = [f"{len(section.kernels)} kernels"]  # ratios below leave out wrong and failed runs
+    # The ratios leave out wrong and failed runs.
+    facts = [f"{len(section.kernels)} kernel{'' if len(section.kernels) == 1 else 's'}"]
     if section.kind == "tune":
         speedups = [d.time_us / t.time_us for k in section.kernels
                     if (d := _valid(k, "default")) and (t := _valid(k, "tuned"))]
@@ -303,7 +309,8 @@ th[data-dir=asc]::after{content:" ▲"}th[data-dir=desc]::after{content:" ▼"}
 td[data-v]{text-align:right;font-variant-numeric:tabular-nums}
 tr.flagged td{background:#fdecea}tr.flagged td:first-child{color:#c0392b;font-weight:600}
 tr.winner td{background:#eaf6ec}tr.winner td:first-child{color:#1e7b34;font-weight:600}tr.muted td{color:#888}
-.scroll{overflow-x:auto}td{max-width:340px;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}table{width:max-content}td{white-space:nowrap}
+td .long{white-space:normal;overflow-wrap:anywhere;max-width:36em}
 """
 
 SORT_SCRIPT = """
