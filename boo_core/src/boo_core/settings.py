@@ -138,7 +138,7 @@ SETTINGS: tuple[Setting, ...] = (
             "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
             "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)"),
     Setting("substitutions", "BOO_SUBSTITUTIONS", _optional_path, _const(None), "empty",
-            "a directory of replacement executables, `<target>/<func_name>/sources|configurations|binaries/"
+            "a directory of replacement executables: `<target>/<func_name>/{sources,configurations,binaries}/"
             "<executable>.<ext>` (docs/cli.md); their content is part of the cache key, and substituted kernels "
             "are always verified"),
     Setting("use_tuned", "BOO_USE_TUNED", _boolean, _const(True), "`1`",

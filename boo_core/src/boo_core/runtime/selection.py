@@ -6,6 +6,11 @@ BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY
 default) it reads the verdict recorded for this device model, or checks the kernel against
 PyTorch now and records the verdict. The first candidate that compiles and passes serves.
 
+Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first; a user's
+replaces the chain (applied to each formulation in turn). A substituted candidate is always
+verified, whatever ``BOO_VERIFY`` says; a user's that fails raises
+:class:`~boo_core.errors.SubstitutionError` instead of falling back.
+
 Recorded outcomes are read before any work: a formulation whose compile failed before
 (``failed.json``) or whose kernel failed verification on this device model is skipped
 without compiling or loading it. When every formulation fails to compile, the call raises a

@@ -14,7 +14,8 @@ docs/cli.md (``boo dump``, substitution) and docs/gpu.md (the CUDA kernel ABI) d
 
 from ..errors import SubstitutionError
 from .dump import KernelDump, dump_kernel
-from .executables import KernelExecutables
+from .executables import KernelExecutables, executables_of
+from .external import external_source
 from .mlir_text import Binding, Executable, Export, sanitize_symbol
 from .substitution import STAGES, Substitution
 
@@ -28,5 +29,7 @@ __all__ = [
     "Substitution",
     "SubstitutionError",
     "dump_kernel",
+    "executables_of",
+    "external_source",
     "sanitize_symbol",
 ]

@@ -47,7 +47,7 @@ def user_substitution(signature: Any, target: Target, explicit: Substitution | s
     if not root.is_dir():
         raise SubstitutionError(f"BOO_SUBSTITUTIONS={root}: not a directory")
     directory = kernel_directory(root, target, signature)
-    return Substitution.from_directory(directory) if directory.is_dir() else None
+    return Substitution.from_directory(directory, name=str(directory)) if directory.is_dir() else None
 
 
 def library_substitutions(signature: Any, target: Target) -> list[Substitution]:

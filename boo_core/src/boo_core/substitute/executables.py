@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import SubstitutionError
 from ..kernels.compiler import run_compile
 from ..kernels.target import Target
 from .mlir_text import Executable, parse_executable
@@ -44,6 +45,26 @@ def read_dumped_sources(directory: Path) -> dict[str, Executable]:
         executable = parse_executable(path.read_text())
         found[executable.name] = executable
     return found
+
+
+def executables_of(signature: Any, target: Target | str, formulation: str | None = None) -> KernelExecutables:
+    """``signature``'s executables on ``target`` (formulation ``formulation``, default the
+    op's first): what substitution files must be named after, and what they replace."""
+    from ..kernels.request import KernelRequest
+    from ..plugins.registry import BooOpRegistry
+
+    target = target if isinstance(target, Target) else Target.parse(target)
+    chosen = None
+    if formulation is not None:
+        chosen = next((f for f in BooOpRegistry.default().formulations(signature, target) if f.name == formulation),
+                      None)
+        if chosen is None:
+            raise SubstitutionError(f"{signature.func_name} has no formulation {formulation!r} on {target.name}")
+    request = KernelRequest.create(signature, target, chosen)
+    with tempfile.TemporaryDirectory(prefix="boo-source-") as scratch:
+        mlir_path = Path(scratch) / "source.mlir"
+        mlir_path.write_text(request.source())
+        return kernel_executables(request, mlir_path)
 
 
 def kernel_executables(request: Any, mlir_path: Path) -> KernelExecutables:

@@ -62,6 +62,7 @@ class Export:
     workgroup_local_memory: int | None = None
     workgroup_count: tuple[int, ...] | None = None  # when the count region returns constants
     count_region: str = ""  # the region's text, verbatim
+    count_arguments: str = ""  # the region's arguments, verbatim: "%arg0: !hal.device"
     pipeline: str = ""  # the translation pipeline IREE chose (configured sources)
     lowering_configs: tuple[str, ...] = ()
 
@@ -82,6 +83,7 @@ class Executable:
     format: str = ""  # "embedded-elf-x86_64", "cuda-nvptx-fb"
     exports: tuple[Export, ...] = ()
     text: str = field(default="", repr=False)  # the op as printed, when read from one file
+    target: str = field(default="", repr=False)  # the variant's target attribute, verbatim: <"cuda", ...>
 
     def export(self, name: str) -> Export | None:
         return next((e for e in self.exports if e.name == name), None)
@@ -136,6 +138,7 @@ def _parse_export(text: str, match: re.Match[str]) -> Export:
     region = ""
     line_end = text.find("\n", layout_end)
     header = text[layout_end: len(text) if line_end < 0 else line_end]
+    arguments = re.match(r"\s*count\(([^)]*)\)", header)
     if header.rstrip().endswith("{"):  # a count region follows, closed by "}" or "} <properties>"
         indent = len(text[text.rfind("\n", 0, match.start()) + 1: match.start()])
         closing = re.compile(rf"^ {{{indent}}}\}}(?: <(.*)>)?\s*$", re.MULTILINE)
@@ -156,7 +159,8 @@ def _parse_export(text: str, match: re.Match[str]) -> Export:
     if m := re.search(r"workgroup_local_memory = (\d+)", properties):
         local_memory = int(m.group(1))
     return Export(match.group(1), int(match.group(2)), layout, bindings, int(constants.group(1)) if constants else 0,
-                  workgroup_size, subgroup, local_memory, count, region.strip("\n"))
+                  workgroup_size, subgroup, local_memory, count, region.strip("\n"),
+                  arguments.group(1) if arguments else "")
 
 
 def parse_executable(text: str) -> Executable:
@@ -168,8 +172,12 @@ def parse_executable(text: str) -> Executable:
     exports = tuple(_parse_export(text, m) for m in _EXPORT.finditer(text))
     functions = _function_details(text)
     exports = tuple(_with_function(e, functions.get(e.name)) for e in exports)
+    target = ""
+    if variant:
+        start = text.index("target(", variant.start()) + len("target(")
+        target = text[start: _balanced(text, start) - 1]
     return Executable(header.group(2), variant.group(1) if variant else "", variant.group(2) if variant else "",
-                      variant.group(3) if variant else "", exports, text)
+                      variant.group(3) if variant else "", exports, text, target)
 
 
 @dataclass(frozen=True)

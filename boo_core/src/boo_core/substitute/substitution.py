@@ -139,8 +139,10 @@ class Substitution:
         return hashlib.sha256(f"built:{self.key}".encode()).hexdigest()
 
     def key_material(self) -> dict[str, Any]:
-        """The cache-key entry: digest, origin, the formulation it applies to."""
-        return {"digest": self.digest, "origin": self.origin, "name": self.name, "formulation": self.formulation}
+        """The cache-key entry: digest, origin (a plugin's version included), the
+        formulation it applies to. Not the name or the location: the same files anywhere
+        are the same kernel."""
+        return {"digest": self.digest, "origin": self.origin, "formulation": self.formulation}
 
     def materialize(self, executables: KernelExecutables) -> dict[str, bytes]:
         """The files (calling ``build`` when the substitution is built on demand)."""

@@ -28,7 +28,7 @@ from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
 from ..runtime.timing import timer_for
-from ..settings import configure, get_settings
+from ..settings import get_settings, settings_override
 from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
 from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
@@ -477,12 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        if getattr(args, "substitutions", None):
-            root = Path(args.substitutions)
-            if not root.is_dir():
-                raise UsageError(f"--substitutions {root}: not a directory")
-            configure(substitutions=root)
-        return args.func(args, extra)
+        with contextlib.ExitStack() as stack:
+            if getattr(args, "substitutions", None):
+                root = Path(args.substitutions)
+                if not root.is_dir():
+                    raise UsageError(f"--substitutions {root}: not a directory")
+                stack.enter_context(settings_override(substitutions=root))
+            return args.func(args, extra)
     except UsageError as e:
         print(f"boo {args.subcommand}: error: {e}", file=sys.stderr)
         return USAGE_EXIT
