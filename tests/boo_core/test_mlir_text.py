@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from boo_core.substitute.mlir_text import parse_executable, sanitize_symbol, split_executables
 
+EXPORT0 = ("      hal.executable.export public @k$async_dispatch_0_matmul ordinal(0) layout(#hal.pipeline.layout<"
+           'constants = 2, bindings = [#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">, '
+           "#hal.pipeline.binding<storage_buffer, Indirect>], flags = Indirect>) "
+           "count(%arg0: !hal.device, %arg1: index) -> (index, index, index) {")
+EXPORT1 = ("      hal.executable.export public @k$async_dispatch_1_copy ordinal(0) layout(#hal.pipeline.layout<"
+           "bindings = [#hal.pipeline.binding<storage_buffer>]>) count(%arg0: !hal.device) -> (index, index, index) {")
 TRANSLATED = """module {
   hal.executable private @k$async_dispatch_0 {
     hal.executable.variant public @cuda_nvptx_fb target(<"cuda", "cuda-nvptx-fb", {note = "a (b) <c>"}>) {
-      hal.executable.export public @k$async_dispatch_0_matmul ordinal(0) layout(#hal.pipeline.layout<constants = 2, bindings = [#hal.pipeline.binding<storage_buffer, "ReadOnly|Indirect">, #hal.pipeline.binding<storage_buffer, Indirect>], flags = Indirect>) count(%arg0: !hal.device, %arg1: index) -> (index, index, index) {
+{export0}
         %c1 = arith.constant 1 : index
         %0 = affine.apply affine_map<()[s0] -> (s0 ceildiv 64)>()[%arg1]
         hal.return %0, %c1, %c1 : index, index, index
@@ -16,7 +22,7 @@ TRANSLATED = """module {
   }
   hal.executable private @k$async_dispatch_1 {
     hal.executable.variant public @cuda_nvptx_fb target(<"cuda", "cuda-nvptx-fb", {}>) {
-      hal.executable.export public @k$async_dispatch_1_copy ordinal(0) layout(#hal.pipeline.layout<bindings = [#hal.pipeline.binding<storage_buffer>]>) count(%arg0: !hal.device) -> (index, index, index) {
+{export1}
         %c3 = arith.constant 3 : index
         %c1 = arith.constant 1 : index
         hal.return %c3, %c1, %c1 : index, index, index
@@ -24,7 +30,7 @@ TRANSLATED = """module {
     }
   }
 }
-"""
+""".replace("{export0}", EXPORT0).replace("{export1}", EXPORT1)
 
 
 def test_exports_bindings_and_launch_geometry_are_read():

@@ -62,6 +62,14 @@ def test_a_missing_substitution_root_is_a_usage_error(scale_registry, capsys, tm
     assert f"boo driver: error: --substitutions {tmp_path}/nowhere: not a directory" in capsys.readouterr().err
 
 
+def test_dump_explains_itself(capsys):
+    with pytest.raises(SystemExit):
+        main(["dump", "--help"])
+    text = capsys.readouterr().out
+    assert "--to DIR" in text and "--substitutions ROOT" in text and "Examples:\n  boo dump --to dumps" in text
+    assert "ROOT/<target>/<func_name>/sources/<executable>.mlir" in text
+
+
 def test_dump_writes_each_mode_and_reports_failures(scale_registry, private_cache, tmp_path, capsys):
     assert main(["dump", "--to", str(tmp_path / "d"), "scale", "-n", "8", "-F", "0"]) == 0
     out = capsys.readouterr().out

@@ -6,7 +6,7 @@ the translated executables and from there to the module, asking IREE to dump wha
 made on the way. The kernel's directory, ``<root>/<target>/<func_name>/``, holds::
 
     source.mlir              what BOO hands to IREE
-    compile_commands.txt     the two iree-compile commands (the reproducer)
+    compile_commands.txt     the two iree-compile commands (the reproducer; they dump into .iree/)
     kernel.vmfb              the module (executables not linked together: one binary each)
     sources/<exe>.mlir       each executable as IREE formed it        -> substitutable
     configurations/<exe>.mlir  ... with the lowering configuration IREE chose -> substitutable
@@ -99,7 +99,8 @@ def _dump(request: KernelRequest, directory: Path, passed_over: list[tuple[str, 
     if request.substitution is not None:
         substituted, _ = prepare(request, mlir, directory / SUBSTITUTION_DIR)
     dumps = {kind: scratch / kind for kind in _STAGE_DIRS}
-    targets = scratch / "executable-targets.mlir"
+    targets = directory / "intermediates" / "executable-targets.mlir"  # where the second command reads it
+    targets.parent.mkdir()
     first = (*request.flags, *substituted, "--compile-to=executable-targets",
              *(f"--iree-hal-dump-executable-{kind}-to={dumps[kind]}" for kind in ("sources", "configurations",
                                                                                   "benchmarks")))
@@ -111,9 +112,6 @@ def _dump(request: KernelRequest, directory: Path, passed_over: list[tuple[str, 
     run_compile(targets, directory / "kernel.vmfb", second, shown=commands[1])
     executables = _read_executables(targets.read_text(), dumps)
     files = _place_files(executables, dumps, directory)
-    final_targets = directory / "intermediates" / "executable-targets.mlir"
-    final_targets.parent.mkdir(exist_ok=True)
-    targets.replace(final_targets)
     shutil.rmtree(scratch)
     index = _index(request, executables, files, commands, passed_over)
     (directory / "index.json").write_text(json.dumps(index, indent=2) + "\n")
@@ -186,7 +184,7 @@ def _export_json(export: Any, backend: str) -> dict[str, Any]:
         "lowering_configs": list(export.lowering_configs),
         "layout": export.layout,
     }
-    if backend in ("cuda", "rocm"):
+    if backend == "cuda":  # the symbol the CUDA runtime looks the kernel up by (docs/gpu.md)
         data["kernel_name"] = export.kernel_name
     if export.workgroup_count is None:
         data["count_region"] = export.count_region
