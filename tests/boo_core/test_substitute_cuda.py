@@ -112,3 +112,11 @@ def test_an_external_variant_sets_block_grid_and_more_than_48k_of_shared_memory(
     assert (export.workgroup_size, export.workgroup_count, export.workgroup_local_memory) == \
         ((64, 1, 1), (1, 1, 1), SHARED_BYTES)
     assert dump.index["substitution"]["label"] == "external-ptx"
+
+
+def test_an_object_a_source_refers_to_must_be_there(scale):
+    substitution = external()
+    files = {name: data for name, data in substitution.files.items() if not name.startswith("objects/")}
+    with pytest.raises(SubstitutionError, match=r"substitution file external-ptx:sources/.*\.mlir refers to object "
+                                                "'objects/scale.ptx', which is not in the substitution"):
+        KernelRequest.create(SIGNATURE, SM80, substitution=Substitution("external-ptx", files)).fetch()

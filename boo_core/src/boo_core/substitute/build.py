@@ -24,6 +24,7 @@ from .substitution import SEARCH_PATH_FLAG, STAGES, Substitution, stage_files
 SUBSTITUTION_DIR = "substitution"
 _MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)")
+_OBJECT_PATH = re.compile(r'#hal\.executable\.object<\{[^}]*?path = "([^"]+)"')
 
 
 def check_files(substitution: Substitution, files: Mapping[str, bytes], kernel: KernelExecutables) -> None:
@@ -51,6 +52,19 @@ def check_files(substitution: Substitution, files: Mapping[str, bytes], kernel: 
                                         "files; put objects (.ptx, .cubin...) in binaries/")
             if stage == "binaries":
                 _check_object(substitution, relative, files[relative], kernel, executable)
+            elif suffix == ".mlir":
+                _check_references(substitution, relative, files)
+
+
+def _check_references(substitution: Substitution, relative: str, files: Mapping[str, bytes]) -> None:
+    """Objects an MLIR file refers to must be in the substitution (relative paths) or exist."""
+    for path in _OBJECT_PATH.findall(files[relative].decode(errors="replace")):
+        if path in files or (PurePosixPath(path).is_absolute() and Path(path).is_file()):
+            continue
+        where = "a file" if PurePosixPath(path).is_absolute() else "in the substitution"
+        raise SubstitutionError(f"substitution file {substitution.shown_path(relative)} refers to object {path!r}, "
+                                f"which is not {where} (relative object paths are resolved against the "
+                                "substitution's directory)")
 
 
 def _check_object(substitution: Substitution, relative: str, data: bytes, kernel: KernelExecutables,
