@@ -53,6 +53,9 @@ class KernelRequest:
         executables replacing the kernel's own (:mod:`boo_core.substitute`)."""
         from ..plugins.registry import BooOpRegistry, core_source_tag
 
+        if config and substitution is not None:
+            raise ValueError("a kernel takes a tuning configuration or a substitution, not both: both replace "
+                             "IREE's configured executables")
         registry = registry if registry is not None else BooOpRegistry.default()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]

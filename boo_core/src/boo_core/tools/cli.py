@@ -1,12 +1,12 @@
 """The ``boo`` command: MIOpenDriver-style tools over every installed op.
 
 Subcommands: ``ops`` (installed ops), ``driver`` (run and time commands), ``numerics``
-(check them against PyTorch), ``preload`` (compile them into the cache), ``dump`` (their
-executables, for editing and substitution), ``cache`` (``info``, ``clear``, ``path``).
-docs/cli.md is the reference.
+(check them against PyTorch), ``preload`` (compile them into the cache), ``tune`` (sweep
+their configurations), ``dump`` (their executables, for editing and substitution), ``cache``
+(``info``, ``clear``, ``path``). docs/cli.md is the reference.
 
-``driver``, ``numerics``, ``preload`` and ``dump`` take one command, or ``--commands-file FILE`` plus
-arguments appended to each of its commands. Their own options are parsed first; every
+``driver``, ``numerics``, ``preload``, ``tune`` and ``dump`` take one command, or
+``--commands-file FILE`` plus arguments appended to each of its commands. Their own options are parsed first; every
 other argument belongs to the command. An argument after ``--`` always does.
 """
 
