@@ -15,6 +15,7 @@ running nvcc) gives a ``build`` function and a ``key`` that determines what it b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -89,7 +90,6 @@ class Substitution:
     formulation: str | None = None
     origin: str = "user"
     location: Path | None = None
-    description: str = ""
 
     def __post_init__(self) -> None:
         where = f"substitution {self.name!r}"
@@ -130,7 +130,7 @@ class Substitution:
         """How tools show it: the name, and the plugin that supplied it."""
         return self.name if self.origin == "user" else f"{self.name} (from {self.origin})"
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         """What identifies the substitution in cache keys: the files' content, or the
         ``key`` of one built on demand."""
