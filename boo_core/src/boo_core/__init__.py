@@ -19,6 +19,7 @@ from .errors import (
     DeviceError,
     LaunchError,
     PluginError,
+    SubstitutionError,
     UnknownOpError,
     UnsupportedError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "PluginError",
     "Settings",
     "Signature",
+    "SubstitutionError",
     "Target",
     "TensorSpec",
     "UnknownOpError",

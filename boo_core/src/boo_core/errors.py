@@ -59,6 +59,13 @@ class CompileError(BooError):
         self.recordable = recordable
 
 
+class SubstitutionError(CompileError):
+    """Executables given to replace a kernel's own cannot be used: a missing or misnamed
+    file, a file the compiler rejects, or a kernel that failed verification. The message
+    names the file (or the verdict). Never recorded as the key's compile failure: the
+    same check runs again, and fails the same way, until the files change."""
+
+
 class ArgumentError(BooError, ValueError):
     """A tensor passed to a launchable does not match its signature."""
 

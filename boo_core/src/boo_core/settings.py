@@ -137,6 +137,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
             "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
             "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)"),
+    Setting("substitutions", "BOO_SUBSTITUTIONS", _optional_path, _const(None), "empty",
+            "a directory of replacement executables: `<target>/<func_name>/{sources,configurations,binaries}/"
+            "<executable>.<ext>` (docs/cli.md); their content is part of the cache key, and substituted kernels "
+            "are always verified"),
     Setting("use_tuned", "BOO_USE_TUNED", _boolean, _const(True), "`1`",
             "`0`: ignore the tuning database (`boo tune` results)"),
     Setting("compile_strict", "BOO_COMPILE_STRICT", _boolean, _const(False), "`0`",
@@ -156,6 +160,7 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "cache_dir": lambda v: Path(v).expanduser(),
     "tuning_spec": lambda v: None if v is None else Path(v).expanduser(),
+    "substitutions": lambda v: None if v is None else Path(v).expanduser(),
     "extra_compile_flags": lambda v: tuple(shlex.split(v)) if isinstance(v, str) else tuple(v),
     "disabled_plugins": lambda v: _names(v) if isinstance(v, str) else frozenset(v),
     "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
@@ -178,6 +183,7 @@ class Settings:
     cuda_target: str | None = None
     use_backward_kernels: bool = False
     verify: str = "auto"
+    substitutions: Path | None = None
     use_tuned: bool = True
     compile_strict: bool = False
     strict_plugins: bool = False

@@ -17,6 +17,8 @@ class GraphReport:
     ``offloaded`` counts BOO kernel calls by pattern name; ``fallbacks`` counts the aten
     ops left to the nested backend, and ``reasons`` says why, per op, where a pattern
     matched but BOO could not take it (no entry: no pattern claims the op).
+    ``substituted`` names the kernels that run substituted executables (func_name ->
+    the substitution's label).
     """
 
     backend: str
@@ -26,6 +28,7 @@ class GraphReport:
     fallbacks: Counter[str] = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    substituted: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         """The one-line summary logged at INFO."""
@@ -35,6 +38,8 @@ class GraphReport:
         text = (f"{self.backend} graph {self.index} ({self.kind}): {sum(self.offloaded.values())} BOO kernels "
                 f"[{listing(self.offloaded)}]; {sum(self.fallbacks.values())} ops on the nested backend "
                 f"[{listing(self.fallbacks)}]")
+        if self.substituted:
+            text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:
             text += "; not offloaded: " + "; ".join(f"{op}: {why}" for op, why in self.reasons.items())
         if self.note:
@@ -52,6 +57,11 @@ class OffloadSummary:
     def offloaded(self) -> Counter[str]:
         """BOO kernel calls by pattern name, over all graphs."""
         return sum((g.offloaded for g in self.graphs), Counter())
+
+    @property
+    def substituted(self) -> dict[str, str]:
+        """Kernels running substituted executables (func_name -> substitution), over all graphs."""
+        return {k: v for g in self.graphs for k, v in g.substituted.items()}
 
     @property
     def fallbacks(self) -> Counter[str]:

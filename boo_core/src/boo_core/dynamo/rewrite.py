@@ -107,7 +107,9 @@ def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphRepo
     inputs = [n.meta["val"] for n in match.inputs]
     try:
         for signature in pattern.signatures(match.spec, inputs):
-            get_launchable(signature, inputs[0].device)
+            launchable = get_launchable(signature, inputs[0].device)
+            if launchable.substitution is not None:
+                report.substituted[signature.func_name] = launchable.substitution.label
     except BooError as e:
         if get_settings().compile_strict:
             raise

@@ -42,20 +42,25 @@ def compile_formulations(signature: object, target: Target, *, every: bool | Non
     """Compile ``signature``'s formulations for ``target`` (all of them when ``every``, by
     default when the target's kernels are verified; else up to the first that compiles)."""
     from ..plugins.registry import BooOpRegistry
+    from ..substitute.candidates import library_substitutions, ordered, refuse_if_user, user_substitution
 
     every = target_verifies(target) if every is None else every
     outcome = ChainOutcome()
-    for formulation in BooOpRegistry.default().formulations(signature, target):
-        request = KernelRequest.create(signature, target, formulation)
+    user = user_substitution(signature, target)
+    library = library_substitutions(signature, target) if user is None else []
+    for formulation, substitution in ordered(BooOpRegistry.default().formulations(signature, target), user, library):
+        request = KernelRequest.create(signature, target, formulation, substitution=substitution)
+        name = formulation.name + (f" with substitution {substitution.label}" if substitution else "")
         try:
             kernel = request.fetch()
         except CompileError as e:
-            outcome.failed.append((formulation.name, e))
+            refuse_if_user(substitution, signature, "it did not compile", e)
+            outcome.failed.append((name, e))
             continue
-        (outcome.cached if kernel.hit else outcome.compiled).append(formulation.name)
+        (outcome.cached if kernel.hit else outcome.compiled).append(name)
         outcome.seconds += kernel.compile_seconds
         if not outcome.serving:
-            outcome.serving, outcome.directory = formulation.name, str(kernel.directory or "")
+            outcome.serving, outcome.directory = name, str(kernel.directory or "")
             if not every:
                 break
     return outcome

@@ -41,16 +41,21 @@ class KernelRequest:
     flags: tuple[str, ...]
     key: cache.CacheKey
     config: Mapping[str, Any] | None = field(default=None, compare=False)
+    substitution: Any = field(default=None, compare=False)  # boo_core.substitute.Substitution
 
     @classmethod
     def create(cls, signature: Any, target: Target, formulation: Formulation | None = None, *,
                registry: Any = None, config: Mapping[str, Any] | None = None,
-               extra_flags: tuple[str, ...] = ()) -> KernelRequest:
+               extra_flags: tuple[str, ...] = (), substitution: Any = None) -> KernelRequest:
         """The request for ``signature`` on ``target`` built by ``formulation`` (default:
         the op's first). ``config`` is a tuning candidate's configuration (see
-        :mod:`boo_core.tune`), ``extra_flags`` a candidate's flags."""
+        :mod:`boo_core.tune`), ``extra_flags`` a candidate's flags, ``substitution``
+        executables replacing the kernel's own (:mod:`boo_core.substitute`)."""
         from ..plugins.registry import BooOpRegistry, core_source_tag
 
+        if config and substitution is not None:
+            raise ValueError("a kernel takes a tuning configuration or a substitution, not both: both replace "
+                             "IREE's configured executables")
         registry = registry if registry is not None else BooOpRegistry.default()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]
@@ -74,8 +79,10 @@ class KernelRequest:
             "tuning_spec": spec_digest,
             "format": cache.CACHE_FORMAT,
         }
+        if substitution is not None:  # only then, so that other kernels keep their keys
+            material["substitution"] = substitution.key_material()
         key = cache.CacheKey.create(signature.func_name, material)
-        return cls(signature, target, formulation, flags, key, config)
+        return cls(signature, target, formulation, flags, key, config, substitution)
 
     def source(self) -> str:
         """The MLIR to compile (the formulation's; a configuration applies later, to the
@@ -88,6 +95,10 @@ class KernelRequest:
             raise CompileError(
                 f"{self.signature.func_name} is not in the kernel cache and the IREE compiler is not "
                 "installed (pip install iree-base-compiler, or pre-populate the cache where it is)")
+        if self.substitution is not None:
+            from ..substitute.build import build
+
+            return build(self, entry, output)
         mlir_path = entry.write_text(cache.MLIR_FILE, self.source())
         flags = self.flags
         if self.config:
@@ -113,6 +124,8 @@ class KernelRequest:
         settings = get_settings()
         details = {"formulation": self.formulation.name, "func_name": self.signature.func_name,
                    "config": dict(self.config) if self.config else None}
+        if self.substitution is not None:
+            details["substitution"] = {"label": self.substitution.label, **self.substitution.key_material()}
         if not settings.cache_enabled:
             return cache.build_uncached(self.key, self.build, details)
         return cache.fetch_or_build(settings.cache_dir, self.key, self.build, details, rebuild=rebuild)

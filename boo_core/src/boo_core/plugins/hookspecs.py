@@ -16,12 +16,15 @@ only the ones it names); hooks evolve only by gaining parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from ..kernels.target import Target
+    from ..signatures.signature import Signature
+    from ..substitute.substitution import Substitution
     from .opspec import OpSpec
 
 PROJECT_NAME = "boo"
@@ -45,4 +48,27 @@ def boo_register_ops(register: Callable[[OpSpec], None]) -> None:
         Two plugins that claim the same keyword make that keyword unusable, with an error
         naming both.
     :return: Nothing; the return value is ignored.
+    """
+
+
+@hookspec
+def boo_kernel_substitutions(signature: Signature, target: Target) -> Sequence[Substitution] | Substitution | None:
+    """Executables this plugin supplies in place of IREE's own for one kernel.
+
+    Any plugin may answer for any op's signatures (a kernel library adds kernels to ops it
+    does not own), so check the signature's type and fields and return None for the rest.
+    BOO calls this hook each time it sets up a kernel (before the cache lookup), never on a
+    call's hot path: keep it cheap, and give a :class:`~boo_core.substitute.Substitution`
+    with ``build`` and ``key`` when making the files is expensive (``build`` runs only on a
+    cache miss, with the kernel's executables).
+
+    Every plugin's answers are candidates, in plugin name order and then in the order each
+    returns them, tried before the op's own formulations; each is verified against PyTorch
+    on first use per device model, and one that does not compile or verify is passed over
+    (the op's formulations then serve). No answer displaces another's.
+
+    :param signature: The kernel's signature.
+    :param target: The compile target (``target.backend``: ``llvm-cpu``, ``cuda``, ``rocm``;
+        ``target.arch``: ``host``, ``sm_80``...).
+    :return: A substitution, a sequence of them, or None.
     """

@@ -194,6 +194,32 @@ class BooPlugins:
         return collected
 
 
+    def kernel_substitutions(self, signature: Any, target: Any) -> list[Any]:
+        """Every plugin's ``boo_kernel_substitutions`` answers for ``signature`` on ``target``,
+        in plugin name order, each marked with its plugin. A plugin that raises or answers
+        with something else is skipped with a warning naming it (an error under
+        ``BOO_STRICT_PLUGINS=1``): the op's own kernels still serve."""
+        from ..substitute.substitution import Substitution
+
+        found: list[Any] = []
+        for info, caller in sorted(self._callers("boo_kernel_substitutions"), key=lambda pair: pair[0].key):
+            try:
+                answers = caller(signature=signature, target=target)
+                answer = answers[0] if answers else None
+                items = [answer] if isinstance(answer, Substitution) or answer is None else list(answer)
+                if not all(isinstance(item, Substitution) for item in items if item is not None):
+                    raise TypeError(f"returned {answer!r:.80}, not a Substitution, a sequence of them or None")
+            except Exception as e:
+                message = (f"plugin {info.label} failed in boo_kernel_substitutions for {signature.func_name}: "
+                           f"{type(e).__name__}: {e}")
+                if self.strict:
+                    raise PluginError(f"{message} (BOO_STRICT_PLUGINS=1)") from e
+                logger.warning("%s; its substitutions are skipped", message)
+                continue
+            found.extend(item.with_origin(info.label) for item in items if item is not None)
+        return found
+
+
 def call_blamed(info: PluginInfo, what: str, function: Callable[..., Any], *args: Any) -> Any:
     """Call a plugin's function; any failure becomes a :class:`PluginError` naming the plugin."""
     try:

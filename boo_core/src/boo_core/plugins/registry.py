@@ -225,6 +225,11 @@ class OpRegistry:
         entry = self.op_for_signature(signature)
         return entry.compile_flags(signature, target) if entry else ()
 
+    def kernel_substitutions(self, signature: Signature, target: Target) -> list[object]:
+        """What installed plugins supply in place of ``signature``'s executables on ``target``
+        (the ``boo_kernel_substitutions`` hook; see :mod:`boo_core.substitute`)."""
+        return self.plugins.kernel_substitutions(signature, target)
+
     def source_tag(self, signature: Signature) -> str:
         """What identifies the code that builds ``signature``'s kernels (cache keys)."""
         entry = self.op_for_signature(signature)

@@ -76,6 +76,12 @@ class Launchable:
         """The name of the formulation this kernel was built from."""
         return self.request.formulation.name
 
+    @property
+    def substitution(self) -> Any:
+        """The :class:`~boo_core.substitute.Substitution` whose executables this kernel
+        runs instead of IREE's own, or None."""
+        return self.request.substitution if self.request is not None else None
+
     def _load(self) -> None:
         start = time.perf_counter()
         kernel = self.request.fetch()
@@ -223,13 +229,17 @@ _building: dict[Hashable, threading.Lock] = {}
 
 
 def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu", *,
-                   target: str | Target | None = None, formulation: str | None = None) -> Launchable:
+                   target: str | Target | None = None, formulation: str | None = None,
+                   substitutions: Any = None) -> Launchable:
     """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
 
     ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
     ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
     ``formulation`` pins one of the op's formulations by name (no fallback to the others:
-    for scans, the tuner and tests).
+    for scans, the tuner and tests). ``substitutions`` replaces the kernel's executables:
+    a :class:`~boo_core.substitute.Substitution` or its directory (``sources/``,
+    ``configurations/``, ``binaries/``; see docs/cli.md); the kernel is then verified
+    against PyTorch on first use, and refused with its verdict if it fails.
     """
     boo_device = resolve_device(device)
     if target is not None:
@@ -240,8 +250,13 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
         boo_device = dataclasses.replace(boo_device, target=chosen)
     settings = get_settings()
     driver = boo_device.driver_for(signature.flops, settings.cpu_driver)
+    if substitutions is not None and not hasattr(substitutions, "digest"):
+        from ..substitute.substitution import Substitution
+
+        substitutions = Substitution.from_directory(substitutions)
     memory_key = (signature, boo_device.key, boo_device.target, driver, formulation, settings.extra_compile_flags,
-                  settings.tuning_spec, settings.verify, settings.use_tuned, settings.cache_enabled)
+                  settings.tuning_spec, settings.verify, settings.use_tuned, settings.cache_enabled,
+                  settings.substitutions, substitutions.digest if substitutions is not None else None)
     launchable = _launchables.get(memory_key)
     if launchable is not None and not launchable.stale:
         return launchable
@@ -252,7 +267,8 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
         if launchable is None or launchable.stale:
             from .selection import select
 
-            launchable = _launchables[memory_key] = select(signature, boo_device, driver, only=formulation)
+            launchable = _launchables[memory_key] = select(signature, boo_device, driver, only=formulation,
+                                                           substitution=substitutions)
     return launchable
 
 

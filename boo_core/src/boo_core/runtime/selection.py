@@ -6,6 +6,11 @@ BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY
 default) it reads the verdict recorded for this device model, or checks the kernel against
 PyTorch now and records the verdict. The first candidate that compiles and passes serves.
 
+Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first; a user's
+replaces the chain (applied to each formulation in turn). A substituted candidate is always
+verified, whatever ``BOO_VERIFY`` says; a user's that fails raises
+:class:`~boo_core.errors.SubstitutionError` instead of falling back.
+
 Recorded outcomes are read before any work: a formulation whose compile failed before
 (``failed.json``) or whose kernel failed verification on this device model is skipped
 without compiling or loading it. When every formulation fails to compile, the call raises a
@@ -19,6 +24,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import BooError, BooFallbackWarning, CompileError
 from ..kernels.formulation import Formulation
@@ -26,6 +32,7 @@ from ..kernels.request import KernelRequest
 from ..plugins.registry import BooOpRegistry
 from ..settings import get_settings
 from ..signatures.signature import Signature
+from ..substitute.candidates import library_substitutions, ordered, refuse_if_user, user_substitution
 from ..verify import verdicts
 from .devices import BooDevice
 from .launchable import Launchable, ReferenceLaunchable
@@ -57,65 +64,85 @@ class Candidate:
     label: str = ""
     #: Verified on first use per device model whatever BOO_VERIFY says (tuned kernels).
     always_verify: bool = False
+    substitution: Any = None  # boo_core.substitute.Substitution: replacement executables (always verified)
 
     @property
     def name(self) -> str:
+        if self.substitution is not None:
+            return f"{self.formulation.name} with substitution {self.substitution.label}"
         return self.label or self.formulation.name
 
     def request(self, signature: Signature, device: BooDevice) -> KernelRequest:
         return KernelRequest.create(signature, device.target, self.formulation, config=self.config,
-                                    extra_flags=self.flags)
+                                    extra_flags=self.flags, substitution=self.substitution)
 
 
-def candidates(signature: Signature, device: BooDevice, only: str | None = None) -> list[Candidate]:
-    """The candidates in the order they are tried (``only``: that formulation alone)."""
+def candidates(signature: Signature, device: BooDevice, only: str | None = None,
+               substitution: Any = None) -> list[Candidate]:
+    """The candidates in the order they are tried (``only``: that formulation alone).
+    A user substitution (``substitution``, or ``BOO_SUBSTITUTIONS``) applies to every
+    formulation in turn; plugins' substitutions come before the op's own candidates."""
     formulations = BooOpRegistry.default().formulations(signature, device.target)
+    user = user_substitution(signature, device.target, substitution)
     if only is not None:
         chosen = [f for f in formulations if f.name == only]
         if not chosen:
             raise BooError(f"{signature.func_name} has no formulation {only!r} on {device.target.name} "
                            f"(it has: {', '.join(f.name for f in formulations)})")
-        return [Candidate(chosen[0])]
-    found = [Candidate(f) for f in formulations]
+        return [Candidate(chosen[0], substitution=user)]
+    library = library_substitutions(signature, device.target) if user is None else []
+    found = [Candidate(f, substitution=s) for f, s in ordered(formulations, user, library)]
+    if user is not None:
+        return found
     settings = get_settings()
     if settings.use_tuned:
         from ..tune.database import tuned_candidate
 
         tuned = tuned_candidate(signature, device, formulations)
         if tuned is not None:
-            found.insert(0, tuned)
+            found.insert(len(library), tuned)
     return found
 
 
-def select(signature: Signature, device: BooDevice, driver: str, *, only: str | None = None) -> Launchable:
-    """The launchable that serves ``signature`` on ``device`` (module docstring)."""
+def select(signature: Signature, device: BooDevice, driver: str, *, only: str | None = None,
+           substitution: Any = None) -> Launchable:
+    """The launchable that serves ``signature`` on ``device`` (module docstring).
+    Substituted candidates are always verified; a user substitution that fails is an error."""
     verify_all = get_settings().verifies(device.torch_device.type)
     attempts: list[Attempt] = []
-    for candidate in candidates(signature, device, only):
+    for candidate in candidates(signature, device, only, substitution):
         request = candidate.request(signature, device)
-        verify = verify_all or candidate.always_verify
-        if verify:
+        checked = verify_all or candidate.always_verify or candidate.substitution is not None
+        if checked:
             recorded = verdicts.read_verdict(request.directory, device.torch_device)
             if recorded is not None and recorded != verdicts.PASS:
+                refuse_if_user(candidate.substitution, signature, f"it failed verification before ({recorded})")
                 attempts.append(Attempt(candidate.name, "verification", recorded))
                 continue
         try:
             launchable = Launchable(signature, device, request, driver)
         except CompileError as e:
+            refuse_if_user(candidate.substitution, signature, "it did not compile", e)
             attempts.append(Attempt(candidate.name, "compile", e.log_path or str(e).splitlines()[0]))
-            logger.info("%s: formulation %s did not compile; trying the next", signature.func_name, candidate.name)
+            _log(candidate, "%s: %s did not compile; trying the next", signature.func_name, candidate.name)
             continue
-        if verify:
+        if checked:
             verdict = _verdict(launchable)
             if verdict != verdicts.PASS:
+                refuse_if_user(candidate.substitution, signature, f"it failed verification on "
+                               f"{verdicts.device_identity(device.torch_device)} ({verdict})")
                 attempts.append(Attempt(candidate.name, "verification", verdict))
-                logger.info("%s: formulation %s failed verification; trying the next", signature.func_name,
-                            candidate.name)
+                _log(candidate, "%s: %s failed verification; trying the next", signature.func_name, candidate.name)
                 continue
             launchable.verified = True
         launchable.passed_over = tuple(attempts)
         return launchable
     return _nothing_served(signature, device, attempts)
+
+
+def _log(candidate: Candidate, message: str, *args: object) -> None:
+    """A plugin's substitution passed over is worth a warning (the user expected its kernel)."""
+    (logger.warning if candidate.substitution is not None else logger.info)(message, *args)
 
 
 def verdict_for(launchable: Launchable) -> str:

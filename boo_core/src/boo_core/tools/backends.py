@@ -47,6 +47,7 @@ class PreparedBackend:
     check: Checker | None = None
     formulation: str = ""  # which of the op's formulations served (BOO's backend)
     passed_over: tuple[str, ...] = ()  # formulations tried first, and why they did not serve
+    substitution: str = ""  # the substitution whose executables the kernel runs (BOO's backend)
 
 
 Factory = Callable[[Signature, torch.device], PreparedBackend]
@@ -102,7 +103,8 @@ def boo_kernel(signature: Signature, device: torch.device) -> PreparedBackend:
         return check_launchable(launchable, args, reference_dtype=reference_dtype)
 
     return PreparedBackend(launchable, compile_seconds, load_seconds, cache, check=check,
-                           formulation=launchable.formulation, passed_over=tuple(map(str, launchable.passed_over)))
+                           formulation=launchable.formulation, passed_over=tuple(map(str, launchable.passed_over)),
+                           substitution=launchable.substitution.label if launchable.substitution else "")
 
 
 def torch_eager(signature: Signature, device: torch.device) -> PreparedBackend:

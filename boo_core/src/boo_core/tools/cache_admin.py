@@ -40,6 +40,7 @@ class EntryInfo:
     log: str = ""
     leftovers: int = 0  # temporary files a killed writer left
     problem: str = ""
+    substitution: str = ""  # the substitution whose executables the kernel holds (its label)
 
     def matches(self, target: Target) -> bool:
         """Whether this entry was compiled for ``target`` (any host CPU for ``cpu``)."""
@@ -55,7 +56,8 @@ class EntryInfo:
         if self.failure:
             return f"compile failed ({self.failure}; log: {self.log})"
         verdicts = f", verified: {'; '.join(self.verdicts)}" if self.verdicts else ""
-        return f"{self.target}, {self.formulation}, {self.compiler}, {self.created}{verdicts}"
+        substituted = f", SUBSTITUTED executables ({self.substitution})" if self.substitution else ""
+        return f"{self.target}, {self.formulation}{substituted}, {self.compiler}, {self.created}{verdicts}"
 
 
 def _size(directory: Path) -> int:
@@ -106,7 +108,8 @@ def describe_entry(directory: Path) -> EntryInfo:
     verdicts = cache.read_json_object(directory / VERDICTS_FILE) or {}
     info = EntryInfo(directory, size, backend, arch, shown, str(key.get("compiler", "")), str(key.get("op") or ""),
                      str(meta.get("formulation", key.get("formulation", ""))), str(meta.get("created", "")),
-                     tuple(f"{device}: {verdict}" for device, verdict in sorted(verdicts.items())), leftovers=leftovers)
+                     tuple(f"{device}: {verdict}" for device, verdict in sorted(verdicts.items())), leftovers=leftovers,
+                     substitution=_substitution_label(meta))
     kernel = directory / cache.KERNEL_FILE
     if meta.get("format") != cache.CACHE_FORMAT:
         problem = f"cache format {meta.get('format')} (this BOO reads format {cache.CACHE_FORMAT})"
@@ -120,6 +123,11 @@ def describe_entry(directory: Path) -> EntryInfo:
     else:
         return info
     return replace(info, problem=problem)
+
+
+def _substitution_label(meta: dict[str, Any]) -> str:
+    substitution = meta.get("substitution")
+    return str(substitution.get("label") or "substituted") if isinstance(substitution, dict) else ""
 
 
 def scan(cache_dir: Path) -> list[EntryInfo]:
@@ -159,6 +167,9 @@ def summary_lines(entries: list[EntryInfo], tuned: int = 0) -> list[str]:
         if values:
             counted = ", ".join(f"{value} ({count})" for value, count in sorted(Counter(values).items()))
             lines.append(f"{title}: {counted}")
+    substituted = [e for e in good if e.substitution]
+    if substituted:
+        lines.append(f"substituted kernels: {len(substituted)} (executables replaced: boo cache info --list)")
     if tuned:
         lines.append(f"tuned kernels: {tuned} (boo tune records)")
     for entry in failed:

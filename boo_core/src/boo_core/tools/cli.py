@@ -1,13 +1,15 @@
 """The ``boo`` command: MIOpenDriver-style tools over every installed op.
 
 Subcommands: ``ops`` (installed ops), ``driver`` (run and time commands), ``numerics``
-(check them against PyTorch), ``preload`` (compile them into the cache), ``cache``
-(``info``, ``clear``, ``path``), ``report`` (an HTML report of result CSVs). docs/cli.md is
-the reference.
+(check them against PyTorch), ``preload`` (compile them into the cache), ``tune`` (sweep
+their configurations), ``dump`` (their executables, for editing and substitution), ``cache``
+(``info``, ``clear``, ``path``), ``report`` (an HTML report of result CSVs). docs/cli.md
+is the reference.
 
-``driver``, ``numerics`` and ``preload`` take one command, or ``--commands-file FILE`` plus
-arguments appended to each of its commands. Their own options are parsed first; every
-other argument belongs to the command. An argument after ``--`` always does.
+``driver``, ``numerics``, ``preload``, ``tune`` and ``dump`` take one command, or
+``--commands-file FILE`` plus arguments appended to each of its commands. Their own options
+are parsed first; every other argument belongs to the command. An argument after ``--``
+always does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -27,13 +30,14 @@ from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
 from ..runtime.timing import timer_for
-from ..settings import get_settings
+from ..settings import get_settings, settings_override
 from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
 from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
 from . import cache_admin, html_report, tune
 from .backends import backends
 from .driver import DEFAULT_ITERATIONS, DriverOptions, run_command
+from .dump import run_dump
 from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
 from .report import (
     DRIVER_COLUMNS,
@@ -234,6 +238,19 @@ def _cmd_tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return FAILED_EXIT if failed else 0
 
 
+def _cmd_dump(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    commands = _commands(args, extra)
+    try:
+        targets = [Target.parse(t) for t in dict.fromkeys(args.target or ["cpu"])]
+    except BooError as e:
+        raise UsageError(str(e)) from None
+    root = Path(args.to)
+    print(f"boo dump: {_count(commands, 'command')} for {', '.join(t.name for t in targets)} into {root}")
+    failed = run_dump(commands, targets, root, sys.stdout, formulation=args.formulation)
+    print(f"\n{failed} failed" if failed else "\nindex of each kernel: <kernel directory>/index.txt (and index.json)")
+    return FAILED_EXIT if failed else 0
+
+
 def _cmd_cache_info(args: argparse.Namespace, extra: Sequence[str]) -> int:
     settings = get_settings()
     print(f"cache: {settings.cache_dir}" + ("" if settings.cache_enabled else " (disabled: BOO_CACHE_ON=0)"))
@@ -293,6 +310,13 @@ def _subparser(sub: argparse._SubParsersAction, name: str, summary: str, descrip
     return parser
 
 
+def _substitution_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--substitutions", metavar="ROOT",
+                        help="replace kernels' executables with the files under ROOT/<target>/<func_name>/ "
+                             "(sources/, configurations/, binaries/; as BOO_SUBSTITUTIONS): substituted kernels are "
+                             "always verified against PyTorch")
+
+
 def _input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu",
                         help="torch device to run on (default: cpu; cuda:N once BOO launches on GPUs)")
@@ -345,6 +369,7 @@ Examples:
     driver.add_argument("--verify-numerics", action="store_true",
                         help="also compare each backend's outputs with the PyTorch reference (as boo numerics)")
     _input_options(driver)
+    _substitution_option(driver)
     driver.set_defaults(func=_cmd_driver)
 
     numerics = _subparser(sub, "numerics", "check BOO kernels against PyTorch", f"""\
@@ -367,6 +392,7 @@ Examples:
   boo numerics --commands-file cmds.txt --reference-dtype float32 --csv numerics.csv""",
                           takes_commands=True)
     _input_options(numerics)
+    _substitution_option(numerics)
     numerics.set_defaults(func=_cmd_numerics)
 
     preload = _subparser(sub, "preload", "compile commands into the kernel cache ahead of time", f"""\
@@ -390,10 +416,39 @@ Examples:
     preload.add_argument("--device", metavar="DEVICE",
                          help="also verify each kernel on this device (cuda:0) and record the verdict, so that "
                               "no first call pays for it; its target is added to the targets")
+    _substitution_option(preload)
     preload.set_defaults(func=_cmd_preload)
 
     tune.add_parser(sub, _subparser)
     sub.choices["tune"].set_defaults(func=_cmd_tune)
+
+    dump = _subparser(sub, "dump", "dump kernels' executables for reading, editing and substitution", f"""\
+Dump each kernel of the commands (each mode) for each target: its executables as IREE
+formed them (sources/), as configured with the lowering configuration IREE chose
+(configurations/), as target binaries (binaries/: PTX for CUDA, ELF objects for the CPU),
+as standalone benchmark modules (benchmarks/), IREE's intermediates, and an index
+(index.txt, index.json) naming each executable with its exports, bindings, workgroup size
+and count. A kernel goes to DIR/<target>/<func_name>/ (replaced if there). The formulation
+dumped is the one that serves: the first that compiles. No device is needed: cuda and rocm
+targets cross-compile.
+
+To replace an executable: edit its file, copy it into a substitution root under the same
+folder name, ROOT/<target>/<func_name>/sources/<executable>.mlir (or configurations/, or
+binaries/ for an object), and run with --substitutions ROOT (or BOO_SUBSTITUTIONS=ROOT).
+
+{_COMMANDS_HELP}
+Examples:
+  boo dump --to dumps gemm -m 256 -n 256 -k 256
+  boo dump --to dumps --target cpu --target cuda:sm_80 --commands-file examples/sample_commands.txt
+  boo dump --to dumps --substitutions subs gemm -m 256 -n 256 -k 256   # the substituted kernel""",
+                       takes_commands=True)
+    dump.add_argument("--to", required=True, metavar="DIR", help="where to write the dumps")
+    dump.add_argument("--target", action="append", metavar="TARGET",
+                      help="cpu (default), cuda:sm_80, rocm:gfx942...; repeatable")
+    dump.add_argument("--formulation", metavar="NAME", help="dump this formulation of the op instead of the first "
+                                                             "that compiles")
+    _substitution_option(dump)
+    dump.set_defaults(func=_cmd_dump)
 
     cache = _subparser(sub, "cache", "what the kernel cache holds; clear it", """\
 Inspect or clear the kernel cache (BOO_CACHE_DIR, default ~/.cache/boo).
@@ -436,7 +491,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.func(args, extra)
+        with contextlib.ExitStack() as stack:
+            if getattr(args, "substitutions", None):
+                root = Path(args.substitutions)
+                if not root.is_dir():
+                    raise UsageError(f"--substitutions {root}: not a directory")
+                stack.enter_context(settings_override(substitutions=root))
+            return args.func(args, extra)
     except UsageError as e:
         print(f"boo {args.subcommand}: error: {e}", file=sys.stderr)
         return USAGE_EXIT

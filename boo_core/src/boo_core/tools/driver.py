@@ -57,6 +57,7 @@ class BackendRun:
     cache: str = ""  # see PreparedBackend.cache
     formulation: str = ""  # see PreparedBackend.formulation
     passed_over: tuple[str, ...] = ()
+    substitution: str = ""  # see PreparedBackend.substitution
     lazy: bool = False  # compiled on its first call
     compile_seconds: float | None = None
     load_seconds: float | None = None
@@ -147,6 +148,7 @@ def _run_backend(name: str, signature: Signature, args: Sequence[torch.Tensor], 
         prepared = get_backend(name).prepare(signature, device)
         run.cache, run.lazy = prepared.cache, prepared.lazy
         run.formulation, run.passed_over = prepared.formulation, prepared.passed_over
+        run.substitution = prepared.substitution
         run.compile_seconds, run.load_seconds = prepared.compile_seconds, prepared.load_seconds
         if options.timed:
             start = time.perf_counter()

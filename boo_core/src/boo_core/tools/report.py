@@ -23,7 +23,7 @@ from .driver import BackendRun, CommandResult
 DRIVER_COLUMNS: tuple[str, ...] = (
     "command", "source", "op", "mode", "func_name", "backend", "device", "status", "error", "cache",
     "compile_s", "load_s", "iterations", "min_us", "median_us", "mean_us", "max_us", "stddev_us",
-    "flops", "bytes", "tflops", "gbps", "formulation",
+    "flops", "bytes", "tflops", "gbps", "formulation", "substitution",
 )
 #: Added to DRIVER_COLUMNS with ``--verify-numerics``; about the worst output of the row.
 DRIVER_NUMERICS_COLUMNS: tuple[str, ...] = (
@@ -72,6 +72,8 @@ def _signature_header(signature: Signature) -> str:
 
 def _provenance(run: BackendRun) -> str:
     served = f"formulation {run.formulation}: " if run.formulation else ""
+    if run.substitution:
+        served = f"formulation {run.formulation} with SUBSTITUTED executables ({run.substitution}, verified): "
     return served + _source(run)
 
 
@@ -170,6 +172,7 @@ def driver_rows(result: CommandResult, device: str, verify: bool, reference_dtyp
             "flops": str(run.signature.flops),
             "bytes": str(run.signature.bytes_moved),
             "formulation": run.formulation,
+            "substitution": run.substitution,
         }
         if t is not None:
             row.update(iterations=str(t.iterations), min_us=_number(t.min, ".3f"), median_us=_number(t.median, ".3f"),

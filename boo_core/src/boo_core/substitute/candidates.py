@@ -1,0 +1,86 @@
+"""Where a kernel's substitutions come from, and what happens when one fails.
+
+* The user's: ``get_launchable(..., substitutions=DIR)`` (the kernel's own directory), or
+  the root ``BOO_SUBSTITUTIONS`` / ``--substitutions ROOT``, where a kernel's directory is
+  ``ROOT/<target>/<func_name>/``. A user substitution replaces the op's chain: it applies
+  to the first formulation that compiles with it, and a file that is wrong, or a kernel
+  that fails verification, is an error: it never falls back to IREE's own kernel silently.
+* Installed plugins' (the ``boo_kernel_substitutions`` hook): candidates tried before the
+  op's formulations; one that fails is passed over and the op's formulations serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import SubstitutionError
+from ..kernels.target import Target
+from ..settings import get_settings
+from .substitution import Substitution
+
+USER = "user"
+
+
+def target_directory(target: Target) -> str:
+    """A target as a directory name: ``cpu``, ``cuda-sm_80``, ``rocm-gfx942``."""
+    return target.name.replace(":", "-")
+
+
+def kernel_directory(root: Path, target: Target, signature: Any) -> Path:
+    """The directory of ``signature``'s kernel for ``target`` under a dump or substitution root."""
+    return Path(root) / target_directory(target) / signature.func_name
+
+
+def user_substitution(signature: Any, target: Target, explicit: Substitution | str | Path | None = None
+                      ) -> Substitution | None:
+    """The user's substitution for this kernel: ``explicit`` (a substitution or its
+    directory), else the kernel's directory under ``BOO_SUBSTITUTIONS``, if there is one."""
+    if isinstance(explicit, Substitution):
+        return explicit
+    if explicit is not None:
+        return Substitution.from_directory(explicit)
+    root = get_settings().substitutions
+    if root is None:
+        return None
+    if not root.is_dir():
+        raise SubstitutionError(f"BOO_SUBSTITUTIONS={root}: not a directory")
+    directory = kernel_directory(root, target, signature)
+    return Substitution.from_directory(directory, name=str(directory)) if directory.is_dir() else None
+
+
+def library_substitutions(signature: Any, target: Target) -> list[Substitution]:
+    """What installed plugins supply for this kernel (``boo_kernel_substitutions``)."""
+    from ..plugins.registry import BooOpRegistry
+
+    found: list[Substitution] = []
+    digests: set[str] = set()
+    for substitution in BooOpRegistry.default().kernel_substitutions(signature, target):
+        if substitution.digest not in digests:  # two plugins shipping the same files: try them once
+            digests.add(substitution.digest)
+            found.append(substitution)
+    return found
+
+
+def ordered(formulations: Sequence[Any], user: Substitution | None,
+            library: Sequence[Substitution]) -> list[tuple[Any, Substitution | None]]:
+    """(formulation, substitution) pairs in the order they are tried: the user's substitution
+    on each formulation in turn; else the plugins' substitutions (each on the formulation it
+    names, or the first), then the formulations as they are."""
+    if user is not None:
+        return [(f, user) for f in formulations]
+    by_name = {f.name: f for f in formulations}
+    return [(by_name.get(s.formulation or "", formulations[0]), s) for s in library] + [(f, None) for f in formulations]
+
+
+def refuse_if_user(substitution: Substitution | None, signature: Any, what: str,
+                   error: BaseException | None = None) -> None:
+    """Raise for a user substitution that did not compile or verify (a plugin's is passed over)."""
+    if substitution is None or substitution.origin != USER:
+        return
+    if isinstance(error, SubstitutionError):
+        raise error
+    raise SubstitutionError(f"substitution {substitution.label} of {signature.func_name} is refused: {what}. "
+                            "Fix or remove it (a substituted kernel is always verified against PyTorch, "
+                            "whatever BOO_VERIFY says).") from error

@@ -1,0 +1,80 @@
+"""A kernel's executables as IREE forms them, before any substitution.
+
+BOO compiles the kernel's MLIR up to IREE's ``executable-sources`` phase and reads each
+``hal.executable`` IREE dumps: their names are what substitution files must be called, and
+their text is what a replacement starts from. This costs a fraction of a full compile and
+runs only when a substituted kernel is built.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SubstitutionError
+from ..kernels.compiler import run_compile
+from ..kernels.target import Target
+from .mlir_text import Executable, parse_executable
+
+
+@dataclass(frozen=True)
+class KernelExecutables:
+    """The executables of one kernel (a signature, a target, a formulation), as IREE
+    formed them: ``executables[i].text`` is the ``hal.executable`` a ``sources/`` file
+    replaces, with its exports, layouts and binding tensor types."""
+
+    signature: Any
+    target: Target
+    formulation: str
+    executables: tuple[Executable, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.executables]
+
+    def get(self, name: str) -> Executable | None:
+        return next((e for e in self.executables if e.name == name), None)
+
+
+def read_dumped_sources(directory: Path) -> dict[str, Executable]:
+    """The executables IREE dumped into ``directory`` (``--iree-hal-dump-executable-*-to``)."""
+    found = {}
+    for path in sorted(directory.glob("*.mlir")):
+        executable = parse_executable(path.read_text())
+        found[executable.name] = executable
+    return found
+
+
+def executables_of(signature: Any, target: Target | str, formulation: str | None = None) -> KernelExecutables:
+    """``signature``'s executables on ``target`` (formulation ``formulation``, default the
+    op's first): what substitution files must be named after, and what they replace."""
+    from ..kernels.request import KernelRequest
+    from ..plugins.registry import BooOpRegistry
+
+    target = target if isinstance(target, Target) else Target.parse(target)
+    chosen = None
+    if formulation is not None:
+        chosen = next((f for f in BooOpRegistry.default().formulations(signature, target) if f.name == formulation),
+                      None)
+        if chosen is None:
+            raise SubstitutionError(f"{signature.func_name} has no formulation {formulation!r} on {target.name}")
+    request = KernelRequest.create(signature, target, chosen)
+    with tempfile.TemporaryDirectory(prefix="boo-source-") as scratch:
+        mlir_path = Path(scratch) / "source.mlir"
+        mlir_path.write_text(request.source())
+        return kernel_executables(request, mlir_path)
+
+
+def kernel_executables(request: Any, mlir_path: Path) -> KernelExecutables:
+    """Compile ``request``'s MLIR (already written to ``mlir_path``) to executable sources
+    and read its executables. A formulation IREE cannot take that far raises
+    :class:`~boo_core.CompileError` like any compile."""
+    with tempfile.TemporaryDirectory(prefix="boo-executables-") as scratch:
+        sources = Path(scratch) / "sources"
+        flags = (*request.flags, "--compile-to=executable-sources", f"--iree-hal-dump-executable-sources-to={sources}")
+        run_compile(mlir_path, Path(scratch) / "executable-sources.mlir", flags)
+        executables = read_dumped_sources(sources)
+    return KernelExecutables(request.signature, request.target, request.formulation.name,
+                             tuple(executables.values()))

@@ -1,0 +1,43 @@
+"""``boo dump`` for every installed op, on the CPU and cross-compiled for cuda:sm_80."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from boo_core.tools.cli import main
+
+COMMANDS = {
+    "conv": "conv -n 1 -c 4 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -F 1",
+    "layernorm": "layernorm -X 4x64 -o 1 -m 1 -F 1",
+    "matmul": "gemm -m 16 -n 8 -k 32",
+    "softmax": "softmax -n 1 -c 8 -H 2 -W 2 -F 1",
+}
+BINARY = {"cpu": ".so", "cuda-sm_80": ".ptx"}
+
+
+@pytest.mark.parametrize("op", sorted(COMMANDS))
+def test_dump_every_installed_op_for_the_cpu_and_cuda(op, fresh_default_registry, private_cache, tmp_path, capsys):
+    assert main(["dump", "--to", str(tmp_path), "--target", "cpu", "--target", "cuda:sm_80",
+                 *COMMANDS[op].split()]) == 0, capsys.readouterr().out
+    kernels = [d for target in BINARY for d in (tmp_path / target).iterdir()]
+    assert len(kernels) == 2
+    for kernel in kernels:
+        index = json.loads((kernel / "index.json").read_text())
+        assert index["op"] == op and (kernel / "index.txt").is_file() and (kernel / "kernel.vmfb").is_file()
+        assert index["executables"], f"{kernel}: no executables"
+        for executable in index["executables"]:
+            files = executable["files"]
+            name = executable["name"]
+            assert files["sources"] == [f"sources/{name}.mlir"]  # named as a substitution file must be
+            assert files["configurations"] == [f"configurations/{name}.mlir"]
+            assert files["binaries"] == [f"binaries/{name}{BINARY[kernel.parent.name]}"]
+            assert files["benchmarks"] == [f"benchmarks/{name}.mlir"]
+            for export in executable["exports"]:
+                assert export["bindings"] and all(b["tensor"] for b in export["bindings"])
+                assert len(export["workgroup_size"]) == 3 and len(export["workgroup_count"]) == 3
+                if kernel.parent.name == "cuda-sm_80":
+                    ptx = (kernel / files["binaries"][0]).read_text()
+                    assert f".entry {export['kernel_name']}(" in ptx
+                    assert export["pipeline"]  # the lowering IREE chose
