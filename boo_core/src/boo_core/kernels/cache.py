@@ -356,12 +356,17 @@ def _build(entry: CacheEntry, build: Builder, details: dict[str, Any]) -> Cached
     return CachedKernel(data, entry.directory, hit=False, compile_seconds=seconds)
 
 
+def is_entry_name(name: str) -> bool:
+    """Whether ``name`` is named like a cache entry (``<prefix>-<24 hex digits>``)."""
+    return bool(_ENTRY_NAME.match(name))
+
+
 def entry_directories(cache_dir: Path) -> list[Path]:
     """The entries under ``cache_dir``: directories named ``<prefix>-<24 hex digits>``, sorted.
     Anything else there is not BOO's and is left alone."""
     if not cache_dir.is_dir():
         return []
-    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and _ENTRY_NAME.match(p.name))
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and is_entry_name(p.name))
 
 
 def leftovers(directory: Path) -> list[Path]:

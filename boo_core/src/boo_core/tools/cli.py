@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..cluster import ClusterError, RayUnavailable
 from ..errors import BooError
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
@@ -201,18 +202,48 @@ def _cmd_numerics(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return FAILED_EXIT if failed else 0
 
 
+def _ray_address(args: argparse.Namespace, extra: list[str]) -> None:
+    """``--ray`` takes an optional ADDRESS; a word that is none (``--ray conv -n 1 ...``) is
+    the command's first word, given back to it."""
+    if args.ray is None or args.ray in ("local", "auto") or ":" in args.ray:
+        return
+    extra.insert(0, args.ray)
+    args.ray = "local"
+
+
 def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    extra = list(extra)
+    _ray_address(args, extra)
+    if args.shared_cache and args.ray is None:
+        raise UsageError("--shared-cache applies to the workers of a Ray cluster: give --ray as well")
+    with settings_override(cache_dir=args.cache_dir) if args.cache_dir else contextlib.nullcontext():
+        return _preload(args, extra)
+
+
+def _preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
     commands = _commands(args, extra)
     try:
         populator = CachePopulator(commands=commands, targets=args.target or (() if args.device else ["cpu"]),
-                                   jobs=args.jobs, progress=sys.stderr, device=args.device)
+                                   jobs=args.jobs, progress=sys.stderr, device=args.device, ray=args.ray,
+                                   shared_cache=args.shared_cache)
+    except RayUnavailable as e:
+        raise UsageError(f"--ray: {e}") from None
     except BooError as e:
         raise UsageError(str(e)) from None
     verified = f", verified on {args.device}" if args.device else ""
+    if args.ray is None:
+        where = f"-j {populator.jobs}"
+    else:
+        where = "on a local Ray instance" if args.ray == "local" else f"on the Ray cluster at {args.ray}"
+        where += f" (at most {args.jobs} tasks at once)" if args.jobs else ""
+        where += ", workers writing into the shared cache" if args.shared_cache else ""
     print(f"boo preload: {_count(commands, 'command')} for {', '.join(populator.targets)}{verified}, "
-          f"-j {populator.jobs}, into {get_settings().cache_dir}")
+          f"{where}, into {get_settings().cache_dir}")
     start = time.perf_counter()
-    outcomes = populator.run()
+    try:
+        outcomes = populator.run()
+    except ClusterError as e:
+        raise UsageError(f"--ray: {e}") from None
     counts = {status: sum(o.status == status for o in outcomes) for status in (COMPILED, CACHE_HIT, FAILED)}
     print(f"compiled {counts[COMPILED]}, cache hits {counts[CACHE_HIT]}, failed {counts[FAILED]} "
           f"in {time.perf_counter() - start:.1f} s")
@@ -409,14 +440,28 @@ each failure. The exit status is 1 if any failed. From Python: boo_core.CachePop
 Examples:
   boo preload --commands-file examples/sample_commands.txt -j 4
   boo preload --commands-file cmds.txt --target cpu --target cuda:sm_80 --target rocm:gfx942
-  boo preload -j 2 -- conv -n 1 -c 8 -H 8 -W 8 -k 8 -l 2 -j 2 -F 1""", takes_commands=True)
+  boo preload -j 2 -- conv -n 1 -c 8 -H 8 -W 8 -k 8 -l 2 -j 2 -F 1
+  boo preload --commands-file cmds.txt --ray                  # a local Ray instance
+  boo preload --commands-file cmds.txt --ray auto --target cuda:sm_80 --device cuda
+  boo preload --commands-file cmds.txt --ray 10.0.0.5:6379 --cache-dir /shared/boo --shared-cache""",
+                          takes_commands=True)
     preload.add_argument("--target", action="append", metavar="TARGET",
                          help="cpu (default), cuda:sm_80, rocm:gfx942...; repeatable")
-    preload.add_argument("-j", "--jobs", type=_positive, help="parallel compile processes (default: one per CPU)")
+    preload.add_argument("-j", "--jobs", type=_positive,
+                         help="parallel compile processes (default: one per CPU); with --ray, the most tasks "
+                              "submitted at once (default: no limit) and a local instance's CPUs")
     preload.add_argument("--device", metavar="DEVICE",
                          help="also verify each kernel on this device (cuda:0) and record the verdict, so that "
                               "no first call pays for it; its target is added to the targets")
     _substitution_option(preload)
+    preload.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                         help="compile (and verify) as tasks on a Ray cluster: no ADDRESS starts a local Ray "
+                              "instance, 'auto' joins the cluster running here (ray start), HOST:PORT that one; "
+                              'needs pip install "boo-core[ray]"')
+    preload.add_argument("--shared-cache", action="store_true",
+                         help="with --ray: the cache directory is mounted at the same path on every node, and "
+                              "workers write into it directly instead of sending kernels back")
+    preload.add_argument("--cache-dir", metavar="DIR", help="the kernel cache to fill (default: BOO_CACHE_DIR)")
     preload.set_defaults(func=_cmd_preload)
 
     tune.add_parser(sub, _subparser)

@@ -10,6 +10,9 @@ any machine. The cache's per-entry lock makes concurrent compiles of one kernel 
     populator.run()
     populator.get_cache_status("conv2d_fwd_bf16_...")   # {"cpu": "cache hit", "cuda:sm_80": "compiled"}
     populator.get_failures()                           # [PreloadOutcome(...), ...]
+
+With ``ray=`` the kernels compile as tasks on a Ray cluster instead, and come back into this
+process's cache (:mod:`boo_core.tools.preload_cluster`, built on :mod:`boo_core.cluster`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 
@@ -36,6 +39,10 @@ from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
 from .driver import error_text
 from .progress import ProgressBar
+
+if TYPE_CHECKING:
+    from ..cluster import RayCluster
+    from .preload_cluster import ClusterHandle
 
 COMPILED, CACHE_HIT, FAILED = "compiled", "cache hit", "failed"
 
@@ -77,21 +84,40 @@ class CachePopulator:
     comments, ``.tsv`` with a ``command`` column); ``extra_args`` are appended to each
     command of the file. ``jobs`` processes compile in parallel (default: one per CPU).
     ``progress`` is a stream for a progress bar (None: no bar).
+
+    ``ray`` compiles on a Ray cluster instead: True (or ``"local"``) starts a local Ray
+    instance (``jobs`` CPUs, default all), ``"auto"`` joins the cluster running on this
+    machine, ``"HOST:PORT"`` the one there, and a :class:`~boo_core.cluster.RayCluster`
+    is used as it is; ``jobs`` then caps the tasks submitted at once (default: no cap).
+    ``shared_cache``: the cache directory is mounted at the same path on every node, and
+    workers write into it directly instead of sending the kernels back.
     """
 
     def __init__(self, *, commands_file: str | Path | None = None, commands: Sequence[str | Command] = (),
                  targets: Sequence[str] = ("cpu",), jobs: int | None = None, extra_args: Sequence[str] = (),
-                 progress: TextIO | None = None, device: str | None = None) -> None:
-        self.device = resolve_device(device) if device is not None else None
+                 progress: TextIO | None = None, device: str | None = None,
+                 ray: bool | str | RayCluster | None = None, shared_cache: bool = False) -> None:
+        self.ray = ray if ray not in (None, False) else None
+        if shared_cache and self.ray is None:
+            raise ValueError("shared_cache applies to a Ray cluster's workers: give ray= as well")
+        self.shared_cache = shared_cache
+        if self.ray is not None:
+            from ..cluster import require_ray
+            from .preload_cluster import cluster_device
+
+            require_ray()
+            self.device = cluster_device(device, targets) if device is not None else None
+        else:
+            self.device = resolve_device(device) if device is not None else None
         targets = list(targets)
         if self.device is not None and self.device.target.name not in targets:
             targets.append(self.device.target.name)
         if not targets:
             raise ValueError("give at least one target")
         self.targets = [Target.parse(t).name for t in targets]
-        self.jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-        if self.jobs < 1:
-            raise ValueError(f"jobs must be at least 1, got {self.jobs}")
+        if jobs is not None and jobs < 1:
+            raise ValueError(f"jobs must be at least 1, got {jobs}")
+        self.jobs = jobs if jobs is not None or self.ray is not None else (os.cpu_count() or 1)
         listed = [c if isinstance(c, Command) else Command(c, f"commands[{i}]") for i, c in enumerate(commands)]
         from_file = collect_commands(extra_args, commands_file) if commands_file is not None else []
         self.commands = deduplicate(listed + from_file)
@@ -116,16 +142,35 @@ class CachePopulator:
             for signature in signatures:
                 for target in self.targets:
                     jobs.setdefault((signature, target), _Job(command, signature, target))
+        if self.ray is not None:
+            self.outcomes = self._run_on_cluster(list(jobs.values()))
+            return self.outcomes
         self.outcomes += self._compile(list(jobs.values()))
         if self.device is not None:
             self.outcomes = [self._verify(o) if o.target == self.device.target.name and o.status != FAILED else o
                              for o in self.outcomes]
         return self.outcomes
 
+    def _run_on_cluster(self, jobs: list[_Job]) -> list[PreloadOutcome]:
+        from .preload_cluster import ClusterHandle, verify_on_cluster
+
+        cluster = ClusterHandle(self.ray, self.jobs, self.progress)
+        try:
+            outcomes = self.outcomes + self._compile(jobs, cluster)
+            if self.device is not None and get_settings().verifies(self.device.torch_device.type):
+                outcomes = verify_on_cluster(outcomes, self._signature_named, self.device, cluster,
+                                             shared=self.shared_cache)
+            return outcomes
+        finally:
+            cluster.close()
+
+    def _signature_named(self, func_name: str) -> Signature:
+        return next(s for (s, target) in self._signatures if s.func_name == func_name)
+
     def _verify(self, outcome: PreloadOutcome) -> PreloadOutcome:
         """Select the kernel on the device, as a call would: verified (and the verdict
         recorded) where the device verifies kernels."""
-        signature = next(s for (s, target) in self._signatures if s.func_name == outcome.func_name)
+        signature = self._signature_named(outcome.func_name)
         try:
             launchable = get_launchable(signature, self.device)
         except Exception as e:
@@ -134,7 +179,7 @@ class CachePopulator:
         return dataclasses.replace(outcome, formulation=launchable.formulation, verified=launchable.verified,
                                    error=passed_over)
 
-    def _compile(self, jobs: list[_Job]) -> list[PreloadOutcome]:
+    def _compile(self, jobs: list[_Job], cluster: ClusterHandle | None = None) -> list[PreloadOutcome]:
         results: list[PreloadOutcome | None] = [None] * len(jobs)
         bar = ProgressBar(len(jobs), self.progress) if self.progress is not None and jobs else None
         counts = {COMPILED: 0, CACHE_HIT: 0, FAILED: 0}
@@ -146,7 +191,11 @@ class CachePopulator:
                 bar.update(sum(counts.values()), f"compiled {counts[COMPILED]}, cache hits {counts[CACHE_HIT]}, "
                                                  f"failed {counts[FAILED]}")
 
-        if self.jobs == 1 or len(jobs) == 1:
+        if cluster is not None:
+            from .preload_cluster import compile_on_cluster
+
+            compile_on_cluster(jobs, cluster, record, shared=self.shared_cache, max_in_flight=self.jobs)
+        elif self.jobs == 1 or len(jobs) == 1:
             for index, job in enumerate(jobs):
                 record(index, compile_kernel(job))
         else:

@@ -1,0 +1,186 @@
+"""``boo preload --ray``: a preload's kernels compiled, and verified, as tasks on a Ray cluster.
+
+For each (signature, target) job the caller first looks its formulations up in its own
+cache (keys only, nothing exported): a job whose kernels are all there, or recorded as not
+compiling, is settled here, without a task. Every other job becomes a CPU task that runs
+the local preload's :func:`~boo_core.tools.preload.compile_kernel` on a worker; its cache
+entries come back and are written into the caller's cache (:mod:`boo_core.cluster`), after
+a check that the worker computed the keys this process computes. With a device whose
+kernels are verified (``BOO_VERIFY``), each compiled kernel is then verified by a task on
+that kind of device (one GPU for ``cuda``), seeded with its entries; the verdict comes back
+into the caller's ``verdicts.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from ..cluster import RayCluster, Task, TaskContext
+from ..cluster.ray_cluster import is_local
+from ..errors import DeviceError
+from ..kernels.cache import CacheEntry, CacheKey
+from ..kernels.chain import target_verifies
+from ..kernels.request import KernelRequest
+from ..kernels.target import Target
+from ..plugins.registry import BooOpRegistry
+from ..runtime.devices import BooDevice, resolve_device
+from ..runtime.launchable import get_launchable
+from ..settings import get_settings, settings_override
+from ..signatures.signature import Signature
+from .driver import error_text
+from .preload import FAILED, PreloadOutcome, _Job, compile_kernel
+
+
+class ClusterHandle:
+    """The cluster ``ray`` names (see :meth:`RayCluster.connect`), connected on first use
+    only (a preload the cache already satisfies starts nothing); a local instance gets
+    ``jobs`` CPUs. :meth:`close` disconnects what it connected."""
+
+    def __init__(self, ray: bool | str | RayCluster, jobs: int | None, progress: TextIO | None = None) -> None:
+        self._ray, self._jobs, self._progress = ray, jobs, progress
+        self._cluster: RayCluster | None = ray if isinstance(ray, RayCluster) else None
+        self._announced = False
+
+    def get(self) -> RayCluster:
+        if self._cluster is None:
+            self._cluster = RayCluster.connect(self._ray, num_cpus=self._jobs if is_local(self._ray) else None)
+        if not self._announced and self._progress is not None:
+            print(f"Ray: {self._cluster.address}, {self._cluster.describe()}", file=self._progress, flush=True)
+        self._announced = True
+        return self._cluster
+
+    def close(self) -> None:
+        if self._cluster is not None and self._cluster is not self._ray:
+            self._cluster.close()
+
+
+def cluster_device(text: str, targets: Sequence[str]) -> BooDevice:
+    """The device to verify on, for a caller that may not have one (a head node without
+    GPUs): a CUDA device's target then comes from ``BOO_CUDA_TARGET`` or the one ``cuda``
+    target asked for."""
+    try:
+        return resolve_device(text)
+    except DeviceError as e:
+        try:
+            kind = torch.device(text).type
+        except (RuntimeError, TypeError):
+            raise e from None
+        if kind != "cuda":
+            raise
+        arch = get_settings().cuda_target
+        cuda = [Target.parse(t) for t in targets if Target.parse(t).backend == "cuda"]
+        if arch is None and len(cuda) == 1:
+            arch = cuda[0].arch
+        if arch is None:
+            raise DeviceError(f"device {text!r}: this machine has no CUDA device to take the kernels' target from; "
+                              "with --ray, name it: --target cuda:sm_80 (or BOO_CUDA_TARGET=sm_80)") from None
+        return BooDevice(torch.device("cuda", 0), "cuda", Target("cuda", arch))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    keys: tuple[CacheKey, ...]  # every formulation's key: the entries a worker may write
+    settled: bool  # the caller's cache already decides the outcome: no task needed
+
+
+def _plan(signature: Signature, target_name: str, cache_dir: Path) -> _Plan:
+    """What the caller's cache holds for one job (mirrors kernels.chain.compile_formulations)."""
+    try:
+        target = Target.parse(target_name)
+        formulations = BooOpRegistry.default().formulations(signature, target)
+        keys = tuple(KernelRequest.create(signature, target, f).key for f in formulations)
+    except Exception:  # compile_kernel, run here, reports it as the local preload does
+        return _Plan((), True)
+    every = target_verifies(target)
+    for key in keys:
+        entry = CacheEntry(cache_dir / key.dirname, key)
+        if entry.read() is not None:
+            if not every:
+                return _Plan(keys, True)
+        elif entry.read_failure() is None:
+            return _Plan(keys, False)
+    return _Plan(keys, True)
+
+
+def compile_on_cluster(jobs: Sequence[_Job], cluster: ClusterHandle, record: Callable[[int, PreloadOutcome], None], *,
+                       shared: bool = False, max_in_flight: int | None = None) -> None:
+    """Compile ``jobs`` on ``cluster`` into this process's cache; ``record(index, outcome)``
+    is called once per job, as each is settled."""
+    cache_dir = get_settings().cache_dir
+    tasks = []
+    for index, job in enumerate(jobs):
+        plan = _plan(job.signature, job.target, cache_dir)
+        if plan.settled:
+            record(index, compile_kernel(job))  # cache hits and recorded failures: nothing compiles
+            continue
+        tasks.append(Task(index, _compile_task, (job,), expect=plan.keys,
+                          label=f"compile {job.signature.func_name} for {job.target}"))
+    if not tasks:
+        return
+    for result in cluster.get().run(tasks, shared=shared, max_in_flight=max_in_flight):
+        job = jobs[result.key]
+        if result.ok:
+            outcome = result.value
+        else:
+            outcome = PreloadOutcome(job.command.text, job.command.source, job.signature.func_name, job.target,
+                                     FAILED, error=f"on the Ray cluster: {result.error}")
+        record(result.key, outcome)
+
+
+def _compile_task(context: TaskContext, job: _Job) -> PreloadOutcome:
+    """On a worker: the local preload's compile, paths reported as the caller will see them."""
+    outcome = compile_kernel(job)
+    return dataclasses.replace(outcome, directory=context.caller_path(outcome.directory) if outcome.directory else "",
+                               reproducer=tuple(context.caller_path(p) for p in outcome.reproducer),
+                               error=context.relocate(outcome.error))
+
+
+def verify_on_cluster(outcomes: Sequence[PreloadOutcome], signature_of: Callable[[str], Signature],
+                      device: BooDevice, cluster: ClusterHandle, *, shared: bool = False) -> list[PreloadOutcome]:
+    """Verify each kernel compiled for ``device``'s target on a device of its kind on the
+    cluster (a GPU task per kernel for CUDA), recording the verdicts in this process's cache."""
+    cache_dir = get_settings().cache_dir
+    on_gpu = device.torch_device.type == "cuda"
+    worker_device = "cuda:0" if on_gpu else str(device.torch_device)
+    cuda_target = device.target.arch if on_gpu else None
+    tasks = []
+    for index, outcome in enumerate(outcomes):
+        if outcome.target != device.target.name or outcome.status == FAILED:
+            continue
+        signature = signature_of(outcome.func_name)
+        keys = _plan(signature, outcome.target, cache_dir).keys
+        tasks.append(Task(index, _verify_task, (signature, worker_device, cuda_target), gpus=1 if on_gpu else 0,
+                          seed=tuple(k.dirname for k in keys), expect=keys,
+                          label=f"verify {outcome.func_name} on {device.torch_device.type}"))
+    verified = list(outcomes)
+    for result in cluster.get().run(tasks, shared=shared) if tasks else ():
+        outcome = outcomes[result.key]
+        formulation, is_verified, notes, error = result.value if result.ok else ("", False, "", result.error)
+        if error:
+            verified[result.key] = dataclasses.replace(outcome, status=FAILED, error=f"verifying on the Ray cluster: "
+                                                                                     f"{error}")
+        else:
+            verified[result.key] = dataclasses.replace(outcome, formulation=formulation, verified=is_verified,
+                                                       error=notes)
+    return verified
+
+
+def _verify_task(context: TaskContext, signature: Signature, device: str,
+                 cuda_target: str | None) -> tuple[str, bool, str, str]:
+    """On a worker: select the kernel on ``device`` as a call would (verifying it, and
+    recording the verdict); (formulation, verified, formulations passed over, error)."""
+    override = settings_override(cuda_target=cuda_target) if cuda_target else nullcontext()
+    try:
+        with override:
+            launchable = get_launchable(signature, device)
+    except Exception as e:
+        return "", False, "", context.relocate(error_text(e))
+    passed_over = "; ".join(str(attempt) for attempt in launchable.passed_over)
+    return launchable.formulation, launchable.verified, context.relocate(passed_over), ""

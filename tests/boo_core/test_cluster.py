@@ -1,0 +1,248 @@
+"""``boo preload --ray`` and boo_core.cluster on a real Ray cluster.
+
+One cluster serves the module: a head node and a worker node (the worker also announces
+one GPU, a Ray resource label: nothing here uses a device), each a ``ray start`` process
+group on 127.0.0.1, stopped by killing those groups. This process joins it once; its
+workers see the test ops through a fake distribution on their PYTHONPATH, and die where
+``fake_plugins/die_once.py`` says.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from boo_core import BooOpRegistry, CachePopulator, clear_launchables, get_launchable
+from boo_core.cluster import RayCluster, Task
+from boo_core.kernels import cache
+from boo_core.settings import settings_override
+from boo_core.testing import write_fake_distribution
+from boo_core.tools.cli import main
+from boo_core.verify.numerics import check_launchable
+from boo_core.verify.verdicts import VERDICTS_FILE
+
+from ..conftest import REPO
+from ..local_ray import local_ray_cluster
+from .fake_plugins.scale_op import ScaleSignature
+
+DYING = {"scale": "tests.boo_core.fake_plugins.die_once"}
+
+MIXED = """\
+# one command per op, small sizes
+conv -n 1 -c 4 -H 8 -W 8 -k 8 -y 3 -x 3 -p 1 -q 1 -F 1
+convfp16 -n 1 -c 8 -H 6 -W 6 -k 4 -y 1 -x 1 -F 2
+gemm -m 16 -k 8 -n 24
+gemmbfp16 -m 8 -k 16 -n 8 -b 2 -u 1
+layernorm -X 16x32 -o 1 -m 1 -F 1
+softmax -n 2 -c 8 -H 4 -W 4 -a 1 -m 1 -F 1
+conv -n 1 --bogus 3
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_site(tmp_path_factory) -> Path:
+    """A fake distribution, boo-test-ray 1.0, registering the dying scale op."""
+    site = tmp_path_factory.mktemp("ray-site")
+    write_fake_distribution(site, "boo-test-ray", "1.0", DYING)
+    return site
+
+
+@pytest.fixture(scope="module")
+def marks(tmp_path_factory) -> Path:
+    """Where the workers' dying kernels leave their marks."""
+    return tmp_path_factory.mktemp("die-once")
+
+
+@pytest.fixture(scope="module")
+def ray_nodes(ray_site, marks):
+    env = {"PYTHONPATH": os.pathsep.join([str(ray_site), str(REPO)]), "BOO_TEST_DIE_ONCE": str(marks)}
+    with local_ray_cluster(nodes=2, gpus_on_last=1, env=env) as nodes, pytest.MonkeyPatch.context() as patch:
+        for name, value in nodes.auth.items():
+            patch.setenv(name, value)
+        yield nodes
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_nodes):
+    """This process joined to the cluster (once: a process has one Ray connection)."""
+    with RayCluster.connect(ray_nodes.address) as joined:
+        yield joined
+
+
+@pytest.fixture
+def ray_registry(ray_site, monkeypatch, fresh_default_registry):
+    """This process sees the installed ops and boo-test-ray 1.0, as the workers do."""
+    monkeypatch.syspath_prepend(str(ray_site))
+
+
+def entries(cache_dir: Path) -> dict[str, dict]:
+    """Entry name -> its key material (from meta.json, or failed.json)."""
+    found = {}
+    for directory in cache.entry_directories(cache_dir):
+        record = cache.read_json_object(directory / cache.META_FILE) or cache.read_json_object(
+            directory / cache.FAILED_FILE)
+        found[directory.name] = record["key"]
+    return found
+
+
+def test_a_cluster_preload_fills_the_cache_as_a_local_preload_does(ray_nodes, cluster, tmp_path):
+    commands = tmp_path / "mixed.txt"
+    commands.write_text(MIXED)
+    local_cache, cluster_cache = tmp_path / "local", tmp_path / "cluster"
+    with settings_override(cache_dir=local_cache):
+        local = CachePopulator(commands_file=commands, jobs=2).run()
+    progress = io.StringIO()
+    with settings_override(cache_dir=cluster_cache):
+        populator = CachePopulator(commands_file=commands, ray=cluster, progress=progress)
+        remote = populator.run()
+
+    def summary(outcomes):
+        return sorted((o.func_name, o.target, o.status, o.formulation, o.error) for o in outcomes)
+
+    assert summary(remote) == summary(local)
+    assert [o.status for o in remote].count("compiled") == 6
+    assert populator.get_failures()[0].error == "unknown flag --bogus"
+    assert f"Ray: the Ray cluster at {ray_nodes.address}, 2 nodes, 2 CPUs, 1 GPU\n" in progress.getvalue()
+    assert "6/6  compiled 6, cache hits 0, failed 0" in progress.getvalue()
+
+    # The same entries under the same names (keys), each a complete one in this cache.
+    assert entries(cluster_cache) == entries(local_cache) and len(entries(cluster_cache)) == 6
+    for outcome in (o for o in remote if o.func_name):
+        directory = Path(outcome.directory)
+        assert directory.parent == cluster_cache
+        assert sorted(p.name for p in directory.iterdir()) == sorted(
+            p.name for p in (local_cache / directory.name).iterdir())
+        reproducer = (directory / cache.COMMAND_FILE).read_text()
+        assert f"{directory / cache.MLIR_FILE} " in reproducer and "boo-task-" not in reproducer
+    assert not list(cluster_cache.glob("*/.*.tmp"))
+
+    # Kernels that load from this cache (nothing compiles) and compute right.
+    with settings_override(cache_dir=cluster_cache):
+        clear_launchables()
+        for line in MIXED.splitlines()[1:-1]:
+            for signature in BooOpRegistry.default().parse(line).signatures:
+                launchable = get_launchable(signature)
+                assert launchable.cache_hit, signature.func_name
+                assert all(c.passed for c in check_launchable(launchable, seed=3)), signature.func_name
+        clear_launchables()
+        again = CachePopulator(commands_file=commands, ray=cluster).run()
+    assert sorted(o.status for o in again) == ["cache hit"] * 6 + ["failed"]
+
+
+def test_a_worker_killed_mid_task_is_retried_and_every_kernel_arrives_once(cluster, ray_registry, private_cache,
+                                                                            marks):
+    commands = ["scale -n 3", "scale -n 4", "scale -n 5", "scale -n 6", "scale -n 7 -F 0"]
+    outcomes = CachePopulator(commands=commands, ray=cluster).run()
+
+    names = [o.func_name for o in outcomes]
+    assert sorted(names) == ["scale_bwd_f32_n7_f2", "scale_fwd_f32_n3_f2", "scale_fwd_f32_n4_f2",
+                             "scale_fwd_f32_n5_f2", "scale_fwd_f32_n6_f2", "scale_fwd_f32_n7_f2"]
+    # The kernels of sizes 3 and 6 each killed the worker that first built them...
+    killed = {p.name: int(p.read_text()) for p in marks.iterdir()}
+    assert sorted(killed) == ["scale_fwd_f32_n3_f2", "scale_fwd_f32_n6_f2"]
+    for pid in killed.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    # ...and arrived all the same, once, like every other kernel; size 5 fails alone.
+    status = {o.func_name: o.status for o in outcomes}
+    assert status.pop("scale_fwd_f32_n5_f2") == "failed"
+    assert set(status.values()) == {"compiled"}
+    [failure] = [o for o in outcomes if o.status == "failed"]
+    assert failure.error.startswith("broken: iree-compile failed (exit 1).") and str(private_cache) in failure.error
+    mlir, command = map(Path, failure.reproducer)
+    assert mlir.parent.parent == private_cache and mlir.read_text() == "func.func @nonsense( {"
+    assert str(mlir) in command.read_text()
+    found = cache.entry_directories(private_cache)
+    assert sorted(d.name.rsplit("-", 1)[0] for d in found) == sorted(names)
+    # Nothing to do a second time: every kernel is in the cache, the failure recorded.
+    again = CachePopulator(commands=commands, ray=cluster).run()
+    assert sorted(o.status for o in again) == ["cache hit"] * 5 + ["failed"]
+    assert get_launchable(ScaleSignature(6)).cache_hit
+
+
+def test_a_worker_that_computes_another_key_writes_nothing(cluster, tmp_path, monkeypatch, fresh_default_registry,
+                                                          private_cache):
+    newer = tmp_path / "newer-site"  # this process has boo-test-ray 2.0, the workers 1.0
+    write_fake_distribution(newer, "boo-test-ray", "2.0", DYING)
+    monkeypatch.syspath_prepend(str(newer))
+    [outcome] = CachePopulator(commands=["scale -n 8"], ray=cluster).run()
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("on the Ray cluster: node ")
+    assert "wrote cache entry scale_fwd_f32_n8_f2-" in outcome.error
+    assert "op: here 'boo-test-ray 2.0 " in outcome.error and ", there 'boo-test-ray 1.0 " in outcome.error
+    assert outcome.error.endswith("Nothing of this kernel was written.")
+    assert cache.entry_directories(private_cache) == []
+
+
+def test_verification_runs_on_the_cluster_and_the_verdict_comes_back(cluster, ray_registry, private_cache):
+    with settings_override(verify="all"):
+        [outcome] = CachePopulator(commands=["scale -n 10"], device="cpu", ray=cluster).run()
+        assert (outcome.status, outcome.formulation, outcome.verified) == ("compiled", "default", True)
+        verdicts = json.loads((Path(outcome.directory) / VERDICTS_FILE).read_text())
+        assert list(verdicts.values()) == ["pass"] and list(verdicts)[0].startswith("cpu ")
+        written = (Path(outcome.directory) / VERDICTS_FILE).stat().st_mtime_ns
+        assert get_launchable(ScaleSignature(10)).verified  # the recorded verdict: not checked again
+        assert (Path(outcome.directory) / VERDICTS_FILE).stat().st_mtime_ns == written
+
+
+def test_workers_write_into_a_shared_cache_directly(cluster, ray_registry, private_cache):
+    [outcome] = CachePopulator(commands=["scale -n 11"], ray=cluster, shared_cache=True).run()
+    assert outcome.status == "compiled" and Path(outcome.directory).parent == private_cache
+    assert get_launchable(ScaleSignature(11)).cache_hit
+    assert not list(private_cache.glob(".boo-cluster-*"))  # the visibility check's marker is gone
+
+
+def where(context, seconds):
+    """A task: the node it ran on and the GPUs Ray gave it."""
+    time.sleep(seconds)
+    return context.node, os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def refuse(context):
+    raise ValueError("no thanks")
+
+
+def test_tasks_spread_over_the_nodes_gpu_tasks_go_where_gpus_are(cluster, private_cache):
+    nodes = {node["NodeID"]: node["Resources"] for node in cluster.nodes()}
+    [gpu_node] = [node for node, resources in nodes.items() if resources.get("GPU")]
+    tasks = [Task(i, where, (1.0,)) for i in range(4)]
+    tasks += [Task("gpu", where, (0,), gpus=1), Task("refuses", refuse),
+              Task("tpu", where, (0,), resources={"TPU": 1}, label="a TPU task")]
+    results = {}
+    for result in cluster.run(tasks):
+        assert result.key not in results
+        results[result.key] = result
+    assert sorted(results, key=str) == [0, 1, 2, 3, "gpu", "refuses", "tpu"]
+    assert {results[i].value[0] for i in range(4)} == set(nodes)  # both nodes ran tasks
+    assert results["gpu"].value == (gpu_node, "0") and results["gpu"].node == gpu_node
+    assert results["refuses"].error == "ValueError: no thanks"
+    assert results["tpu"].error == "no node of the cluster (2 nodes, 2 CPUs, 1 GPU) has 1 CPU, 1 TPU for a TPU task"
+
+
+def test_the_command_line_joins_the_cluster_at_an_address(ray_nodes, tmp_path):
+    # A process of its own: it joins by address (this one is already connected).
+    env = {**os.environ, "BOO_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "boo_core.tools.cli", "preload", "--ray", ray_nodes.address,
+                             "softmax", "-n", "2", "-c", "4", "-F", "1"], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"boo preload: 1 command for cpu, on the Ray cluster at {ray_nodes.address}, "
+                                    f"into {tmp_path / 'cache'}")
+    assert "compiled 1, cache hits 0, failed 0" in result.stdout
+    assert f"Ray: the Ray cluster at {ray_nodes.address}, 2 nodes, 2 CPUs, 1 GPU" in result.stderr
+
+
+def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, private_cache, capsys):
+    status = main(["preload", "--ray", "scale", "-n", "5"])
+    # '--ray scale' would be an address: the word goes back to the command
+    assert status == 1
+    out = capsys.readouterr().out
+    assert "compiled 0, cache hits 0, failed 1" in out
+    assert "FAILED scale_fwd_f32_n5_f2 for cpu" in out and f"reproducer: {private_cache}/scale_fwd_f32_n5_f2-" in out
