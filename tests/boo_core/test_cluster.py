@@ -12,9 +12,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -226,17 +230,36 @@ def test_tasks_spread_over_the_nodes_gpu_tasks_go_where_gpus_are(cluster, privat
     assert results["tpu"].error == "no node of the cluster (2 nodes, 2 CPUs, 1 GPU) has 1 CPU, 1 TPU for a TPU task"
 
 
-def test_the_command_line_joins_the_cluster_at_an_address(ray_nodes, tmp_path):
-    # A process of its own: it joins by address (this one is already connected).
-    env = {**os.environ, "BOO_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "boo_core.tools.cli", "preload", "--ray", ray_nodes.address,
-                             "softmax", "-n", "2", "-c", "4", "-F", "1"], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, timeout=300)
+def test_the_command_line_joins_the_cluster_at_an_address(ray_nodes, cluster, tmp_path, capsys):
+    status = main(["preload", "--ray", ray_nodes.address, "--cache-dir", str(tmp_path / "elsewhere"),
+                   "softmax", "-n", "2", "-c", "4", "-F", "1"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert out.startswith(f"boo preload: 1 command for cpu, on the Ray cluster at {ray_nodes.address}, "
+                          f"into {tmp_path / 'elsewhere'}\n")
+    assert "compiled 1, cache hits 0, failed 0" in out
+    assert "Ray: this process's Ray connection, 2 nodes, 2 CPUs, 1 GPU" in err
+    assert len(cache.entry_directories(tmp_path / "elsewhere")) == 1
+
+
+def test_without_an_address_the_command_line_starts_a_local_ray_instance(tmp_path):
+    # A process of its own (this one may be connected already). Ray's token and temporary
+    # directory in the environment, so that it leaves no ~/.ray/auth_token and no /tmp/ray.
+    ray_tmp = tempfile.mkdtemp(prefix="boo-ray-", dir="/tmp")  # Ray's socket paths must stay short
+    env = {**os.environ, "BOO_CACHE_DIR": str(tmp_path / "cache"), "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_TMPDIR": ray_tmp}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        result = subprocess.run([sys.executable, "-m", "boo_core.tools.cli", "preload", "-j", "1", "--ray",
+                                 "softmax", "-n", "2", "-c", "4", "-F", "1"], capture_output=True, text=True,
+                                env=env, cwd=tmp_path, timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"boo preload: 1 command for cpu, on the Ray cluster at {ray_nodes.address}, "
-                                    f"into {tmp_path / 'cache'}")
+    assert result.stdout.startswith(f"boo preload: 1 command for cpu, on a local Ray instance (at most 1 task at "
+                                    f"once), into {tmp_path / 'cache'}\n")
     assert "compiled 1, cache hits 0, failed 0" in result.stdout
-    assert f"Ray: the Ray cluster at {ray_nodes.address}, 2 nodes, 2 CPUs, 1 GPU" in result.stderr
+    assert "Ray: a local Ray instance, 1 node, 1 CPU\n" in result.stderr
 
 
 def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, private_cache, capsys):
@@ -246,3 +269,37 @@ def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, pr
     out = capsys.readouterr().out
     assert "compiled 0, cache hits 0, failed 1" in out
     assert "FAILED scale_fwd_f32_n5_f2 for cpu" in out and f"reproducer: {private_cache}/scale_fwd_f32_n5_f2-" in out
+
+
+def start_then_wait(context, started, seconds):
+    """A task: leaves a file naming its node as it starts, then takes ``seconds``."""
+    Path(started, f"{context.node}-{os.getpid()}-{time.monotonic_ns()}").touch()
+    time.sleep(seconds)
+    return context.node
+
+
+def test_a_node_that_leaves_mid_batch_loses_nothing(ray_nodes, cluster, tmp_path):
+    # Last in the module: the cluster has a dead node for a while after this.
+    before = {node["NodeID"] for node in cluster.nodes()}
+    group = ray_nodes.add_node()
+    [leaving] = {node["NodeID"] for node in cluster.nodes()} - before
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def kill_when_busy():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(p.name.startswith(leaving) for p in started.iterdir()):
+            time.sleep(0.05)
+        ray_nodes.kill_node(group)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    try:
+        results = [(r.key, r.ok, r.value, r.error) for r in cluster.run([Task(i, start_then_wait, (str(started), 2.0))
+                                                                           for i in range(6)])]
+    finally:
+        killer.join()
+    assert sorted(key for key, *_ in results) == list(range(6))
+    assert all(ok for _, ok, _, _ in results), results
+    assert any(p.name.startswith(leaving) for p in started.iterdir())  # a task was running there
+    assert leaving not in {value for _, _, value, _ in results}  # and finished elsewhere

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -158,10 +159,9 @@ def execute(call: TaskCall) -> TaskOutput:
 
 
 def _where() -> tuple[str, str]:
-    """This worker's Ray node id and address (or the host name outside Ray)."""
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-    except Exception:  # not in a Ray worker (called directly, in tests)
+    """This worker's Ray node id and address (or the host name outside Ray: asking Ray
+    there would start a Ray instance)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return "", socket.gethostname()
+    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()

@@ -235,7 +235,7 @@ def _preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
         where = f"-j {populator.jobs}"
     else:
         where = "on a local Ray instance" if args.ray == "local" else f"on the Ray cluster at {args.ray}"
-        where += f" (at most {args.jobs} tasks at once)" if args.jobs else ""
+        where += f" (at most {args.jobs} task{'' if args.jobs == 1 else 's'} at once)" if args.jobs else ""
         where += ", workers writing into the shared cache" if args.shared_cache else ""
     print(f"boo preload: {_count(commands, 'command')} for {', '.join(populator.targets)}{verified}, "
           f"{where}, into {get_settings().cache_dir}")
