@@ -176,7 +176,9 @@ def test_without_ray_the_ray_flag_says_what_to_install(tmp_path):
     (["--shared-cache", "scale", "-n", "2"], "--shared-cache applies to the workers of a Ray cluster: give --ray"),
     (["--ray", "127.0.0.1:1", "--device", "cuda:0", "scale"], "device 'cuda:0': this machine has no CUDA device to "
                                                               "take the kernels' target from; with --ray, name it"),
+    (["--ray", "127.0.0.1:1", "scale", "-n", "2"], "boo preload: error: --ray: cannot connect to the Ray cluster at "
+                                                   "127.0.0.1:1: Connection refused (is its head node running?"),
 ])
-def test_ray_usage_errors_exit_2(capsys, scale_registry, args, message):
+def test_ray_usage_errors_exit_2(capsys, scale_registry, private_cache, args, message):
     assert main(["preload", *args]) == 2
     assert message in capsys.readouterr().err

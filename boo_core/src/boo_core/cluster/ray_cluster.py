@@ -8,6 +8,7 @@ without it is a :class:`RayUnavailable` error that says what to install.
 from __future__ import annotations
 
 import logging
+import socket
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import suppress
@@ -88,6 +89,7 @@ class RayCluster:
         else:
             where = f"the Ray cluster at {address}"
             options["address"] = str(address)
+            _check_reachable(str(address), where)
         try:
             ray.init(**options)
         except (ConnectionError, ValueError, RuntimeError) as e:
@@ -205,6 +207,18 @@ class RayCluster:
                               node=output.node, host=output.host)
         return TaskResult(task.key, output.value, written=report.written, kept=report.kept, node=output.node,
                           host=output.host)
+
+
+def _check_reachable(address: str, where: str, timeout: float = 10.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nothing listens on (Ray itself retries for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ClusterError(f"cannot connect to {where}: {e.strerror or e} (is its head node running? "
+                           "ray start --head --port=PORT)") from None
 
 
 def _shared_marker(cache_dir: Path) -> str:

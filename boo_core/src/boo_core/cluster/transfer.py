@@ -149,11 +149,13 @@ def install(root: Path, files: CacheFiles) -> InstallReport:
 
 def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tuple[list[str], list[str]]:
     meta, failed = _json(members.get(cache.META_FILE)), _json(members.get(cache.FAILED_FILE))
-    digest = str((meta or failed or {}).get("key_digest", ""))
-    entry = cache.CacheEntry(root / dirname, cache.CacheKey(digest, dirname, {}))
     written: list[str] = []
     kept: list[str] = []
     with cache.entry_lock(root, dirname):
+        # The key is the incoming metadata's, else (verdicts alone, a compile cut short) the entry's own.
+        ours = cache.read_json_object(root / dirname / cache.META_FILE) or {}
+        digest = str((meta or failed or ours).get("key_digest", ""))
+        entry = cache.CacheEntry(root / dirname, cache.CacheKey(digest, dirname, {}))
         has_kernel = bool(digest) and entry.read() is not None
         has_failure = bool(digest) and entry.read_failure() is not None
         data = {name: content for name, content in members.items() if name not in (*_LAST, VERDICTS_FILE)}
