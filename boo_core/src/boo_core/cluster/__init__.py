@@ -63,11 +63,20 @@ The guarantees:
   the key that differ. Nothing is written for that task.
 * **Failures stay per task.** An exception in ``function`` is that task's ``error`` (not
   retried); a worker that dies or a node that leaves makes Ray run the task again, up to
-  ``retries`` times, then it is that task's ``error``; a task no node could run (a GPU
-  task on a cluster without GPUs) fails at once instead of waiting forever.
+  ``retries`` times, then it is that task's ``error``; a task that none of the nodes alive
+  when ``run`` starts could run (a GPU task on a cluster without GPUs) fails at once
+  instead of waiting forever.
 * **Exactly once.** Each task's result is yielded once and written as it arrives, so
   what finished is on disk whatever happens to the rest; an entry the caller's cache
-  already holds intact is kept, not written again.
+  already holds intact is kept, not written again. A file outside the entries (a tuning
+  record) is replaced whole when its content differs: a file that grows by appends (the
+  tuner's progress checkpoints) belongs to the caller, who writes it from the results.
+
+How ``boo tune --ray`` would sit on it: one CPU task per candidate, running what
+``tune.tuner._compile_candidate`` runs, ``expect`` the candidate's key; then one GPU task
+per kernel (``gpus=1``, ``seed`` its candidates' entries) that verifies and times them and
+returns the candidate results; their verdicts come back into ``verdicts.json``, and the
+caller checkpoints and writes the tuning record as it does now.
 """
 
 from .ray_cluster import DEFAULT_RETRIES, INSTALL_HINT, RayCluster, RayUnavailable, require_ray
