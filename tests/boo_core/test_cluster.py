@@ -271,6 +271,16 @@ def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, pr
     assert "FAILED scale_fwd_f32_n5_f2 for cpu" in out and f"reproducer: {private_cache}/scale_fwd_f32_n5_f2-" in out
 
 
+def always_dies(context):
+    os._exit(9)
+
+
+def test_a_task_whose_worker_always_dies_fails_alone_once_its_retries_are_spent(cluster):
+    results = {r.key: r for r in cluster.run([Task("dies", always_dies), Task("fine", where, (0,))], retries=1)}
+    assert results["fine"].ok
+    assert results["dies"].error.startswith("the worker running it died, 2 times (WorkerCrashedError: ")
+
+
 def start_then_wait(context, started, seconds):
     """A task: leaves a file naming its node as it starts, then takes ``seconds``."""
     Path(started, f"{context.node}-{os.getpid()}-{time.monotonic_ns()}").touch()
