@@ -2,9 +2,10 @@
 ``ray start`` of its own (own process group), on 127.0.0.1, stopped by killing exactly
 those process groups (never ``ray stop``, which would stop every Ray on the machine).
 
-The cluster uses Ray's token authentication with a token of its own, passed in the
-environment (:attr:`LocalRayCluster.auth`: a process that joins needs it too), so that no
-``~/.ray/auth_token`` is read or written.
+Ray's token authentication is off on these nodes (``RAY_AUTH_MODE=disabled``): a process
+joins them whatever its own mode (one that sends a token is accepted too; a process cannot
+change its mode once it has imported Ray), and no ``~/.ray/auth_token`` is read or
+written. The nodes live for one test module, on this machine.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,7 @@ class LocalRayCluster:
 
     env: dict[str, str]
     temp_dir: Path
-    auth: dict[str, str] = field(default_factory=dict)  # the environment a process joining needs
+    auth: dict[str, str] = field(default_factory=dict)  # Ray's authentication settings of the nodes
     address: str = ""
     groups: list[int] = field(default_factory=list)  # process group of each node, head first
 
@@ -73,7 +73,7 @@ def local_ray_cluster(nodes: int = 2, *, gpus_on_last: int = 0,
     """A head and ``nodes - 1`` more nodes of one CPU each (the last also with
     ``gpus_on_last`` GPUs, as Ray counts them: a label, no device needed)."""
     temp_dir = Path(tempfile.mkdtemp(prefix="boo-ray-", dir="/tmp"))  # Ray's socket paths must stay short
-    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
+    auth = {"RAY_AUTH_MODE": "disabled"}
     cluster = LocalRayCluster({**os.environ, **(env or {}), **auth}, temp_dir, auth)
     try:
         cluster.start_head()

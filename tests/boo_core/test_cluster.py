@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 from boo_core import BooOpRegistry, CachePopulator, clear_launchables, get_launchable
 from boo_core.cluster import RayCluster, Task
@@ -35,6 +36,7 @@ from boo_core.verify.verdicts import VERDICTS_FILE
 from ..conftest import REPO
 from ..local_ray import local_ray_cluster
 from .fake_plugins.scale_op import ScaleSignature
+from .substitutions import NUDGED, NUDGED_VALUE, scale_substitution
 
 DYING = {"scale": "tests.boo_core.fake_plugins.die_once"}
 
@@ -201,6 +203,24 @@ def test_workers_write_into_a_shared_cache_directly(cluster, ray_registry, priva
     assert outcome.status == "compiled" and Path(outcome.directory).parent == private_cache
     assert get_launchable(ScaleSignature(11)).cache_hit
     assert not list(private_cache.glob(".boo-cluster-*"))  # the visibility check's marker is gone
+
+
+def test_a_substituted_kernel_comes_back_with_its_substitution_files(cluster, ray_registry, private_cache, tmp_path):
+    signature = ScaleSignature(13)
+    root = tmp_path / "substitutions"
+    scale_substitution(root / "cpu" / signature.func_name, signature, NUDGED)
+    with settings_override(substitutions=root):
+        [outcome] = CachePopulator(commands=["scale -n 13"], ray=cluster).run()
+        assert outcome.status == "compiled" and outcome.formulation.startswith("default with substitution ")
+        entry = Path(outcome.directory)
+        assert [p.name for p in (entry / "substitution" / "sources").iterdir()] == [
+            p.name for p in (root / "cpu" / signature.func_name / "sources").iterdir()]
+        command = (entry / cache.COMMAND_FILE).read_text()
+        assert f"={entry / 'substitution'}" in command and "boo-task-" not in command
+        clear_launchables()
+        launchable = get_launchable(signature)
+        x = torch.randn(13)
+        assert launchable.cache_hit and torch.equal(launchable(x), x * NUDGED_VALUE)
 
 
 def where(context, seconds):

@@ -48,12 +48,13 @@ class CacheFiles:
         return bool(self.files)
 
     def entries(self) -> dict[str, dict[str, bytes]]:
-        """Files inside cache entries, by entry name, then file name."""
+        """Files inside cache entries, by entry name, then path in the entry
+        (``kernel.vmfb``, ``substitution/binaries/k.ptx``)."""
         grouped: dict[str, dict[str, bytes]] = {}
         for relative, data in self.files.items():
             parts = PurePosixPath(relative).parts
-            if len(parts) == 2 and cache.is_entry_name(parts[0]):
-                grouped.setdefault(parts[0], {})[parts[1]] = data
+            if len(parts) >= 2 and cache.is_entry_name(parts[0]):
+                grouped.setdefault(parts[0], {})["/".join(parts[1:])] = data
         return grouped
 
     def others(self) -> dict[str, bytes]:
@@ -166,7 +167,10 @@ def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tu
         else:
             entry.prepare()
             for name, content in sorted(data.items()):
-                cache.atomic_write(entry.directory / name, content)
+                path = entry.directory / name
+                if path.parent != entry.directory:
+                    path.parent.mkdir(parents=True, exist_ok=True)  # a substitution's files
+                cache.atomic_write(path, content)
                 written.append(name)
             if meta is not None:
                 (entry.directory / cache.FAILED_FILE).unlink(missing_ok=True)

@@ -38,23 +38,34 @@ def target_verifies(target: Target) -> bool:
     return get_settings().verifies("cpu" if target.backend == "llvm-cpu" else "gpu")
 
 
+def chain_requests(signature: object, target: Target) -> list[tuple[str, KernelRequest]]:
+    """The kernels of ``signature``'s chain for ``target`` in the order they are tried, each
+    with its name in outcomes (the formulation, and its substitution if any). Cheap: keys
+    only, nothing exported."""
+    from ..plugins.registry import BooOpRegistry
+    from ..substitute.candidates import library_substitutions, ordered, user_substitution
+
+    user = user_substitution(signature, target)
+    library = library_substitutions(signature, target) if user is None else []
+    requests = []
+    for formulation, substitution in ordered(BooOpRegistry.default().formulations(signature, target), user, library):
+        name = formulation.name + (f" with substitution {substitution.label}" if substitution else "")
+        requests.append((name, KernelRequest.create(signature, target, formulation, substitution=substitution)))
+    return requests
+
+
 def compile_formulations(signature: object, target: Target, *, every: bool | None = None) -> ChainOutcome:
     """Compile ``signature``'s formulations for ``target`` (all of them when ``every``, by
     default when the target's kernels are verified; else up to the first that compiles)."""
-    from ..plugins.registry import BooOpRegistry
-    from ..substitute.candidates import library_substitutions, ordered, refuse_if_user, user_substitution
+    from ..substitute.candidates import refuse_if_user
 
     every = target_verifies(target) if every is None else every
     outcome = ChainOutcome()
-    user = user_substitution(signature, target)
-    library = library_substitutions(signature, target) if user is None else []
-    for formulation, substitution in ordered(BooOpRegistry.default().formulations(signature, target), user, library):
-        request = KernelRequest.create(signature, target, formulation, substitution=substitution)
-        name = formulation.name + (f" with substitution {substitution.label}" if substitution else "")
+    for name, request in chain_requests(signature, target):
         try:
             kernel = request.fetch()
         except CompileError as e:
-            refuse_if_user(substitution, signature, "it did not compile", e)
+            refuse_if_user(request.substitution, signature, "it did not compile", e)
             outcome.failed.append((name, e))
             continue
         (outcome.cached if kernel.hit else outcome.compiled).append(name)

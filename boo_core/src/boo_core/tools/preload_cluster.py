@@ -26,10 +26,8 @@ from ..cluster import RayCluster, Task, TaskContext
 from ..cluster.ray_cluster import is_local
 from ..errors import DeviceError
 from ..kernels.cache import CacheEntry, CacheKey
-from ..kernels.chain import target_verifies
-from ..kernels.request import KernelRequest
+from ..kernels.chain import chain_requests, target_verifies
 from ..kernels.target import Target
-from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import BooDevice, resolve_device
 from ..runtime.launchable import get_launchable
 from ..settings import get_settings, settings_override
@@ -91,11 +89,10 @@ class _Plan:
 
 
 def _plan(signature: Signature, target_name: str, cache_dir: Path) -> _Plan:
-    """What the caller's cache holds for one job (mirrors kernels.chain.compile_formulations)."""
+    """What the caller's cache holds for one job (as kernels.chain.compile_formulations reads it)."""
     try:
         target = Target.parse(target_name)
-        formulations = BooOpRegistry.default().formulations(signature, target)
-        keys = tuple(KernelRequest.create(signature, target, f).key for f in formulations)
+        keys = tuple(request.key for _, request in chain_requests(signature, target))
     except Exception:  # compile_kernel, run here, reports it as the local preload does
         return _Plan((), True)
     every = target_verifies(target)
