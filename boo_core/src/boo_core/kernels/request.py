@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..errors import BooError, CompileError
 from ..settings import get_settings
 from . import cache
 from .compiler import (
@@ -42,6 +42,8 @@ class KernelRequest:
     key: cache.CacheKey
     config: Mapping[str, Any] | None = field(default=None, compare=False)
     substitution: Any = field(default=None, compare=False)  # boo_core.substitute.Substitution
+    #: The plugin whose code makes the MLIR (``"conv" (boo-ops-conv 0.1.0)``), for messages.
+    origin: str = field(default="", compare=False)
 
     @classmethod
     def create(cls, signature: Any, target: Target, formulation: Formulation | None = None, *,
@@ -82,7 +84,9 @@ class KernelRequest:
         if substitution is not None:  # only then, so that other kernels keep their keys
             material["substitution"] = substitution.key_material()
         key = cache.CacheKey.create(signature.func_name, material)
-        return cls(signature, target, formulation, flags, key, config, substitution)
+        entry = registry.op_for_signature(signature)
+        origin = f"plugin {entry.plugin.label}" if entry else ""
+        return cls(signature, target, formulation, flags, key, config, substitution, origin)
 
     def source(self) -> str:
         """The MLIR to compile (the formulation's; a configuration applies later, to the
@@ -99,7 +103,15 @@ class KernelRequest:
             from ..substitute.build import build
 
             return build(self, entry, output)
-        mlir_path = entry.write_text(cache.MLIR_FILE, self.source())
+        try:
+            mlir = self.source()
+        except BooError:
+            raise
+        except Exception as e:  # the op's code (its reference, a formulation) failed: say whose
+            origin = f" ({self.origin})" if self.origin else ""
+            raise CompileError(f"formulation {self.formulation.name!r} of {self.signature.func_name}{origin} "
+                               f"could not make its MLIR: {type(e).__name__}: {e}") from e
+        mlir_path = entry.write_text(cache.MLIR_FILE, mlir)
         flags = self.flags
         if self.config:
             from ..tune.configs import compile_with_config
