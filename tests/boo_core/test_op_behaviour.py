@@ -82,7 +82,7 @@ def test_a_recorded_compile_failure_is_not_compiled_again(private_cache, monkeyp
 
         clear_launchables()
         calls = []
-        monkeypatch.setattr("boo_core.kernels.request.run_compile", lambda *a, **k: calls.append(a))
+        monkeypatch.setattr("boo_core.kernels.request.compile_to_bytes", lambda *a, **k: calls.append(a))
         assert get_launchable(ScaleSignature(5)).formulation == "default"
     assert calls == []  # neither the broken formulation (recorded) nor the default (cached) compiled
 

@@ -239,7 +239,7 @@ def _create_secret(cache_dir: Path) -> bytes:
     path = cache_dir / KEY_FILE
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=TEMP_SUFFIX, dir=cache_dir)
+        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=TEMP_SUFFIX, dir=cache_dir)  # .integrity-key.*
     except OSError as e:
         raise CacheUnwritable(f"cannot write in {cache_dir}: {e.strerror or e}") from e
     secret = os.urandom(_SECRET_BYTES)
@@ -575,10 +575,11 @@ def stray_entries(cache_dir: Path) -> list[Path]:
 
 
 def leftovers(directory: Path) -> list[Path]:
-    """Temporary files a killed writer left in an entry (or the cache directory)."""
+    """Temporary files a killed writer left in an entry (``.<file>.<random>.tmp``), or, in
+    the cache directory itself, of its integrity key. Nothing else is BOO's to remove."""
+    prefixes = tuple(f".{name}." for name in (*ENTRY_FILES, KEY_FILE.lstrip(".")))
     try:
-        return sorted(p for p in directory.iterdir() if p.name.endswith(TEMP_SUFFIX) and p.name.startswith(
-            (".", KEY_FILE)))
+        return sorted(p for p in directory.iterdir() if p.name.startswith(prefixes) and p.name.endswith(TEMP_SUFFIX))
     except OSError:
         return []
 
