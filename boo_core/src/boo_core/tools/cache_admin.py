@@ -137,7 +137,9 @@ def _described(directory: Path, size: int, leftovers: int) -> EntryInfo:
                      substitution=_substitution_label(meta))
     kernel = directory / cache.KERNEL_FILE
     kernel_size = _file_size(kernel) if kernel.is_file() else None
-    if meta.get("format") != cache.CACHE_FORMAT:
+    if not directory.name.endswith("-" + meta["key_digest"][:24]):
+        problem = f"{cache.META_FILE} describes another entry (key {meta['key_digest'][:24]!r:.30})"
+    elif meta.get("format") != cache.CACHE_FORMAT:
         problem = f"cache format {meta.get('format')!r:.20} (this BOO reads format {cache.CACHE_FORMAT})"
     elif kernel_size is None:
         problem = f"{cache.KERNEL_FILE} is missing"
