@@ -373,16 +373,16 @@ class CacheEntry:
                 data = self.kernel_path.read_bytes()
             except OSError as e:
                 problem = f"kernel unreadable ({e.strerror or e})"
-            if data is not None and hashlib.sha256(data).hexdigest() != meta["kernel_sha256"]:
-                data, problem = None, "kernel checksum mismatch (corrupt)"
+        tag = meta.get("kernel_hmac") if meta is not None else None
+        if data is not None and secret is not None and isinstance(tag, str) and \
+                hmac.compare_digest(tag, integrity_tag(secret, self.key.digest, data)):
+            return Lookup(data, proven=True)  # the common case: one keyed hash, no checksum needed
+        if data is not None and hashlib.sha256(data).hexdigest() != meta["kernel_sha256"]:
+            data, problem = None, "kernel checksum mismatch (corrupt)"
         if data is None:
             if any(_exists(self.directory / name) for name in (META_FILE, KERNEL_FILE)):
                 logger.info("cache entry %s: %s; rebuilding", self.directory.name, problem)
             return Lookup(None, problem=problem)
-        tag = meta.get("kernel_hmac")
-        if secret is not None and isinstance(tag, str) and \
-                hmac.compare_digest(tag, integrity_tag(secret, self.key.digest, data)):
-            return Lookup(data, proven=True)
         return Lookup(data, problem="its integrity tag does not match this cache's key (the kernel was changed "
                                     "together with its checksum, or copied from another cache)")
 
@@ -471,6 +471,7 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
     there is no compiler). A cache that cannot be written compiles in memory, with a
     warning."""
     entry = CacheEntry(cache_dir / key.dirname, key)
+    validate = _once(validate) if validate is not None else None
     if not rebuild:
         data = _usable(entry, cache_dir, validate)
         if data is not None:
@@ -491,6 +492,19 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
         warnings.warn(f"BOO's kernel cache cannot be written ({e}); compiling {key.prefix} in memory",
                       BooCacheWarning, stacklevel=3)
         return build_uncached(key, build, details)
+
+
+def _once(validate: Validator) -> Validator:
+    """``validate``, remembering its verdict per kernel (one child process per kernel)."""
+    verdicts: dict[str, str | None] = {}
+
+    def once(data: bytes) -> str | None:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in verdicts:
+            verdicts[digest] = validate(data)
+        return verdicts[digest]
+
+    return once
 
 
 def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> bytes | None:
