@@ -351,3 +351,18 @@ def test_a_verdicts_file_of_any_shape_is_rechecked_and_rewritten(damaged_cache):
             assert launch().verified
         verdicts = json.loads((entry / cache.VERDICTS_FILE).read_text())
         assert list(verdicts.values()) == ["pass"] or "pass" in verdicts.values()
+
+
+def test_a_key_another_process_replaced_is_read_again_not_fought(damaged_cache):
+    # This process read the key; another replaced it (the old one was damaged, say) and
+    # signed the entry with the new one: this process must take the new key, not rebuild
+    # the entry over and over.
+    assert launch().cache_hit
+    entry = entry_of(damaged_cache)
+    new_key = os.urandom(32)
+    (damaged_cache / cache.KEY_FILE).write_bytes(new_key)
+    meta = json.loads((entry / cache.META_FILE).read_text())
+    data = (entry / cache.KERNEL_FILE).read_bytes()
+    meta["kernel_hmac"] = cache.integrity_tag(new_key, meta["key_digest"], data)
+    (entry / cache.META_FILE).write_text(json.dumps(meta))
+    assert launch().cache_hit

@@ -211,16 +211,19 @@ def remove_path(path: Path) -> None:
 _secrets: dict[Path, bytes] = {}
 
 
-def integrity_key(cache_dir: Path, *, create: bool = False) -> bytes | None:
+def integrity_key(cache_dir: Path, *, create: bool = False, fresh: bool = False) -> bytes | None:
     """The secret of the cache under ``cache_dir`` (made on its first write, with
-    ``create``); None when it has none yet."""
-    secret = _secrets.get(cache_dir)
+    ``create``); None when it has none yet. It is read once per process, or again with
+    ``fresh`` (another process may have replaced a damaged one)."""
+    secret = None if fresh else _secrets.get(cache_dir)
     if secret is None:
         secret = _read_secret(cache_dir / KEY_FILE)
         if secret is None and create:
             secret = _create_secret(cache_dir)
         if secret is not None:
             _secrets[cache_dir] = secret
+        else:
+            _secrets.pop(cache_dir, None)
     return secret
 
 
@@ -510,7 +513,10 @@ def _once(validate: Validator) -> Validator:
 def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> bytes | None:
     """The entry's kernel if it can be loaded: proven by its tag, or (with ``validate``)
     checked now and then signed."""
-    found = entry.read(integrity_key(cache_dir))
+    secret = integrity_key(cache_dir)
+    found = entry.read(secret)
+    if found.data is not None and not found.proven and integrity_key(cache_dir, fresh=True) != secret:
+        found = entry.read(integrity_key(cache_dir))  # the key changed on disk since this process read it
     if found.proven:
         return found.data
     if found.data is None:
@@ -526,7 +532,7 @@ def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> b
     logger.info("cache entry %s: %s; it loads and runs in a child process, so it is used and signed",
                 entry.directory.name, found.problem)
     with contextlib.suppress(CacheUnwritable):
-        entry.sign(found.data, integrity_key(cache_dir, create=True) or b"")
+        entry.sign(found.data, integrity_key(cache_dir, create=True, fresh=True) or b"")
     return found.data
 
 
@@ -560,7 +566,7 @@ def _build(entry: CacheEntry, build: Builder, details: dict[str, Any], cache_dir
         raise
     seconds = time.perf_counter() - start
     try:
-        entry.commit(data, command, seconds, details, integrity_key(cache_dir, create=True) or b"")
+        entry.commit(data, command, seconds, details, integrity_key(cache_dir, create=True, fresh=True) or b"")
     except CacheUnwritable as e:
         warnings.warn(f"BOO's kernel cache cannot be written ({e}); the kernel {entry.key.prefix} compiled now is "
                       "used from memory", BooCacheWarning, stacklevel=4)

@@ -254,7 +254,9 @@ class _Registration:
         self.specs: list[OpSpec] = []
         self.open = True
 
-    def __call__(self, spec: OpSpec) -> None:
+    def __call__(self, spec: OpSpec, *extra: object, **named: object) -> None:
+        if extra or named:
+            raise TypeError(f"register() takes one boo_core.OpSpec, got {1 + len(extra) + len(named)} arguments")
         if not self.open:
             raise PluginError(f"plugin {self.info.label} called register() after its boo_register_ops returned")
         if not isinstance(spec, OpSpec):
