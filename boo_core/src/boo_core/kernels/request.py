@@ -108,7 +108,7 @@ class KernelRequest:
         if self.substitution is not None:
             from ..substitute.build import build
 
-            return build(self, entry, output)
+            return build(self, entry)
         try:
             mlir = self.source()
         except BooError:
