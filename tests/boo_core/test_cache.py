@@ -82,9 +82,13 @@ def test_damaged_entry_is_detected_logged_and_rebuilt(scale_registry, private_ca
     assert launch_fresh(signature).cache_hit
 
 
-def test_kernel_that_checks_out_but_does_not_load_is_rebuilt(scale_registry, private_cache, caplog):
-    # Garbage whose checksum is recorded: only loading it can tell.
+@pytest.mark.parametrize("signed", [False, True])
+def test_kernel_that_checks_out_but_does_not_load_is_rebuilt(scale_registry, private_cache, caplog, signed):
+    # Garbage whose checksum is recorded: its integrity tag tells (unsigned), or, signed with
+    # this cache's own key (as if BOO had written it), loading it does.
     import hashlib
+
+    from boo_core.kernels import cache
 
     signature = ScaleSignature(13)
     launch_fresh(signature)
@@ -93,11 +97,13 @@ def test_kernel_that_checks_out_but_does_not_load_is_rebuilt(scale_registry, pri
     (entry / "kernel.vmfb").write_bytes(garbage)
     meta = json.loads((entry / "meta.json").read_text())
     meta.update(kernel_size=len(garbage), kernel_sha256=hashlib.sha256(garbage).hexdigest())
+    if signed:
+        meta["kernel_hmac"] = cache.integrity_tag(cache.integrity_key(private_cache), meta["key_digest"], garbage)
     (entry / "meta.json").write_text(json.dumps(meta))
     with caplog.at_level(logging.DEBUG, logger="boo_core"):
         rebuilt = launch_fresh(signature)
     assert not rebuilt.cache_hit
-    assert "unusable" in caplog.text
+    assert ("unusable" if signed else "its integrity tag does not match this cache's key") in caplog.text
 
 
 def test_cache_off_writes_nothing(scale_registry, private_cache, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from boo_core import CompileError, Formulation, get_launchable
+from boo_core.kernels import cache
 from boo_core.kernels.compiler import compiler_version
 from boo_core.kernels.request import KernelRequest
 from boo_core.runtime.devices import Target
@@ -80,7 +81,7 @@ def test_info_describes_entries_failed_compiles_and_the_broken_ones(private_cach
     (cuda / "meta.json").write_text(json.dumps({**meta, "format": 99}))
     (n3 / "kernel.vmfb").unlink()
     problems = {e.directory: e.problem for e in scan(private_cache)}
-    assert problems[cuda] == "cache format 99 (this BOO reads format 2)"
+    assert problems[cuda] == f"cache format 99 (this BOO reads format {cache.CACHE_FORMAT})"
     assert problems[n3] == "kernel.vmfb is missing"
 
     removed = clear(private_cache, broken_only=True)
@@ -97,5 +98,6 @@ def test_clear_one_target_then_everything_but_never_a_strangers_files(private_ca
     assert len(scan(private_cache)) == 4
     assert clear(private_cache, Target.parse("rocm:gfx942")) == []
     assert len(clear(private_cache)) == 4 and scan(private_cache) == []
-    # BOO's lock files stay (removing one another process waits on would break the lock).
-    assert sorted(p.name for p in private_cache.iterdir()) == [".locks", "README", "notes"]
+    # BOO's lock files stay (removing one another process waits on would break the lock), and
+    # so does the integrity key (removing it would make every other process's kernels unproven).
+    assert sorted(p.name for p in private_cache.iterdir()) == [".integrity-key", ".locks", "README", "notes"]

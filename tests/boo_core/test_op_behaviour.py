@@ -82,7 +82,7 @@ def test_a_recorded_compile_failure_is_not_compiled_again(private_cache, monkeyp
 
         clear_launchables()
         calls = []
-        monkeypatch.setattr("boo_core.kernels.request.run_compile", lambda *a, **k: calls.append(a))
+        monkeypatch.setattr("boo_core.kernels.request.compile_to_bytes", lambda *a, **k: calls.append(a))
         assert get_launchable(ScaleSignature(5)).formulation == "default"
     assert calls == []  # neither the broken formulation (recorded) nor the default (cached) compiled
 
@@ -134,9 +134,9 @@ def test_warm_lookups_export_nothing(private_cache):
 
 @pytest.mark.parametrize("behaviour, message", [
     (dict(compile_flags=lambda s, t: "--not-a-list"),
-     r'plugin "bad" \(registered explicitly\): op \'scale\' compile_flags must return a list or tuple of str'),
+     r'plugin "bad" \(registered explicitly\): op \'scale\' compile_flags must return a list, tuple or generator'),
     (dict(compile_flags=lambda s, t: 42),
-     r'plugin "bad" \(registered explicitly\): op \'scale\' compile_flags must return a list or tuple of str'),
+     r'plugin "bad" \(registered explicitly\): op \'scale\' compile_flags must return a list, tuple or generator'),
     (dict(compile_flags=lambda s, t: {}["oops"]),
      r"plugin \"bad\" \(registered explicitly\) failed in op 'scale' compile_flags: KeyError: 'oops'"),
     (dict(formulations=lambda s, t: 42),

@@ -10,8 +10,9 @@ dispatches that materialize ``xhat`` and ``dy * weight`` and tile the column sum
 poorly (about 4x PyTorch). The one here takes about 1.5x PyTorch's time: dx and dw/db are
 separate dispatches (a row and a column reduction do not fuse), so dy and x are read twice.
 
-* forward: sum, mean, sum of squared deviations, rstd, y = (x - mean) * rstd [* w] [+ b]:
-  one dispatch.
+* forward: mean (the sum of x / n, which cannot overflow for finite x), variance (the sum of
+  squared deviations / n, which overflows only where the variance does), rstd (NaN where the
+  variance is not finite), y = (x - mean) * rstd [* w] [+ b]: one dispatch.
 * backward dx: one row reduction with two results (``sum g`` and ``sum g * xhat``, with
   ``g = dy * weight`` and ``xhat = (x - mean) * rstd`` recomputed from the inputs), then
   ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``: one dispatch.
@@ -216,21 +217,28 @@ class _Forward(_Writer):
             self.output(name, shape, element)
         zeros = self.zeros("%row_zeros", (rows,))
 
-        self.generic("%sum", [ROW, ROW_STAT], ["parallel", "reduction"], [(x, X)], [(zeros, R)],
+        # mean = sum(x / n): it cannot overflow for finite x (sum(x) / n can).
+        self.generic("%mean", [ROW, ROW_STAT], ["parallel", "reduction"], [(x, X)], [(zeros, R)],
                      [f"%v: {t}", "%s: f32"], _ROW_REDUCTION)
-        self.region(f"%s1 = arith.addf {self.as_f32('%v')}, %s : f32")
+        self.region(f"%vn = arith.mulf {self.as_f32('%v')}, %inv_n : f32")
+        self.region("%s1 = arith.addf %vn, %s : f32")
         self.close(["%s1"], [R])
-        self.per_row("%mean", "%sum", ["%m = arith.mulf %s, %inv_n : f32"], "%m")
 
         self.generic("%squares", [ROW, ROW_STAT, ROW_STAT], ["parallel", "reduction"], [(x, X), ("%mean", R)],
                      [(zeros, R)], [f"%v: {t}", "%m: f32", "%q: f32"], _ROW_REDUCTION_ROOT)
         self.region(f"%c = arith.subf {self.as_f32('%v')}, %m : f32")
         self.region("%c2 = arith.mulf %c, %c : f32")
-        self.region("%q1 = arith.addf %c2, %q : f32")
+        self.region("%c2n = arith.mulf %c2, %inv_n : f32")  # summing squares / n: overflows only when var does
+        self.region("%q1 = arith.addf %c2n, %q : f32")
         self.close(["%q1"], [R])
         self.emit(f"%eps = arith.constant {_float(sig.eps)} : f32")
-        self.per_row("%rstd", "%squares", ["%var = arith.mulf %s, %inv_n : f32", "%ve = arith.addf %var, %eps : f32",
-                                           "%r = math.rsqrt %ve : f32"], "%r")
+        # A variance that is not finite (squared deviations overflow float32, or x holds inf
+        # or NaN) gives NaN, never a finite y computed from rstd = 0.
+        self.emit("%inf = arith.constant 0x7F800000 : f32")
+        self.emit("%nan = arith.constant 0x7FC00000 : f32")
+        self.per_row("%rstd", "%squares", ["%ve = arith.addf %s, %eps : f32", "%r0 = math.rsqrt %ve : f32",
+                                           "%finite = arith.cmpf olt, %s, %inf : f32",
+                                           "%r = arith.select %finite, %r0, %nan : f32"], "%r")
 
         empty = self.empty("%y_e", (rows, n), t)
         maps = [ROW, ROW_STAT, ROW_STAT] + [COLUMN] * len(params) + [ROW]

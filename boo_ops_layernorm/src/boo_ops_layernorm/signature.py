@@ -152,11 +152,15 @@ class LayerNormSignature(Signature):
         # targets). On x as (rows, row_length), accumulated in at least float32, in two passes
         # (mean, then the mean of squared deviations): unlike E[x^2] - E[x]^2 they do not
         # cancel when the mean is large against the spread.
+        # The mean is the sum of x / n, which cannot overflow for finite x, the variance the sum
+        # of squared deviations / n; one that is not finite gives NaN (never a finite y from
+        # rstd = 0): docs/numerics.md.
         acc = stats_dtype(x.dtype)
         xf = x.to(acc).reshape(self.rows, self.row_length)
-        mean = xf.mean(1, keepdim=True)
+        mean = (xf * (1.0 / self.row_length)).sum(1, keepdim=True)
         centered = xf - mean
-        rstd = torch.rsqrt((centered * centered).mean(1, keepdim=True) + self.eps)
+        var = (centered * centered * (1.0 / self.row_length)).sum(1, keepdim=True)
+        rstd = torch.where(var < float("inf"), torch.rsqrt(var + self.eps), float("nan"))
         y = centered * rstd
         weight, bias = self._split_params(params)
         if weight is not None:

@@ -13,6 +13,7 @@ wrote only the entries the caller expects, that is, computed the same cache keys
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -79,7 +80,7 @@ def _walk(root: Path) -> Iterable[tuple[str, Path]]:
     for directory, subdirectories, files in os.walk(root):
         subdirectories[:] = [d for d in subdirectories if d != cache.LOCKS_DIR]
         for name in files:
-            if name.endswith(cache.TEMP_SUFFIX) or name.startswith(MARKER_PREFIX):
+            if name.endswith(cache.TEMP_SUFFIX) or name.startswith(MARKER_PREFIX) or name == cache.KEY_FILE:
                 continue
             path = Path(directory, name)
             if path.is_file() and not path.is_symlink():
@@ -157,7 +158,7 @@ def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tu
         ours = cache.read_json_object(root / dirname / cache.META_FILE) or {}
         digest = str((meta or failed or ours).get("key_digest", ""))
         entry = cache.CacheEntry(root / dirname, cache.CacheKey(digest, dirname, {}))
-        has_kernel = bool(digest) and entry.read() is not None
+        has_kernel = bool(digest) and entry.read(cache.integrity_key(root)).data is not None
         has_failure = bool(digest) and entry.read_failure() is not None
         data = {name: content for name, content in members.items() if name not in (*_LAST, VERDICTS_FILE)}
         # Keep what the cache holds: an intact kernel over anything, a recorded failure over
@@ -176,11 +177,26 @@ def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tu
                 (entry.directory / cache.FAILED_FILE).unlink(missing_ok=True)
             for name in _LAST:
                 if name in members:
-                    cache.atomic_write(entry.directory / name, members[name])
+                    content = _signed(root, meta, members) if name == cache.META_FILE else members[name]
+                    cache.atomic_write(entry.directory / name, content)
                     written.append(name)
         if VERDICTS_FILE in members and _merge_verdicts(entry.directory, members[VERDICTS_FILE]):
             written.append(VERDICTS_FILE)
     return written, kept
+
+
+def _signed(root: Path, meta: dict[str, Any] | None, members: Mapping[str, bytes]) -> bytes:
+    """The incoming ``meta.json`` with the kernel's integrity tag under the caller's cache key
+    (a worker signs with its scratch cache's own), when the kernel matches its checksum; else
+    as it came, so the cache checks the kernel on first use."""
+    kernel = members.get(cache.KERNEL_FILE)
+    if meta is None or kernel is None or hashlib.sha256(kernel).hexdigest() != meta.get("kernel_sha256"):
+        return members[cache.META_FILE]
+    secret = cache.integrity_key(root, create=True)
+    if secret is None:
+        return members[cache.META_FILE]
+    signed = {**meta, "kernel_hmac": cache.integrity_tag(secret, str(meta.get("key_digest", "")), kernel)}
+    return (json.dumps(signed, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _merge_verdicts(directory: Path, incoming: bytes) -> bool:

@@ -44,8 +44,8 @@ class KernelCall:
     """A graph's call of one pattern match: ``pattern.launch(spec, inputs)``.
 
     Outputs are checked against what the graph expects and given its strides (a copy only
-    when the kernel's layout differs). If the launch fails at run time, the call warns and
-    computes ``pattern.reference`` instead, unless ``BOO_COMPILE_STRICT=1``.
+    when the kernel's layout differs). If the launch fails at run time (raises anything), the
+    call warns once and computes ``pattern.reference`` instead, unless ``BOO_COMPILE_STRICT=1``.
     """
 
     def __init__(self, pattern: FusionPattern, spec: Mapping[str, Any], outputs: Sequence[OutputMeta | None],
@@ -59,15 +59,18 @@ class KernelCall:
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
         try:
-            result = self.pattern.launch(self.spec, inputs)
-        except BooError as e:
+            return self._conformed(self.pattern.launch(self.spec, inputs))
+        except Exception as e:  # BooError, or a pattern's bug: PyTorch computes it instead
             if get_settings().compile_strict:
                 raise
             if not self._warned:
-                warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({e}); "
+                warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({type(e).__name__}: {e}); "
                               "computing it with PyTorch", BooFallbackWarning, stacklevel=2)
                 self._warned = True
-            result = self.pattern.reference(self.spec, inputs)
+        return self._conformed(self.pattern.reference(self.spec, inputs))
+
+    def _conformed(self, result: Any) -> Any:
+        """``result`` checked against the outputs the graph expects, with their strides."""
         values = (result,) if self.single else tuple(result)
         if len(values) != len(self.outputs):
             raise BooError(f"pattern {self.pattern.name} returned {len(values)} values, the graph expects "

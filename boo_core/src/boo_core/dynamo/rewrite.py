@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import operator
 import warnings
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from ..errors import BooError, BooFallbackWarning
+from ..errors import BooFallbackWarning
 from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import get_launchable
 from ..settings import get_settings
@@ -66,34 +67,48 @@ def _op_name(target: torch._ops.OpOverload) -> str:
 
 def _match(pattern: FusionPattern, node: torch.fx.Node, taken: set[torch.fx.Node],
            report: GraphReport) -> FusionMatch | None:
+    """The pattern's match at ``node`` if it is one BOO can use; a pattern that raises or
+    returns something malformed is refused for this node (a plugin's bug must not break the
+    user's compile)."""
     try:
         match = pattern.match(node)
-    except Exception as e:  # a pattern's bug must not break the user's compile
-        _refuse(report, node, f"pattern {pattern.name} failed to match: {type(e).__name__}: {e}")
-        return None
-    if match is None:
-        return None
-    if isinstance(match, Decline):
-        _refuse(report, node, f"pattern {pattern.name} declined: {match.reason}")
-        return None
-    if not isinstance(match, FusionMatch):
-        _refuse(report, node, f"pattern {pattern.name} returned {type(match).__name__}, not a FusionMatch")
-        return None
-    inner = set(match.nodes[:-1])
-    problem = None
-    if taken.intersection(match.nodes):
-        problem = "overlaps another BOO kernel"
-    elif any(user not in match.nodes for n in inner for user in n.users):
-        problem = f"pattern {pattern.name} matched nodes whose values are used elsewhere"
-    elif not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
-            user.target is operator.getitem for user in match.root.users):
-        problem = f"pattern {pattern.name} matched a tuple value used other than by indexing"
-    elif not all(has_static_shape(n) for n in match.inputs) or not _static_value(match.root):
-        problem = "dynamic shapes (BOO kernels are static-shaped: compile with dynamic=False)"
+        if match is None:
+            return None
+        if isinstance(match, Decline):
+            problem = f"pattern {pattern.name} declined: {match.reason}"
+        elif not isinstance(match, FusionMatch):
+            problem = f"pattern {pattern.name} returned {type(match).__name__}, not a FusionMatch"
+        else:
+            problem = _problem(pattern, match, node.graph, taken)
+    except Exception as e:
+        problem = f"pattern {pattern.name} failed to match: {type(e).__name__}: {e}"
     if problem:
         _refuse(report, node, problem)
         return None
     return match
+
+
+def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, taken: set[torch.fx.Node]) -> str:
+    """Why ``match`` cannot be replaced by a kernel call ("" if it can)."""
+    nodes, inputs = match.nodes, match.inputs
+    if not isinstance(nodes, tuple) or not nodes or not isinstance(inputs, tuple) or not all(
+            isinstance(n, torch.fx.Node) and n.graph is graph for n in (*nodes, *inputs)):
+        return f"pattern {pattern.name} matched something other than nodes of this graph"
+    try:
+        json.dumps(match.spec, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        return f"pattern {pattern.name} gave a spec that is not JSON-able ({e})"
+    inner = set(nodes[:-1])
+    if taken.intersection(nodes):
+        return "overlaps another BOO kernel"
+    if any(user not in nodes for n in inner for user in n.users):
+        return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
+    if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
+            user.target is operator.getitem for user in match.root.users):
+        return f"pattern {pattern.name} matched a tuple value used other than by indexing"
+    if not all(has_static_shape(n) for n in inputs) or not _static_value(match.root):
+        return "dynamic shapes (BOO kernels are static-shaped: compile with dynamic=False)"
+    return ""
 
 
 def _static_value(node: torch.fx.Node) -> bool:
@@ -110,7 +125,7 @@ def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphRepo
             launchable = get_launchable(signature, inputs[0].device)
             if launchable.substitution is not None:
                 report.substituted[signature.func_name] = launchable.substitution.label
-    except BooError as e:
+    except Exception as e:  # BooError, or a pattern's bug: either way PyTorch computes these nodes
         if get_settings().compile_strict:
             raise
         warnings.warn(f"BOO cannot take {pattern.name} here ({e}); it runs on the nested backend",

@@ -7,31 +7,49 @@ One directory per key, named ``<readable prefix>-<hash>``::
         source.mlir            what was compiled
         compile_command.txt    the exact iree-compile command (the reproducer)
         compile_log.txt        the compiler's messages, when it failed
-        meta.json              key material, formulation, size and SHA-256 of kernel.vmfb; written last
+        meta.json              key material, formulation, size, SHA-256 and integrity tag of
+                               kernel.vmfb; written last
         failed.json            instead of meta.json when this key does not compile
         verdicts.json          verification verdicts per device model
+    <cache dir>/.integrity-key  32 random bytes, made on the cache's first write
     <cache dir>/.locks/<entry name>.lock
 
 Every file is written to a temporary name and renamed into place (:func:`atomic_write`),
-``meta.json`` last, so a reader never sees a partial entry. A reader checks the metadata's
-shape and the kernel's size and SHA-256; anything else (truncated, corrupt, a directory
-where a file should be, metadata that is not an object) is logged and rebuilt. Processes
-asking for one new key compile it once: the first takes the entry's lock (a file under
-``.locks``, outside the entries that ``boo cache clear`` deletes) and compiles, the others
-wait, up to ``BOO_LOCK_TIMEOUT`` seconds, and then find the entry complete. A cache that
-cannot be written (read-only, full) still serves: the kernel is compiled in memory, with a
-warning.
+``meta.json`` last, so a reader never sees a partial entry. A reader checks every file by
+type and shape before use: ``meta.json`` must be a regular file holding a JSON object of
+this format with fields of the right types, ``kernel.vmfb`` a regular file of the recorded
+size and SHA-256. Anything else (truncated, corrupt, a directory where a file should be, a
+file where the entry should be, metadata that is not an object) is logged and rebuilt.
+
+Integrity: a checksum catches accidents, not a kernel changed together with its checksum,
+and IREE cannot verify native code: loading corrupt kernel bytes can crash the process
+(SIGSEGV, SIGILL). So ``meta.json`` also holds an HMAC-SHA256 tag of the key and the kernel
+under this cache's ``.integrity-key``, and only a kernel whose tag matches is loaded as is:
+computing it costs what the checksum costs (no extra I/O, no process). A kernel whose
+integrity cannot be proven that way (changed with its checksum, copied from another cache)
+is rebuilt; where no compiler is installed it is first run once in a child process
+(:mod:`.validate`), and signed if it survives. The tag guards against accidents and tools,
+not against someone who can write the cache (and so read its key).
+
+Processes asking for one new key compile it once: the first takes the entry's lock (a file
+under ``.locks``, outside the entries that ``boo cache clear`` deletes) and compiles, the
+others wait, up to ``BOO_LOCK_TIMEOUT`` seconds, and then find the entry complete. The
+compiler writes the kernel to a pipe, and BOO writes it into the entry: a cache that cannot
+be written (read-only, full, not a directory) still serves, the kernel compiled in memory,
+with a :class:`BooCacheWarning`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -46,18 +64,24 @@ from ..errors import BooError, CompileError
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 KERNEL_FILE = "kernel.vmfb"
 MLIR_FILE = "source.mlir"
 COMMAND_FILE = "compile_command.txt"
 LOG_FILE = "compile_log.txt"
 META_FILE = "meta.json"
 FAILED_FILE = "failed.json"
+VERDICTS_FILE = "verdicts.json"
+ENTRY_FILES = (KERNEL_FILE, MLIR_FILE, COMMAND_FILE, LOG_FILE, META_FILE, FAILED_FILE, VERDICTS_FILE)
+KEY_FILE = ".integrity-key"
 LOCKS_DIR = ".locks"
 TEMP_SUFFIX = ".tmp"
 _PREFIX_LENGTH = 64
 _DIGEST_LENGTH = 24  # hex digits of the key's digest in an entry's directory name
 _ENTRY_NAME = re.compile(rf"^.+-[0-9a-f]{{{_DIGEST_LENGTH}}}$")
+_HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_MAX_JSON_BYTES = 1 << 20  # no metadata file of BOO's is near this; a bigger one is not BOO's
+_SECRET_BYTES = 32
 
 
 class CacheError(BooError):
@@ -66,6 +90,10 @@ class CacheError(BooError):
 
 class CacheUnwritable(CacheError, OSError):
     """The cache directory cannot be written (read-only, full, or not a directory)."""
+
+
+class BooCacheWarning(UserWarning):
+    """The kernel cache could not be used as configured; BOO went on without it."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +125,28 @@ class CachedKernel:
     compile_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """What an entry holds: ``data``, the kernel if it matches its size and checksum;
+    ``proven``, whether its integrity tag proves this cache wrote it for this key;
+    ``problem``, why it cannot be used as is ("" when it can)."""
+
+    data: bytes | None
+    proven: bool = False
+    problem: str = ""
+
+
+Builder = Callable[["CacheEntry | None"], tuple[str, bytes]]
+"""Compiles the kernel; given an entry, writes its MLIR and compile command there first.
+Returns the command and the kernel."""
+
+Validator = Callable[[bytes], "str | None"]
+"""Checks a kernel whose integrity cannot be proven: None if usable, else the problem."""
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
 def atomic_write(path: Path, data: bytes | str) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename: readers see the old
     content or the new, never a part. Raises :class:`CacheUnwritable` when the directory
@@ -120,22 +170,107 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None when it is missing, unreadable, not JSON or not an
-    object (a directory in its place included)."""
+    """The JSON object in ``path``; None when it is missing, not a regular file (a
+    directory in its place), unreadable, too big, not JSON or not an object."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        if not _regular_file(path, _MAX_JSON_BYTES):
+            return None
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
     return value if isinstance(value, dict) else None
 
 
-def _remove_path(path: Path) -> None:
-    """Remove a file, or a directory where a file should be."""
+def _regular_file(path: Path, max_size: int | None = None) -> bool:
+    """Whether ``path`` is a regular file (no directory, FIFO or device: reading one of
+    those could block or never end), at most ``max_size`` bytes."""
+    size = _file_size(path)
+    return size is not None and (max_size is None or size <= max_size)
+
+
+def _file_size(path: Path) -> int | None:
+    """The size of a regular file; None for anything else (missing, a directory, a FIFO)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file, a symlink, or a directory where a file should be."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
         with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
             path.unlink()
+
+
+# -- integrity --------------------------------------------------------------------------------------
+
+_secrets: dict[Path, bytes] = {}
+
+
+def integrity_key(cache_dir: Path, *, create: bool = False, fresh: bool = False) -> bytes | None:
+    """The secret of the cache under ``cache_dir`` (made on its first write, with
+    ``create``); None when it has none yet. It is read once per process, or again with
+    ``fresh`` (another process may have replaced a damaged one)."""
+    secret = None if fresh else _secrets.get(cache_dir)
+    if secret is None:
+        secret = _read_secret(cache_dir / KEY_FILE)
+        if secret is None and create:
+            secret = _create_secret(cache_dir)
+        if secret is not None:
+            _secrets[cache_dir] = secret
+        else:
+            _secrets.pop(cache_dir, None)
+    return secret
+
+
+def _read_secret(path: Path) -> bytes | None:
+    try:
+        if not _regular_file(path, _SECRET_BYTES):
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if len(data) == _SECRET_BYTES else None
+
+
+def _create_secret(cache_dir: Path) -> bytes:
+    """Make the cache's secret, or take the one another process made first."""
+    path = cache_dir / KEY_FILE
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=TEMP_SUFFIX, dir=cache_dir)  # .integrity-key.*
+    except OSError as e:
+        raise CacheUnwritable(f"cannot write in {cache_dir}: {e.strerror or e}") from e
+    secret = os.urandom(_SECRET_BYTES)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secret)
+        try:
+            os.link(tmp, path)  # never replaces: two first writers agree on one secret
+        except FileExistsError:
+            existing = _read_secret(path)
+            if existing is not None:
+                return existing
+            remove_path(path)  # damaged (a directory, the wrong size): BOO's own file
+            os.replace(tmp, path)
+    except OSError as e:
+        raise CacheUnwritable(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return secret
+
+
+def integrity_tag(secret: bytes, key_digest: str, data: bytes) -> str:
+    """HMAC-SHA256 of a kernel and the key it was built for, under the cache's secret."""
+    return hmac.new(secret, key_digest.encode() + b"\0" + data, hashlib.sha256).hexdigest()
+
+
+# -- locks ------------------------------------------------------------------------------------------
 
 
 def lock_path(cache_dir: Path, dirname: str) -> Path:
@@ -144,13 +279,19 @@ def lock_path(cache_dir: Path, dirname: str) -> Path:
 
 @contextlib.contextmanager
 def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> Iterator[None]:
-    """Hold the cross-process lock of one entry (a file under ``.locks``)."""
+    """Hold the cross-process lock of one entry (a file under ``.locks``). A file where the
+    ``.locks`` directory should be, or a directory where a lock file should be, is BOO's
+    own leftover and replaced."""
     from ..settings import get_settings
 
     timeout = get_settings().lock_timeout if timeout is None else timeout
     path = lock_path(cache_dir, dirname)
     try:
+        if path.parent.is_symlink() or (path.parent.exists() and not path.parent.is_dir()):
+            remove_path(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            remove_path(path)
     except OSError as e:
         raise CacheUnwritable(f"cannot create {path.parent}: {e.strerror or e}") from e
     lock = filelock.FileLock(str(path), timeout=timeout)
@@ -166,6 +307,25 @@ def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> I
         yield
     finally:
         lock.release()
+
+
+def lock_held(cache_dir: Path, dirname: str) -> bool:
+    """Whether another process holds the entry's lock now (it is compiling that entry)."""
+    path = lock_path(cache_dir, dirname)
+    if not path.is_file():
+        return False
+    lock = filelock.FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return True
+    except OSError:
+        return False
+    lock.release()
+    return False
+
+
+# -- entries ----------------------------------------------------------------------------------------
 
 
 class CacheEntry:
@@ -184,87 +344,109 @@ class CacheEntry:
         return self.directory / MLIR_FILE
 
     def read_meta(self) -> dict[str, Any] | None:
-        """``meta.json`` if it is an object describing this key in this format."""
+        """``meta.json`` if it is an object describing this key in this format, its fields
+        of the right types."""
         meta = read_json_object(self.directory / META_FILE)
         if meta is None or meta.get("format") != CACHE_FORMAT or meta.get("key_digest") != self.key.digest:
             return None
-        if not isinstance(meta.get("kernel_size"), int) or not isinstance(meta.get("kernel_sha256"), str):
+        size, checksum, tag = meta.get("kernel_size"), meta.get("kernel_sha256"), meta.get("kernel_hmac")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            return None
+        if not isinstance(checksum, str) or not _HEX_DIGEST.match(checksum):
+            return None
+        if tag is not None and (not isinstance(tag, str) or not _HEX_DIGEST.match(tag)):
             return None
         return meta
 
-    def read(self) -> bytes | None:
-        """The kernel, if the entry is complete and intact; None otherwise (logged)."""
+    def read(self, secret: bytes | None) -> Lookup:
+        """What the entry holds (module docstring); a damaged entry is logged."""
         if not self.directory.is_dir():
-            return None
+            return Lookup(None, problem="no entry")
         meta = self.read_meta()
+        data, problem = None, ""
+        size = _file_size(self.kernel_path)
         if meta is None:
-            if (self.directory / META_FILE).exists() or self.kernel_path.exists():
-                logger.info("cache entry %s: missing or invalid %s; rebuilding", self.directory.name, META_FILE)
-            return None
-        try:
-            data = self.kernel_path.read_bytes()
-        except OSError as e:
-            logger.info("cache entry %s: kernel unreadable (%s); rebuilding", self.directory.name, e)
-            return None
-        problem = None
-        if len(data) != meta["kernel_size"]:
-            problem = f"kernel is {len(data)} bytes, expected {meta['kernel_size']} (truncated?)"
-        elif hashlib.sha256(data).hexdigest() != meta["kernel_sha256"]:
-            problem = "kernel checksum mismatch (corrupt)"
-        if problem:
-            logger.info("cache entry %s: %s; rebuilding", self.directory.name, problem)
-            return None
-        return data
+            problem = f"missing or invalid {META_FILE}"
+        elif size is None:
+            problem = f"{KERNEL_FILE} is missing or not a regular file"
+        elif size != meta["kernel_size"]:
+            problem = f"kernel is {size} bytes, expected {meta['kernel_size']} (truncated?)"
+        else:
+            try:
+                data = self.kernel_path.read_bytes()
+            except OSError as e:
+                problem = f"kernel unreadable ({e.strerror or e})"
+        tag = meta.get("kernel_hmac") if meta is not None else None
+        if data is not None and secret is not None and isinstance(tag, str) and \
+                hmac.compare_digest(tag, integrity_tag(secret, self.key.digest, data)):
+            return Lookup(data, proven=True)  # the common case: one keyed hash, no checksum needed
+        if data is not None and hashlib.sha256(data).hexdigest() != meta["kernel_sha256"]:
+            data, problem = None, "kernel checksum mismatch (corrupt)"
+        if data is None:
+            if any(_exists(self.directory / name) for name in (META_FILE, KERNEL_FILE)):
+                logger.info("cache entry %s: %s; rebuilding", self.directory.name, problem)
+            return Lookup(None, problem=problem)
+        return Lookup(data, problem="its integrity tag does not match this cache's key (the kernel was changed "
+                                    "together with its checksum, or copied from another cache)")
 
     def read_failure(self) -> dict[str, Any] | None:
-        """The record of this key's failed compile, if there is one."""
+        """The record of this key's failed compile, if there is one of the right shape."""
         failure = read_json_object(self.directory / FAILED_FILE)
-        if failure is None or failure.get("key_digest") != self.key.digest:
+        if failure is None or failure.get("key_digest") != self.key.digest or failure.get("format") != CACHE_FORMAT:
+            return None
+        if not all(isinstance(failure.get(name, ""), str) for name in ("error", "created", "log", "command")):
             return None
         return failure
 
     def prepare(self) -> None:
-        """Make the entry a directory (replacing a file in its place) and clear files that
-        are directories."""
-        if self.directory.exists() and not self.directory.is_dir():
-            _remove_path(self.directory)
+        """Make the entry a directory (replacing a file or a dangling symlink in its place)
+        and clear its files that are directories."""
+        if self.directory.is_symlink() and not self.directory.is_dir():
+            remove_path(self.directory)
+        elif self.directory.exists() and not self.directory.is_dir():
+            remove_path(self.directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CacheUnwritable(f"cannot create cache entry {self.directory}: {e.strerror or e}") from e
-        for name in (KERNEL_FILE, MLIR_FILE, COMMAND_FILE, LOG_FILE, META_FILE, FAILED_FILE):
-            if (self.directory / name).is_dir():
-                _remove_path(self.directory / name)
+        for name in ENTRY_FILES:
+            path = self.directory / name
+            if path.is_dir() or (path.is_symlink() and not path.exists()):
+                remove_path(path)
 
     def invalidate(self) -> None:
         """Remove the metadata so the next reader rebuilds the entry."""
         for name in (META_FILE, FAILED_FILE):
-            _remove_path(self.directory / name)
+            remove_path(self.directory / name)
 
     def write_text(self, name: str, text: str) -> Path:
         return atomic_write(self.directory / name, text)
 
-    def commit(self, kernel_tmp: Path, command: str, compile_seconds: float, details: dict[str, Any]) -> bytes:
-        """Move a freshly compiled kernel into place and write the metadata last."""
-        data = kernel_tmp.read_bytes()
-        try:
-            os.replace(kernel_tmp, self.kernel_path)
-        except OSError as e:
-            raise CacheUnwritable(f"cannot write {self.kernel_path}: {e.strerror or e}") from e
+    def commit(self, data: bytes, command: str, compile_seconds: float, details: dict[str, Any],
+               secret: bytes) -> None:
+        """Write a freshly compiled kernel, then its metadata (last)."""
+        atomic_write(self.kernel_path, data)
         meta = {
             "format": CACHE_FORMAT,
             "key_digest": self.key.digest,
             "key": self.key.material,
             "kernel_size": len(data),
             "kernel_sha256": hashlib.sha256(data).hexdigest(),
+            "kernel_hmac": integrity_tag(secret, self.key.digest, data),
             "compile_seconds": round(compile_seconds, 4),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": command,
             **details,
         }
-        _remove_path(self.directory / FAILED_FILE)
+        remove_path(self.directory / FAILED_FILE)
         self.write_text(META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        return data
+
+    def sign(self, data: bytes, secret: bytes) -> None:
+        """Record ``data`` (checked some other way) as this cache's own."""
+        meta = self.read_meta()
+        if meta is not None:
+            meta["kernel_hmac"] = integrity_tag(secret, self.key.digest, data)
+            self.write_text(META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
     def record_failure(self, error: CompileError) -> None:
         """Remember that this key does not compile (the key covers compiler, flags and the
@@ -276,19 +458,25 @@ class CacheEntry:
         self.write_text(FAILED_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
-Builder = Callable[[CacheEntry, Path], str]
-"""Writes the entry's MLIR, compiles it into the given temporary kernel path, returns the command."""
+def _exists(path: Path) -> bool:
+    return path.exists() or path.is_symlink()
+
+
+# -- lookup and build -------------------------------------------------------------------------------
 
 
 def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict[str, Any] | None = None, *,
-                   rebuild: bool = False) -> CachedKernel:
+                   rebuild: bool = False, validate: Validator | None = None) -> CachedKernel:
     """The kernel for ``key`` from the cache under ``cache_dir``, compiling it if needed
     (``rebuild``: compile again whatever the cache holds). A recorded compile failure of
-    this key raises its :class:`CompileError` again without compiling. A cache that cannot
-    be written compiles in memory, with a warning."""
+    this key raises its :class:`CompileError` again without compiling. ``validate``
+    checks a kernel whose integrity cannot be proven (instead of rebuilding it: for when
+    there is no compiler). A cache that cannot be written compiles in memory, with a
+    warning."""
     entry = CacheEntry(cache_dir / key.dirname, key)
+    validate = _once(validate) if validate is not None else None
     if not rebuild:
-        data = entry.read()
+        data = _usable(entry, cache_dir, validate)
         if data is not None:
             return CachedKernel(data, entry.directory, hit=True)
         _raise_recorded_failure(entry)
@@ -298,62 +486,95 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
                 entry.prepare()
                 entry.invalidate()
             else:
-                data = entry.read()  # another process may have built it while we waited
+                data = _usable(entry, cache_dir, validate)  # another process may have built it while we waited
                 if data is not None:
                     return CachedKernel(data, entry.directory, hit=True)
                 _raise_recorded_failure(entry)
-            return _build(entry, build, details or {})
+            return _build(entry, build, details or {}, cache_dir)
     except CacheUnwritable as e:
         warnings.warn(f"BOO's kernel cache cannot be written ({e}); compiling {key.prefix} in memory",
                       BooCacheWarning, stacklevel=3)
         return build_uncached(key, build, details)
 
 
-class BooCacheWarning(UserWarning):
-    """The kernel cache could not be used as configured; BOO went on without it."""
+def _once(validate: Validator) -> Validator:
+    """``validate``, remembering its verdict per kernel (one child process per kernel)."""
+    verdicts: dict[str, str | None] = {}
+
+    def once(data: bytes) -> str | None:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in verdicts:
+            verdicts[digest] = validate(data)
+        return verdicts[digest]
+
+    return once
+
+
+def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> bytes | None:
+    """The entry's kernel if it can be loaded: proven by its tag, or (with ``validate``)
+    checked now and then signed."""
+    secret = integrity_key(cache_dir)
+    found = entry.read(secret)
+    if found.data is not None and not found.proven and integrity_key(cache_dir, fresh=True) != secret:
+        found = entry.read(integrity_key(cache_dir))  # the key changed on disk since this process read it
+    if found.proven:
+        return found.data
+    if found.data is None:
+        return None
+    if validate is None:
+        logger.info("cache entry %s: %s; rebuilding", entry.directory.name, found.problem)
+        return None
+    problem = validate(found.data)
+    if problem is not None:
+        logger.warning("cache entry %s: %s, and it failed a check in a child process (%s)", entry.directory.name,
+                       found.problem, problem)
+        return None
+    logger.info("cache entry %s: %s; it loads and runs in a child process, so it is used and signed",
+                entry.directory.name, found.problem)
+    with contextlib.suppress(CacheUnwritable):
+        entry.sign(found.data, integrity_key(cache_dir, create=True, fresh=True) or b"")
+    return found.data
 
 
 def _raise_recorded_failure(entry: CacheEntry) -> None:
     failure = entry.read_failure()
     if failure is not None:
-        raise CompileError(f"{failure.get('error', 'iree-compile failed')} (recorded {failure.get('created', '')}; "
+        raise CompileError(f"{failure.get('error') or 'iree-compile failed'} (recorded {failure.get('created', '')}; "
                            f"log: {failure.get('log', '')})", mlir_path=str(entry.mlir_path),
-                           command=failure.get("command") or None, log_path=failure.get("log"))
+                           command=failure.get("command") or None, log_path=failure.get("log") or None)
 
 
 def build_uncached(key: CacheKey, build: Builder, details: dict[str, Any] | None = None) -> CachedKernel:
-    """Compile without the disk cache, in a scratch directory kept only if compiling fails."""
-    directory = Path(tempfile.mkdtemp(prefix=f"boo-{key.prefix[:40]}-"))
-    entry = CacheEntry(directory, key)
-    result = _build(entry, build, details or {})
-    shutil.rmtree(directory, ignore_errors=True)
-    return CachedKernel(result.vmfb, None, hit=False, compile_seconds=result.compile_seconds)
+    """Compile without the disk cache, in memory."""
+    start = time.perf_counter()
+    _, data = build(None)
+    return CachedKernel(data, None, hit=False, compile_seconds=time.perf_counter() - start)
 
 
-def _build(entry: CacheEntry, build: Builder, details: dict[str, Any]) -> CachedKernel:
+def _build(entry: CacheEntry, build: Builder, details: dict[str, Any], cache_dir: Path) -> CachedKernel:
+    """Compile into ``entry``. A cache that turns out unwritable once the kernel is
+    compiled still returns it (in memory, with a warning) rather than compiling again."""
     entry.prepare()
+    start = time.perf_counter()
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{KERNEL_FILE}.", suffix=TEMP_SUFFIX, dir=entry.directory)
-    except OSError as e:
-        raise CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
-    os.close(fd)
-    tmp = Path(tmp_name)
+        command, data = build(entry)
+    except CompileError as e:
+        if e.recordable:
+            with contextlib.suppress(CacheUnwritable):
+                entry.record_failure(e)
+                e.log_path = str(entry.directory / LOG_FILE)
+        raise
+    seconds = time.perf_counter() - start
     try:
-        start = time.perf_counter()
-        try:
-            command = build(entry, tmp)
-        except CompileError as e:
-            if e.recordable:
-                with contextlib.suppress(CacheUnwritable):
-                    entry.record_failure(e)
-                    e.log_path = str(entry.directory / LOG_FILE)
-            raise
-        seconds = time.perf_counter() - start
-        data = entry.commit(tmp, command, seconds, details)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        entry.commit(data, command, seconds, details, integrity_key(cache_dir, create=True, fresh=True) or b"")
+    except CacheUnwritable as e:
+        warnings.warn(f"BOO's kernel cache cannot be written ({e}); the kernel {entry.key.prefix} compiled now is "
+                      "used from memory", BooCacheWarning, stacklevel=4)
+        return CachedKernel(data, None, hit=False, compile_seconds=seconds)
     return CachedKernel(data, entry.directory, hit=False, compile_seconds=seconds)
+
+
+# -- administration ---------------------------------------------------------------------------------
 
 
 def is_entry_name(name: str) -> bool:
@@ -364,20 +585,38 @@ def is_entry_name(name: str) -> bool:
 def entry_directories(cache_dir: Path) -> list[Path]:
     """The entries under ``cache_dir``: directories named ``<prefix>-<24 hex digits>``, sorted.
     Anything else there is not BOO's and is left alone."""
-    if not cache_dir.is_dir():
-        return []
-    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and is_entry_name(p.name))
-
-
-def leftovers(directory: Path) -> list[Path]:
-    """Temporary files a killed writer left in an entry."""
     try:
-        return sorted(p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX))
+        return sorted(p for p in cache_dir.iterdir() if p.is_dir() and is_entry_name(p.name))
     except OSError:
         return []
 
 
-def remove_entry(cache_dir: Path, directory: Path) -> None:
-    """Delete an entry, after any compile holding its lock has finished."""
+def stray_entries(cache_dir: Path) -> list[Path]:
+    """Paths named like entries that are not directories (a file, a dangling symlink)."""
+    try:
+        return sorted(p for p in cache_dir.iterdir() if is_entry_name(p.name) and not p.is_dir())
+    except OSError:
+        return []
+
+
+def leftovers(directory: Path) -> list[Path]:
+    """Temporary files a killed writer left in an entry (``.<file>.<random>.tmp``), or, in
+    the cache directory itself, of its integrity key. Nothing else is BOO's to remove."""
+    prefixes = tuple(f".{name}." for name in (*ENTRY_FILES, KEY_FILE.lstrip(".")))
+    try:
+        return sorted(p for p in directory.iterdir() if p.name.startswith(prefixes) and p.name.endswith(TEMP_SUFFIX))
+    except OSError:
+        return []
+
+
+def remove_entry(cache_dir: Path, directory: Path, still: Callable[[], bool] | None = None) -> bool:
+    """Delete an entry after any compile holding its lock has finished, if ``still()``
+    (asked under the lock) says it should go; whether it was removed."""
     with entry_lock(cache_dir, directory.name):
-        shutil.rmtree(directory, ignore_errors=True)
+        if still is not None and not still():
+            return False
+        if directory.is_dir() and not directory.is_symlink():
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            remove_path(directory)
+    return True

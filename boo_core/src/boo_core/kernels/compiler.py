@@ -69,33 +69,60 @@ def reproducer(mlir_path: Path, output_path: Path, flags: Sequence[str]) -> str:
 
 def run_compile(mlir_path: Path, output_path: Path, flags: Sequence[str], *, shown: str | None = None,
                 timeout: float | None = None) -> None:
-    """Compile ``mlir_path`` into ``output_path``, within ``timeout`` seconds
-    (``BOO_COMPILE_TIMEOUT`` when None).
+    """Compile ``mlir_path`` into the file ``output_path`` (:func:`compile_to_bytes`, then
+    an atomic write; a write that fails raises :class:`~boo_core.kernels.cache.CacheUnwritable`)."""
+    from .cache import atomic_write
 
-    A failure raises :class:`CompileError` with the MLIR path, the command (``shown``, when
-    the caller compiles into a temporary file and reports the final name) and the
-    compiler's message; a compile that runs out of time is stopped and reported as such.
+    atomic_write(output_path, compile_to_bytes(mlir_path, flags, shown=shown, timeout=timeout))
+
+
+def compile_to_bytes(mlir: Path | str, flags: Sequence[str], *, shown: str | None = None,
+                     timeout: float | None = None) -> bytes:
+    """Compile MLIR (a file, or the text itself, fed through stdin) and return the kernel,
+    within ``timeout`` seconds (``BOO_COMPILE_TIMEOUT`` when None).
+
+    The compiler writes the kernel to a pipe, never a file: BOO writes it into the cache
+    itself, so a cache that cannot be written (full, read-only) never fails a compile, and
+    a compiler killed halfway leaves no partial file behind. A failure raises
+    :class:`CompileError` with the MLIR path, the command (``shown``: the reproducer, which
+    writes the kernel where the cache keeps it) and the compiler's message. Only a failure
+    that is a property of the input is ``recordable``: not a timeout, a crash or signal,
+    nor an I/O error (a full ``/tmp``, say).
     """
     from ..settings import get_settings
 
     timeout = get_settings().compile_timeout if timeout is None else timeout
-    command = compile_command(mlir_path, output_path, flags)
+    from_file = isinstance(mlir, Path)
+    command = [_iree_compile_path(), str(mlir) if from_file else "-", *flags, "-o", "-"]
     shown = shown or shlex.join(command)
+    mlir_path = str(mlir) if from_file else None
+    where = f"  MLIR: {mlir}\n" if from_file else ""
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(command, input=None if from_file else str(mlir).encode(), capture_output=True,
+                                timeout=timeout)
     except subprocess.TimeoutExpired:
         raise CompileError(
             f"iree-compile did not finish within {timeout:g} s (BOO_COMPILE_TIMEOUT) and was stopped.\n"
-            f"  MLIR: {mlir_path}\n  command: {shown}", mlir_path=str(mlir_path), command=shown) from None
+            f"{where}  command: {shown}", mlir_path=mlir_path, command=shown) from None
     except OSError as e:
-        raise CompileError(f"iree-compile could not be started: {e}", mlir_path=str(mlir_path), command=shown) from e
-    if result.returncode != 0:
-        message = (result.stderr or result.stdout).strip()
+        raise CompileError(f"iree-compile could not be started: {e}", mlir_path=mlir_path, command=shown) from e
+    message = result.stderr.decode(errors="replace").strip()
+    if result.returncode != 0 or not result.stdout:
         if len(message) > 4000:
             message = message[:2000] + "\n...\n" + message[-2000:]
+        status = f"exit {result.returncode}" if result.returncode >= 0 else f"killed by signal {-result.returncode}"
+        if result.returncode == 0:
+            status = "exit 0 but no kernel"
+        recordable = result.returncode > 0 and not _TRANSIENT.search(message)
         raise CompileError(
-            f"iree-compile failed (exit {result.returncode}).{_hint(message)}\n  MLIR: {mlir_path}\n"
-            f"  command: {shown}\n{message}", mlir_path=str(mlir_path), command=shown, recordable=True)
+            f"iree-compile failed ({status}).{_hint(message)}\n{where}  command: {shown}\n{message}",
+            mlir_path=mlir_path, command=shown, recordable=recordable)
+    return result.stdout
+
+
+#: Compiler messages that say the machine, not the input, was at fault (never recorded).
+_TRANSIENT = re.compile(r"No space left on device|Read-only file system|Permission denied|Disk quota exceeded|"
+                        r"IO failure|Input/output error|Cannot allocate memory|[Oo]ut of memory|Too many open files")
 
 
 _UNLOWERED = re.compile(r"failed to legalize operation '([\w.]+)'")

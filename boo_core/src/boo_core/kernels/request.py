@@ -9,25 +9,28 @@ microseconds and works without the compiler installed (runtime-only deployments)
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..errors import BooError, CompileError
 from ..settings import get_settings
 from . import cache
 from .compiler import (
     BASE_FLAGS,
     compile_command,
+    compile_to_bytes,
     compiler_available,
     compiler_version,
     reproducer,
-    run_compile,
 )
 from .formulation import Formulation
 from .target import Target
+from .validate import check_in_child
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class KernelRequest:
     key: cache.CacheKey
     config: Mapping[str, Any] | None = field(default=None, compare=False)
     substitution: Any = field(default=None, compare=False)  # boo_core.substitute.Substitution
+    #: The plugin whose code makes the MLIR (``"conv" (boo-ops-conv 0.1.0)``), for messages.
+    origin: str = field(default="", compare=False)
 
     @classmethod
     def create(cls, signature: Any, target: Target, formulation: Formulation | None = None, *,
@@ -82,15 +87,20 @@ class KernelRequest:
         if substitution is not None:  # only then, so that other kernels keep their keys
             material["substitution"] = substitution.key_material()
         key = cache.CacheKey.create(signature.func_name, material)
-        return cls(signature, target, formulation, flags, key, config, substitution)
+        entry = registry.op_for_signature(signature)
+        origin = f"plugin {entry.plugin.label}" if entry else ""
+        return cls(signature, target, formulation, flags, key, config, substitution, origin)
 
     def source(self) -> str:
         """The MLIR to compile (the formulation's; a configuration applies later, to the
         executables IREE configures)."""
         return self.formulation.source(self.signature)
 
-    def build(self, entry: cache.CacheEntry, output: Path) -> str:
-        """Write the entry's MLIR and compile command, compile into ``output``; the command."""
+    def build(self, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
+        """Compile the kernel: the command and the kernel's bytes. Given a cache entry, its
+        MLIR and compile command are written there first (the reproducer); without one
+        (cache disabled or unwritable) the MLIR goes to the compiler through a pipe, and is
+        saved to a scratch directory only if the compile fails."""
         if not compiler_available():
             raise CompileError(
                 f"{self.signature.func_name} is not in the kernel cache and the IREE compiler is not "
@@ -98,29 +108,55 @@ class KernelRequest:
         if self.substitution is not None:
             from ..substitute.build import build
 
-            return build(self, entry, output)
-        mlir_path = entry.write_text(cache.MLIR_FILE, self.source())
+            return build(self, entry)
+        try:
+            mlir = self.source()
+        except BooError:
+            raise
+        except Exception as e:  # the op's code (its reference, a formulation) failed: say whose
+            origin = f" ({self.origin})" if self.origin else ""
+            raise CompileError(f"formulation {self.formulation.name!r} of {self.signature.func_name}{origin} "
+                               f"could not make its MLIR: {type(e).__name__}: {e}") from e
+        if entry is not None:
+            return self._compile(entry, mlir)
+        if self.config:  # a configuration is applied through files: a scratch directory holds them
+            with tempfile.TemporaryDirectory(prefix="boo-") as scratch:
+                return "", self._compile(cache.CacheEntry(Path(scratch), self.key), mlir)[1]
+        try:
+            return "", self._run(mlir, self.flags)
+        except CompileError as e:
+            raise _with_scratch_reproducer(e, mlir, self.flags, self.signature.func_name) from None
+
+    def _compile(self, entry: cache.CacheEntry, mlir: str) -> tuple[str, bytes]:
+        mlir_path = entry.write_text(cache.MLIR_FILE, mlir)
         flags = self.flags
         if self.config:
             from ..tune.configs import compile_with_config
 
-            command = compile_command(mlir_path, output, flags)[:-2]  # without "-o output"
-            flags = (*flags, *compile_with_config(command, entry.directory, self.config,
-                                                  get_settings().compile_timeout))
+            command = compile_command(mlir_path, entry.kernel_path, flags)[:-2]  # without "-o output"
+            try:
+                flags = (*flags, *compile_with_config(command, entry.directory, self.config,
+                                                      get_settings().compile_timeout))
+            except OSError as e:
+                raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
         shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
+        return shown, self._run(mlir_path, flags, shown)
+
+    def _run(self, mlir: Path | str, flags: tuple[str, ...], shown: str | None = None) -> bytes:
         try:
-            run_compile(mlir_path, output, flags, shown=shown)
+            return compile_to_bytes(mlir, flags, shown=shown)
         except CompileError as e:
             spec = get_settings().tuning_spec
             if spec is not None and "Failed to load tuning spec" in str(e):
                 raise CompileError(f"BOO_TUNING_SPEC_PATH={spec}: iree-compile rejected the tuning spec:\n{e}",
                                    mlir_path=e.mlir_path, command=e.command) from None
             raise
-        return shown
 
     def fetch(self, *, rebuild: bool = False) -> cache.CachedKernel:
-        """The compiled kernel: from the disk cache when enabled, compiled on a miss."""
+        """The compiled kernel: from the disk cache when enabled, compiled on a miss. A
+        cached kernel whose integrity cannot be proven is rebuilt, or, with no compiler to
+        rebuild it, run once in a child process before it is trusted."""
         settings = get_settings()
         details = {"formulation": self.formulation.name, "func_name": self.signature.func_name,
                    "config": dict(self.config) if self.config else None}
@@ -128,13 +164,29 @@ class KernelRequest:
             details["substitution"] = {"label": self.substitution.label, **self.substitution.key_material()}
         if not settings.cache_enabled:
             return cache.build_uncached(self.key, self.build, details)
-        return cache.fetch_or_build(settings.cache_dir, self.key, self.build, details, rebuild=rebuild)
+        validate = None if compiler_available() else functools.partial(check_in_child, self.signature, self.target)
+        return cache.fetch_or_build(settings.cache_dir, self.key, self.build, details, rebuild=rebuild,
+                                    validate=validate)
 
     @property
     def directory(self) -> Path | None:
         """Where this kernel's cache entry is (None with the cache disabled)."""
         settings = get_settings()
         return settings.cache_dir / self.key.dirname if settings.cache_enabled else None
+
+
+def _with_scratch_reproducer(error: CompileError, mlir: str, flags: tuple[str, ...], name: str) -> CompileError:
+    """``error`` of an in-memory compile, with its MLIR and command saved where a person can
+    rerun them (a scratch directory), when that can be written."""
+    try:
+        directory = Path(tempfile.mkdtemp(prefix=f"boo-{name[:40]}-"))
+        mlir_path = directory / cache.MLIR_FILE
+        mlir_path.write_text(mlir)
+    except OSError:
+        return error
+    shown = reproducer(mlir_path, directory / cache.KERNEL_FILE, flags)
+    message = str(error).replace("command: " + (error.command or ""), f"MLIR: {mlir_path}\n  command: {shown}")
+    return CompileError(message, mlir_path=str(mlir_path), command=shown, recordable=error.recordable)
 
 
 def _tuning_spec_digest(path: Path) -> str:

@@ -4,20 +4,29 @@ Core code calls hooks only through :class:`BooPlugins`, never ``pm.hook.*`` dire
 every call goes through pluggy (so ``BOO_TRACE_HOOKS=1`` sees it).
 
 Loading policy: a plugin that fails to import, validate or register, in any way (an
-exception, ``sys.exit()`` at import, a value that is not an ``OpSpec``), is *skipped and
-reported* (logged once, listed by ``boo ops``), because one broken third-party package must
-not take every other op down with it. ``BOO_STRICT_PLUGINS=1`` turns any such failure into
-an exception, which is what CI and plugin authors want. Two distributions may ship entry
-points of the same name: both load, each known by its distribution, and what they both
-claim is reported as a conflict naming both; neither silently displaces the other.
+exception, ``sys.exit()`` at import, an entry point that is no plugin, a value that is not
+an ``OpSpec``, a hook that returns instead of registering), is *skipped and reported*
+(logged once, listed by ``boo ops``), because one broken third-party package must not take
+every other op down with it. ``BOO_STRICT_PLUGINS=1`` turns any such failure into an
+exception, which is what CI and plugin authors want. A ``KeyboardInterrupt`` is the user's,
+not the plugin's: it propagates.
+
+Two distributions may ship entry points of the same name: both load, each known by its
+distribution, and what they both claim is reported as a conflict naming both; neither
+silently displaces the other. Two entry points that load the *same* module register it
+once, for the distribution that owns the module's files (whatever the ``sys.path`` order),
+and the other is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as importlib_metadata
+import inspect
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -50,7 +59,8 @@ class PluginInfo:
         """``"conv" (boo-ops-conv 0.1.0)``, how messages name a plugin."""
         if self.distribution is None:
             return f'"{self.name}" (registered explicitly)'
-        return f'"{self.name}" ({self.distribution} {self.version})'
+        return f'"{self.name}" ({self.distribution} {self.version})' if self.version else \
+            f'"{self.name}" ({self.distribution})'
 
 
 @dataclass(frozen=True)
@@ -62,12 +72,16 @@ class PluginFailure:
     error: BaseException
 
     def __str__(self) -> str:
-        return f"Error {self.stage} plugin {self.plugin.label}: {type(self.error).__name__}: {self.error}"
+        error = f"{type(self.error).__name__}: {' '.join(str(self.error).split())}"  # one line
+        if self.stage == "reading":
+            return f"Error reading the entry points of distribution {self.plugin.distribution}: {error}"
+        return f"Error {self.stage} plugin {self.plugin.label}: {error}"
 
 
 def _isolated(error: BaseException) -> bool:
-    """Whether a plugin's error is the plugin's alone (an interrupt is the user's)."""
-    return not isinstance(error, (KeyboardInterrupt, GeneratorExit))
+    """Whether a plugin's error is the plugin's alone. Everything is (``SystemExit`` from a
+    ``sys.exit()`` at import included) except an interrupt, which is the user's."""
+    return not isinstance(error, KeyboardInterrupt)
 
 
 class BooPlugins:
@@ -99,7 +113,8 @@ class BooPlugins:
         if not self.autoload:
             logger.debug("plugin autoload disabled (BOO_DISABLE_PLUGIN_AUTOLOAD)")
             return
-        for entry_point, info in _boo_entry_points():
+        loaded: list[_Loaded] = []
+        for entry_point, info, dist in _boo_entry_points(self._fail):
             if info.name in self.disabled or info.key in self.disabled:
                 logger.debug("plugin %s disabled by BOO_DISABLE_PLUGINS", info.label)
                 continue
@@ -110,10 +125,12 @@ class BooPlugins:
                     raise
                 self._fail(info, "importing", e)
                 continue
+            loaded.append(_Loaded(info, plugin, _owns(dist, getattr(entry_point, "module", ""))))
+        for item in _owners_first(loaded):
             try:
-                self._register(plugin, info)
+                self._register(item.plugin, item.info)
             except Exception as e:
-                self._fail(info, "validating", e)
+                self._fail(item.info, "validating", e)
 
     def register(self, plugin: object, name: str) -> PluginInfo:
         """Register a plugin object explicitly (errors raise; nothing is skipped)."""
@@ -128,11 +145,18 @@ class BooPlugins:
         key = info.key if info.key not in self._info else f"{info.key}#{len(self._info)}"
         if info.distribution is None and info.name in self._info:
             raise PluginError(f"plugin name {info.name!r} is already taken by {self._info[info.name].label}")
-        if any(existing is plugin for existing in self._objects.values()):
-            raise PluginError(f"plugin {info.label} is the same object as an already registered plugin")
+        for other, existing in self._objects.items():
+            if existing is plugin:
+                raise PluginError(f"it loads {_describe(plugin)}, which plugin {self._info[other].label} already "
+                                  "registered (the distribution that owns the module keeps it)")
+        if plugin is None or isinstance(plugin, (int, float, str, bytes, bool)):
+            raise PluginError(f"the entry point loads {_describe(plugin)}, not a module or object with hooks")
         self._pm.register(plugin, name=key)
         try:
             self._pm.check_pending()  # a misspelt hook name is an error, not a silent no-op
+            if not self._pm.get_hookcallers(plugin):
+                raise PluginError(f"{_describe(plugin)} implements no BOO hook (a @hookimpl such as "
+                                  "boo_register_ops); does the entry point name the plugin module?")
         except Exception:
             self._pm.unregister(plugin)
             raise
@@ -171,28 +195,28 @@ class BooPlugins:
         raise PluginError(f"no plugin registered explicitly as {name!r}")
 
     def collect_ops(self, plugin_key: str | None = None) -> list[tuple[PluginInfo, OpSpec]]:
-        """Run ``boo_register_ops`` for every plugin (or one), isolating each failure."""
+        """Run ``boo_register_ops`` for every plugin (or one), isolating each failure.
+
+        A plugin's ops are taken all or nothing: a hook that raises after registering some,
+        returns a value (a list of specs, a generator: the hook never ran), registers one op
+        name or keyword twice, or calls ``register`` after it returned registers none.
+        """
         collected: list[tuple[PluginInfo, OpSpec]] = []
         for info, caller in self._callers("boo_register_ops", plugin_key):
-            specs: list[OpSpec] = []
-
-            def register(spec: OpSpec, _specs: list[OpSpec] = specs) -> None:
-                if not isinstance(spec, OpSpec):
-                    raise TypeError(f"register() takes a boo_core.OpSpec, got {type(spec).__name__}")
-                _specs.append(spec)
-
+            registration = _Registration(info)
             try:
-                caller(register=register)
+                returned = caller(register=registration)
+                registration.close(returned)
             except BaseException as e:
+                registration.open = False
                 if not _isolated(e):
                     raise
                 if plugin_key is not None:  # explicit registration: the caller wants the error
                     raise PluginError(f"Error registering plugin {info.label}: {type(e).__name__}: {e}") from e
                 self._fail(info, "registering", e)
                 continue
-            collected.extend((info, spec) for spec in specs)
+            collected.extend((info, spec) for spec in registration.specs)
         return collected
-
 
     def kernel_substitutions(self, signature: Any, target: Any) -> list[Any]:
         """Every plugin's ``boo_kernel_substitutions`` answers for ``signature`` on ``target``,
@@ -209,7 +233,9 @@ class BooPlugins:
                 items = [answer] if isinstance(answer, Substitution) or answer is None else list(answer)
                 if not all(isinstance(item, Substitution) for item in items if item is not None):
                     raise TypeError(f"returned {answer!r:.80}, not a Substitution, a sequence of them or None")
-            except Exception as e:
+            except BaseException as e:  # sys.exit() included: the plugin's; an interrupt is the user's
+                if not _isolated(e):
+                    raise
                 message = (f"plugin {info.label} failed in boo_kernel_substitutions for {signature.func_name}: "
                            f"{type(e).__name__}: {e}")
                 if self.strict:
@@ -218,6 +244,82 @@ class BooPlugins:
                 continue
             found.extend(item.with_origin(info.label) for item in items if item is not None)
         return found
+
+
+class _Registration:
+    """The ``register`` callback handed to one plugin's ``boo_register_ops``."""
+
+    def __init__(self, info: PluginInfo) -> None:
+        self.info = info
+        self.specs: list[OpSpec] = []
+        self.open = True
+
+    def __call__(self, spec: OpSpec, *extra: object, **named: object) -> None:
+        if extra or named:
+            raise TypeError(f"register() takes one boo_core.OpSpec, got {1 + len(extra) + len(named)} arguments")
+        if not self.open:
+            raise PluginError(f"plugin {self.info.label} called register() after its boo_register_ops returned")
+        if not isinstance(spec, OpSpec):
+            raise TypeError(f"register() takes a boo_core.OpSpec, got {type(spec).__name__}")
+        for other in self.specs:
+            if other.name == spec.name:
+                raise PluginError(f"op {spec.name!r} registered twice")
+            shared = set(other.keywords) & set(spec.keywords)
+            if shared:
+                raise PluginError(f"ops {other.name!r} and {spec.name!r} both claim keyword {sorted(shared)[0]!r}")
+        self.specs.append(spec)
+
+    def close(self, returned: list[Any]) -> None:
+        """End the registration; ``returned`` holds the hook's non-None return values."""
+        self.open = False
+        if returned:
+            value = returned[0]
+            hint = " (a generator function: its body never ran)" if inspect.isgenerator(value) else ""
+            raise PluginError(f"boo_register_ops returned a {type(value).__name__}{hint}; it must call "
+                              "register(OpSpec(...)) for each op and return None")
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """An imported entry point, not yet registered."""
+
+    info: PluginInfo
+    plugin: object
+    owner: bool  # whether the entry point's distribution owns the plugin's module
+
+
+def _owners_first(loaded: list[_Loaded]) -> list[_Loaded]:
+    """``loaded`` in order, except that where several entry points loaded one object, the
+    one whose distribution owns its module goes first (it registers; the others fail)."""
+    ordered = list(loaded)
+    for item in loaded:
+        twins = [i for i, other in enumerate(ordered) if other.plugin is item.plugin]
+        owners = [i for i in twins if ordered[i].owner]
+        if len(twins) > 1 and owners and owners[0] != twins[0]:
+            ordered.insert(twins[0], ordered.pop(owners[0]))
+    return ordered
+
+
+def _owns(dist: Any, module: str) -> bool:
+    """Whether distribution ``dist`` ships the top-level package of ``module``."""
+    top = module.partition(".")[0]
+    if not top or dist is None:
+        return False
+    try:
+        if top in (dist.read_text("top_level.txt") or "").split():
+            return True
+        return any(f.parts and f.parts[0] in (top, f"{top}.py") for f in dist.files or ())
+    except Exception:
+        return False
+
+
+def _describe(plugin: object) -> str:
+    """How messages name what an entry point loaded."""
+    if inspect.ismodule(plugin):
+        return f"module {plugin.__name__}"
+    if isinstance(plugin, type):
+        return f"class {plugin.__module__}.{plugin.__qualname__}"
+    return f"{type(plugin).__name__} {plugin!r:.60}"
 
 
 def call_blamed(info: PluginInfo, what: str, function: Callable[..., Any], *args: Any) -> Any:
@@ -230,24 +332,45 @@ def call_blamed(info: PluginInfo, what: str, function: Callable[..., Any], *args
         raise PluginError(f"plugin {info.label} failed in {what}: {type(e).__name__}: {e}") from e
 
 
-def _boo_entry_points() -> Iterator[tuple[Any, PluginInfo]]:
+def _boo_entry_points(fail: Callable[[PluginInfo, str, BaseException], None]
+                      ) -> Iterator[tuple[Any, PluginInfo, Any]]:
     """Entry points of the ``boo`` group with their distributions, duplicates removed.
 
     Editable installs and overlapping ``sys.path`` entries can show one distribution twice;
     the first occurrence (the one Python imports) wins. Entry points of one name from
-    different distributions are all kept.
+    different distributions are all kept. A distribution whose entry points cannot be read
+    is reported through ``fail`` (stage ``reading``).
     """
     seen: set[tuple[str, str, str]] = set()
     for dist in importlib_metadata.distributions():
         try:
             entry_points = [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]
-            name = dist.metadata["Name"]
         except Exception as e:  # a broken dist-info must not stop the scan
-            logger.warning("skipping an unreadable distribution at %s: %s", getattr(dist, "_path", "?"), e)
+            path = str(getattr(dist, "_path", "?"))
+            fail(PluginInfo("?", path, ""), "reading", e)
             continue
+        if not entry_points:
+            continue
+        name = _metadata_name(dist)
         for entry_point in entry_points:
-            key = (str(name), entry_point.name, entry_point.value)
+            key = (name, entry_point.name, entry_point.value)
             if key in seen:
                 continue
             seen.add(key)
-            yield entry_point, PluginInfo(entry_point.name, str(name), dist.version)
+            yield entry_point, PluginInfo(entry_point.name, name, _metadata_version(dist)), dist
+
+
+def _metadata_name(dist: Any) -> str:
+    """The distribution's name, or its dist-info folder's name when METADATA lacks one."""
+    with contextlib.suppress(Exception):
+        name = dist.metadata["Name"]
+        if name:
+            return str(name)
+    return Path(str(getattr(dist, "_path", "unknown"))).name
+
+
+def _metadata_version(dist: Any) -> str:
+    with contextlib.suppress(Exception):
+        if dist.version:
+            return str(dist.version)
+    return "(no version)"

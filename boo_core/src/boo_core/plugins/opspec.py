@@ -61,6 +61,11 @@ class OpSpec:
                 raise ValueError(f"op {self.name!r}: keyword {keyword!r} must be lowercase letters, digits and _")
         if not (isinstance(self.signature_class, type) and issubclass(self.signature_class, Signature)):
             raise TypeError(f"op {self.name!r}: signature_class must subclass boo_core.Signature")
+        op_name = getattr(self.signature_class, "op_name", None)
+        if op_name != self.name:
+            # The class names its op: two ops can then never claim one signature class.
+            raise ValueError(f"op {self.name!r}: {self.signature_class.__name__}.op_name is {op_name!r}, "
+                             f"not {self.name!r}")
         if not isinstance(self.parser, CommandParser):
             raise TypeError(f"op {self.name!r}: parser must be a boo_core.CommandParser instance")
         for field in ("formulations", "compile_flags", "tuning_space"):
@@ -68,13 +73,30 @@ class OpSpec:
             if value is not None and not callable(value):
                 raise TypeError(f"op {self.name!r}: {field} must be callable (signature, target) -> ..., "
                                 f"got {type(value).__name__}")
-        from ..dynamo.patterns import FusionPattern
+        object.__setattr__(self, "fusion_patterns", _checked_patterns(self.name, self.fusion_patterns))
 
-        patterns = self.fusion_patterns
-        if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
-            raise TypeError(f"op {self.name!r}: fusion_patterns must be a sequence of FusionPattern")
-        for pattern in patterns:
-            if not isinstance(pattern, FusionPattern):
-                raise TypeError(f"op {self.name!r}: fusion_patterns holds a {type(pattern).__name__}, "
-                                "not a FusionPattern")
-        object.__setattr__(self, "fusion_patterns", tuple(patterns))
+
+def _checked_patterns(op: str, patterns: object) -> tuple[FusionPattern, ...]:
+    """``patterns`` as a tuple, each a :class:`FusionPattern` named ``<op>.<what>`` (unique)
+    with a non-empty tuple of aten overloads as anchors: what the backends rely on."""
+    import torch
+
+    from ..dynamo.patterns import FusionPattern
+
+    if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
+        raise TypeError(f"op {op!r}: fusion_patterns must be a sequence of FusionPattern")
+    names: set[str] = set()
+    for pattern in patterns:
+        if not isinstance(pattern, FusionPattern):
+            raise TypeError(f"op {op!r}: fusion_patterns holds a {type(pattern).__name__}, not a FusionPattern")
+        name = getattr(pattern, "name", None)
+        if not isinstance(name, str) or not name.startswith(f"{op}.") or name in names:
+            raise ValueError(f"op {op!r}: fusion pattern {type(pattern).__name__} has name {name!r}; expected a "
+                             f"unique '{op}.<what>'")
+        names.add(name)
+        anchors = getattr(pattern, "anchors", None)
+        if not isinstance(anchors, tuple) or not anchors or \
+                not all(isinstance(a, torch._ops.OpOverload) for a in anchors):
+            raise TypeError(f"op {op!r}: fusion pattern {name} has anchors {anchors!r:.80}; expected a non-empty "
+                            "tuple of aten overloads (torch.ops.aten.convolution.default...)")
+    return tuple(patterns)

@@ -13,14 +13,14 @@ import hashlib
 import importlib
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from ..errors import CommandError, PluginError, UnknownOpError
+from ..errors import BooError, CommandError, PluginError, UnknownOpError
 from ..kernels.formulation import Formulation, check_formulations, default_formulations
 from ..signatures.dtypes import SUFFIX_TO_DTYPE
 from ..signatures.parser import ParsedCommand, tokenize
@@ -61,26 +61,37 @@ class OpEntry:
         return self._source[0]
 
     def formulations(self, signature: Signature, target: Target) -> tuple[Formulation, ...]:
-        """The op's formulations for ``signature`` on ``target``, validated."""
+        """The op's formulations for ``signature`` on ``target``, validated (a generator of
+        them is taken in full)."""
         where = f"op {self.name!r} formulations"
-        result = call_blamed(self.plugin, where, self.spec.formulations, signature, target)
+        result = call_blamed(self.plugin, where, lambda: _materialized(self.spec.formulations(signature, target)))
         try:
             return check_formulations(result, where)
         except (TypeError, ValueError) as e:
             raise PluginError(f"plugin {self.plugin.label}: {e}") from None
 
     def compile_flags(self, signature: Signature, target: Target) -> tuple[str, ...]:
-        """The op's iree-compile flags for ``signature`` on ``target``, validated."""
+        """The op's iree-compile flags for ``signature`` on ``target``, validated: None, or
+        an ordered collection (list, tuple, generator) of strings that each start with ``-``.
+        A set is refused: its order, and so the cache key, would change from run to run."""
         if self.spec.compile_flags is None:
             return ()
-        flags = call_blamed(self.plugin, f"op {self.name!r} compile_flags", self.spec.compile_flags, signature, target)
+        where = f"op {self.name!r} compile_flags"
+        flags = call_blamed(self.plugin, where, lambda: _materialized(self.spec.compile_flags(signature, target)))
         if flags is None:
             return ()
-        if isinstance(flags, (str, bytes)) or not isinstance(flags, (list, tuple)) \
-                or not all(isinstance(f, str) for f in flags):
-            raise PluginError(f"plugin {self.plugin.label}: op {self.name!r} compile_flags must return a list or "
-                              f"tuple of str, got {flags!r:.80}")
-        return tuple(flags)
+        if not isinstance(flags, tuple) or not all(isinstance(f, str) and f.startswith("-") and "\0" not in f
+                                                   and "\n" not in f for f in flags):
+            raise PluginError(f"plugin {self.plugin.label}: {where} must return a list, tuple or generator of "
+                              f"iree-compile flags ('--name=value' strings), got {flags!r:.80}")
+        return flags
+
+
+def _materialized(value: object) -> object:
+    """A list, tuple or iterator (a generator) as a tuple; anything else unchanged."""
+    if isinstance(value, (list, tuple)) or isinstance(value, Iterator):
+        return tuple(value)
+    return value
 
 
 def core_source_tag() -> str:
@@ -138,7 +149,7 @@ class OpRegistry:
         self.plugins = plugins
         self._ops: dict[str, list[OpEntry]] = {}
         self._keywords: dict[str, list[OpEntry]] = {}
-        self._by_signature_class: dict[type, OpEntry] = {}
+        self._by_signature_class: dict[type, list[OpEntry]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -163,7 +174,7 @@ class OpRegistry:
             self._ops.setdefault(spec.name, []).append(entry)
             for keyword in spec.keywords:
                 self._keywords.setdefault(keyword, []).append(entry)
-            self._by_signature_class.setdefault(spec.signature_class, entry)
+            self._by_signature_class.setdefault(spec.signature_class, []).append(entry)
             added.append(entry)
         if self.plugins.strict:
             conflicts = self.conflicts()
@@ -189,7 +200,8 @@ class OpRegistry:
             for key, entries in sorted(table.items()):
                 if len(entries) > 1:
                     messages.append(f"{kind} {key!r} is claimed by " + " and ".join(
-                        f"plugin {e.plugin.label}" for e in entries))
+                        f"plugin {e.plugin.label}" for e in _by_plugin(entries)))
+        messages.extend(self._ambiguous_bases())
         owners: dict[str, OpEntry] = {}
         for entry in self.list_ops():
             for pattern in entry.spec.fusion_patterns:
@@ -197,6 +209,23 @@ class OpRegistry:
                     messages.append(f"fusion pattern {pattern.name!r} is provided by plugin "
                                     f"{owners[pattern.name].plugin.label} and plugin {entry.plugin.label}")
                 owners.setdefault(pattern.name, entry)
+        return messages
+
+    def _ambiguous_bases(self) -> list[str]:
+        """Base arguments two different keywords both produce (``convb`` + ``fp16`` and
+        ``conv`` + ``bfp16``): such a command is refused, naming both plugins."""
+        readings: dict[str, list[tuple[str, str, OpEntry]]] = {}
+        for keyword, entries in self._keywords.items():
+            for suffix in SUFFIX_TO_DTYPE:
+                for entry in entries:
+                    readings.setdefault(keyword + suffix, []).append((keyword, suffix, entry))
+        messages = []
+        for base, found in sorted(readings.items()):
+            found.sort(key=lambda reading: (reading[0], reading[2].plugin.label))
+            if len({keyword for keyword, _, _ in found}) > 1:
+                messages.append(f"base argument {base!r} reads as " + " and as ".join(
+                    f"{keyword!r} + {suffix or 'no suffix'!r} (plugin {entry.plugin.label})"
+                    for keyword, suffix, entry in found))
         return messages
 
     def fusion_patterns(self) -> list[FusionPattern]:
@@ -245,12 +274,13 @@ class OpRegistry:
         return _unique(entries, f"op name {name!r}")
 
     def op_for_signature(self, signature: Signature | type[Signature]) -> OpEntry | None:
-        """The op whose signature class ``signature`` is (or None if unregistered)."""
+        """The op whose signature class ``signature`` is (or None if unregistered). Two ops
+        registering one class (hence one op name) make it unusable, never one picked silently."""
         cls = signature if isinstance(signature, type) else type(signature)
         for klass in cls.__mro__:
-            entry = self._by_signature_class.get(klass)
-            if entry is not None:
-                return entry
+            entries = self._by_signature_class.get(klass)
+            if entries:
+                return _unique(entries, f"signature class {klass.__name__}")
         return None
 
     def resolve_base(self, base: str) -> BaseArg:
@@ -283,6 +313,11 @@ class OpRegistry:
         except CommandError as e:
             e.command = e.command or text
             raise
+        except (BooError, ValueError):
+            raise
+        except Exception as e:  # the op's parser has a bug: say whose
+            raise PluginError(f"plugin {base.op.plugin.label} failed parsing {text!r:.200}: "
+                              f"{type(e).__name__}: {e}") from e
 
     def parse_signatures(self, command: str | Sequence[str]) -> list[Signature]:
         """Every signature a command runs (one per mode: ``-F 0`` may give several)."""
@@ -308,10 +343,19 @@ class OpRegistry:
         return text
 
 
+def _by_plugin(entries: Sequence[OpEntry]) -> list[OpEntry]:
+    """``entries`` in a stable order (by plugin label), whatever the ``sys.path`` order."""
+    return sorted(entries, key=lambda e: e.plugin.label)
+
+
 def _unique(entries: Sequence[OpEntry], what: str) -> OpEntry:
     if len(entries) > 1:
+        entries = _by_plugin(entries)
+        names = [e.plugin.name for e in entries]
+        # A plugin name two distributions share would disable both: name one by its key.
+        keys = [e.plugin.key if names.count(e.plugin.name) > 1 else e.plugin.name for e in entries]
         raise PluginError(f"{what} is claimed by " + " and ".join(f"plugin {e.plugin.label}" for e in entries)
-                          + "; uninstall one, or skip one with BOO_DISABLE_PLUGINS=<plugin name>")
+                          + "; uninstall one, or skip one with BOO_DISABLE_PLUGINS=" + " or ".join(keys))
     return entries[0]
 
 
@@ -325,14 +369,24 @@ class BooOpRegistry:
 
     _default: ClassVar[OpRegistry | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()
+    _building: ClassVar[threading.local] = threading.local()
 
     @classmethod
     def default(cls) -> OpRegistry:
         registry = cls._default
         if registry is None:
+            if getattr(cls._building, "active", False):
+                # A plugin using the registry while it is imported or registers its ops would
+                # otherwise wait on this thread's own lock forever.
+                raise PluginError("the op registry is being built: a plugin must not use it while it is "
+                                  "imported or registers its ops")
             with cls._lock:
                 if cls._default is None:
-                    cls._default = OpRegistry.load()
+                    cls._building.active = True
+                    try:
+                        cls._default = OpRegistry.load()
+                    finally:
+                        cls._building.active = False
                 registry = cls._default
         return registry
 

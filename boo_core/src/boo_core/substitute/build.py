@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import CompileError, SubstitutionError
 from ..kernels import cache
-from ..kernels.compiler import reproducer, run_compile
+from ..kernels.compiler import compile_to_bytes, reproducer
 from .executables import KernelExecutables, kernel_executables
 from .substitution import SEARCH_PATH_FLAG, STAGES, Substitution, stage_files
 
@@ -139,16 +140,22 @@ def _relative_files(directory: Path) -> list[str]:
     return [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
 
 
-def build(request: Any, entry: cache.CacheEntry, output: Path) -> str:
-    """Compile ``request`` (which has a substitution) into ``output``; the command."""
+def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
+    """Compile ``request`` (which has a substitution): the command and the kernel. Without
+    a cache entry (cache disabled or unwritable), the files go to a scratch directory."""
+    if entry is None:
+        with tempfile.TemporaryDirectory(prefix="boo-substitution-") as scratch:
+            return "", build(request, cache.CacheEntry(Path(scratch), request.key))[1]
     mlir_path = entry.write_text(cache.MLIR_FILE, request.source())
     directory = entry.directory / SUBSTITUTION_DIR
-    flags, _ = prepare(request, mlir_path, directory)
+    try:
+        flags, _ = prepare(request, mlir_path, directory)
+    except OSError as e:
+        raise cache.CacheUnwritable(f"cannot write in {directory}: {e.strerror or e}") from e
     flags = (*request.flags, *flags)
     shown = reproducer(mlir_path, entry.kernel_path, flags)
     entry.write_text(cache.COMMAND_FILE, shown + "\n")
     try:
-        run_compile(mlir_path, output, flags, shown=shown)
+        return shown, compile_to_bytes(mlir_path, flags, shown=shown)
     except CompileError as e:
         raise blame(e, request.substitution, directory) from e
-    return shown

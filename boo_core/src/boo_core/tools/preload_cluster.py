@@ -25,7 +25,7 @@ import torch
 from ..cluster import RayCluster, Task, TaskContext
 from ..cluster.ray_cluster import is_local
 from ..errors import DeviceError
-from ..kernels.cache import CacheEntry, CacheKey
+from ..kernels.cache import CacheEntry, CacheKey, integrity_key
 from ..kernels.chain import chain_requests, target_verifies
 from ..kernels.target import Target
 from ..runtime.devices import BooDevice, resolve_device
@@ -96,9 +96,10 @@ def _plan(signature: Signature, target_name: str, cache_dir: Path) -> _Plan:
     except Exception:  # compile_kernel, run here, reports it as the local preload does
         return _Plan((), True)
     every = target_verifies(target)
+    secret = integrity_key(cache_dir)
     for key in keys:
         entry = CacheEntry(cache_dir / key.dirname, key)
-        if entry.read() is not None:
+        if entry.read(secret).data is not None:
             if not every:
                 return _Plan(keys, True)
         elif entry.read_failure() is None:

@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 
-from ..kernels.cache import atomic_write, entry_lock, read_json_object
+from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_object, remove_path
 from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
 
-VERDICTS_FILE = "verdicts.json"
+__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict"]
+
 PASS = "pass"
 #: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
 #: be right on one call and wrong on the next (docs/gpu.md), and one check may miss it.
@@ -65,6 +66,8 @@ def record_verdict(directory: Path | None, torch_device: torch.device, verdict: 
         return
     try:
         with entry_lock(directory.parent, directory.name):
+            if (directory / VERDICTS_FILE).is_dir():
+                remove_path(directory / VERDICTS_FILE)  # damage: BOO's own file's place
             verdicts = read_json_object(directory / VERDICTS_FILE) or {}
             verdicts[device_identity(torch_device)] = verdict
             atomic_write(directory / VERDICTS_FILE, json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
