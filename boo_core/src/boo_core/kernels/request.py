@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompileError
+from ..errors import CompileError, UnsupportedError
 from ..settings import get_settings
+from ..signatures.signature import tensor_size_problem
 from . import cache
 from .compiler import BASE_FLAGS, compiler_available, compiler_version, reproducer, run_compile
 from .formulation import Formulation
@@ -44,6 +45,9 @@ class KernelRequest:
         :mod:`boo_core.tune`), ``extra_flags`` a candidate's flags."""
         from ..plugins.registry import BooOpRegistry
 
+        problem = tensor_size_problem(signature)
+        if problem:  # an empty or oversized tensor never reaches the compiler
+            raise UnsupportedError(f"{signature.func_name}: {problem}; BOO compiles no kernel for it")
         registry = registry if registry is not None else BooOpRegistry.default()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]

@@ -27,7 +27,7 @@ from ..errors import ArgumentError, DeviceError, LaunchError
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..settings import get_settings
-from ..signatures.signature import Signature, TensorSpec
+from ..signatures.signature import Signature, TensorSpec, has_empty_tensor, tensor_size_problem
 from . import hal
 from .devices import BooDevice, resolve_device
 
@@ -157,12 +157,13 @@ class Launchable:
             self._check(tensor, spec, f"argument {index}")
         if out is None:
             return tuple(torch.empty(s.shape, dtype=s.dtype, device=self._torch_device) for s in self._outputs)
-        outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
-        if len(outputs) != len(self._outputs):
-            raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, "
-                                f"out= has {len(outputs)}")
+        outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (list, tuple)) else None
+        if outputs is None or len(outputs) != len(self._outputs):
+            got = f"{len(outputs)} tensors" if outputs is not None else f"a {type(out).__name__}"
+            raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, out= has {got}")
         for index, (tensor, spec) in enumerate(zip(outputs, self._outputs)):
             self._check(tensor, spec, f"out[{index}]")
+        _check_no_overlap(self.signature.func_name, args, outputs)
         return outputs
 
     def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:
@@ -176,6 +177,10 @@ class Launchable:
             problem = f"has dtype {tensor.dtype}"
         elif tensor.device != self._torch_device:
             problem = f"is on {tensor.device}"
+        elif tensor.layout is not torch.strided:
+            problem = f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors"
+        elif tensor.is_neg() or tensor.is_conj():
+            problem = "is a lazily negated or conjugated view (call .resolve_neg() / .resolve_conj() first)"
         elif not tensor.is_contiguous():
             problem = f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape"
         elif where.startswith("out") and tensor.data_ptr() % IMPORT_ALIGNMENT:
@@ -217,20 +222,73 @@ class ReferenceLaunchable(Launchable):
         return outputs[0] if len(outputs) == 1 else outputs
 
 
+class EmptyLaunchable(ReferenceLaunchable):
+    """What a signature with an empty tensor gets: no kernel is compiled for it. Outputs
+    with no elements are returned as they are; others (a matmul whose K is 0 still has an
+    M x N result) are computed with PyTorch, as the op defines them."""
+
+    formulation = "none (empty tensors)"
+
+    def __init__(self, signature: Signature, device: BooDevice) -> None:
+        super().__init__(signature, device, ())
+
+    def __repr__(self) -> str:
+        return f"<EmptyLaunchable {self.signature.func_name} on {self.device.key} (no kernel)>"
+
+    def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
+        if any(spec.numel for spec in self._outputs):
+            return super().__call__(*args, out=out)
+        outputs = self._checked(args, out)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _check_no_overlap(func_name: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+    """``out=`` tensors must not share memory with the inputs or with each other: the kernel
+    would read what it has already overwritten."""
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), f"argument {i}")
+             for i, t in enumerate(inputs) if t.numel()]
+    for index, tensor in enumerate(outputs):
+        start, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+        for other_start, other_end, other in spans:
+            if start < other_end and other_start < end:
+                raise ArgumentError(f"{func_name}: out[{index}] shares memory with {other}; the kernel cannot "
+                                    "write a tensor it reads (or writes twice)")
+        if end > start:
+            spans.append((start, end, f"out[{index}]"))
+
+
+def _as_signature(signature: object) -> Signature:
+    """A signature, from a signature or a command that runs one kernel."""
+    if isinstance(signature, Signature):
+        return signature
+    if isinstance(signature, str):
+        from ..plugins.registry import BooOpRegistry
+
+        return BooOpRegistry.parse_command(signature)
+    raise ArgumentError(f"get_launchable takes a Signature or a command string, got {type(signature).__name__}")
+
+
 _launchables: dict[Hashable, Launchable] = {}
 _lock = threading.Lock()
 _building: dict[Hashable, threading.Lock] = {}
 
 
-def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu", *,
+def get_launchable(signature: Signature | str, device: str | torch.device | BooDevice | None = "cpu", *,
                    target: str | Target | None = None, formulation: str | None = None) -> Launchable:
     """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
 
+    ``signature`` may also be a command that runs one kernel (``"conv -n 1 ... -F 1"``).
+    A signature with an empty tensor gets an :class:`EmptyLaunchable` (no kernel); one
+    whose tensors have negative sizes or could not fit in memory is an :class:`ArgumentError`.
     ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
     ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
     ``formulation`` pins one of the op's formulations by name (no fallback to the others:
     for scans, the tuner and tests).
     """
+    signature = _as_signature(signature)
+    problem = tensor_size_problem(signature, allow_empty=True)
+    if problem:
+        raise ArgumentError(f"get_launchable: {signature.func_name}: {problem}")
     boo_device = resolve_device(device)
     if target is not None:
         chosen = target if isinstance(target, Target) else Target.parse(target)
@@ -252,7 +310,11 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
         if launchable is None or launchable.stale:
             from .selection import select
 
-            launchable = _launchables[memory_key] = select(signature, boo_device, driver, only=formulation)
+            if has_empty_tensor(signature):
+                launchable = EmptyLaunchable(signature, boo_device)
+            else:
+                launchable = select(signature, boo_device, driver, only=formulation)
+            _launchables[memory_key] = launchable
     return launchable
 
 
