@@ -6,7 +6,8 @@ call: the sum of the kernels a call launches, from torch.profiler (which sees IR
 too), the median of several profiled batches. Also measured in the same run: the GPU's bf16
 matmul rate and copy bandwidth (the peaks), and the host time of one launch.
 
-    python benchmarks/gpu.py [--device cuda:0] [--batch 32] [--no-inductor] [--only TEXT]
+    python benchmarks/gpu.py [--device cuda:0] [--batch 32] [--no-inductor] [--only TEXT] [--tune | --tuned]
+                             [--csv tune.csv] [--verification-cost]
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from boo_core import BooOpRegistry, CompileError, get_launchable
+from boo_core import BooOpRegistry, CompileError, clear_launchables, get_launchable, resolve_device
+from boo_core.kernels.request import KernelRequest
+from boo_core.settings import settings_override
 from boo_core.signatures.signature import Signature
 from boo_ops_conv import ConvSignature
 from boo_ops_matmul import MatmulSignature
@@ -103,53 +106,120 @@ def host_overhead_us(device: str) -> tuple[float, float]:
     return per_call(launchable), per_call(torch.matmul)
 
 
+def forget_verdicts(signature: Signature, device: str) -> None:
+    """Remove the recorded verdicts of every formulation of ``signature`` on ``device``."""
+    target = resolve_device(device).target
+    for formulation in BooOpRegistry.default().formulations(signature, target):
+        directory = KernelRequest.create(signature, target, formulation).directory
+        if directory is not None and (directory / "verdicts.json").exists():
+            (directory / "verdicts.json").unlink()
+
+
+def verification_cost(table: list[tuple[str, Signature]], device: str) -> tuple[float, float, int]:
+    """Median over ``table`` of what verification adds to a first call (check against
+    float64 PyTorch, verdict recorded) and to a later process's first call (the recorded
+    verdict read), over a load without it. Calls after loading pay nothing: it is done at load."""
+    first, later = [], []
+    for _, signature in table:
+        timings = {}
+        for name, verify in (("plain", False), ("first", "auto"), ("later", "auto")):
+            clear_launchables()
+            if name == "first":
+                forget_verdicts(signature, device)
+            with settings_override(verify=verify, use_tuned=False):
+                start = time.perf_counter()
+                try:
+                    get_launchable(signature, device)
+                except CompileError:
+                    break
+                timings[name] = time.perf_counter() - start
+        if len(timings) == 3:
+            first.append(timings["first"] - timings["plain"])
+            later.append(timings["later"] - timings["plain"])
+    return statistics.median(first), statistics.median(later), len(first)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--only", default="", help="only rows whose name contains this text")
+    parser.add_argument("--tune", action="store_true", help="tune every row first (boo tune), then measure")
+    parser.add_argument("--tuned", action="store_true", help="also measure the tuned kernels (from a tune before)")
+    parser.add_argument("--csv", help="with --tune: every candidate's results as CSV")
+    parser.add_argument("--verification-cost", action="store_true",
+                        help="measure what default verification adds to first calls")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     table = [row for row in rows(args.batch) if args.only in row[0]]
+    tuned = args.tune or args.tuned
+
+    if args.tune:
+        from boo_core.signatures.commands import Command
+        from boo_core.tools.tune import run_tune
+        from boo_core.tune.tuner import TuneOptions
+
+        start = time.time()
+        commands = []
+        for name, signature in table:
+            try:
+                commands.append(Command(signature.to_command(), name))
+            except Exception as e:
+                print(f"(cannot tune {name}: {e})")
+        run_tune(commands, TuneOptions(device=args.device, jobs=16, iterations=10, warmup=2), csv_path=args.csv,
+                 progress=False)
+        print(f"tuned in {time.time() - start:.0f} s")
 
     def compile_boo(entry):
-        try:
-            return get_launchable(entry[1], args.device)
-        except CompileError as e:
-            return e
+        results = []
+        for use_tuned in ((False, True) if tuned else (False,)):
+            try:
+                with settings_override(use_tuned=use_tuned):
+                    results.append(get_launchable(entry[1], args.device))
+            except CompileError as e:
+                results.append(e)
+        return results
 
     start = time.time()
     with ThreadPoolExecutor(16) as pool:
         launchables = list(pool.map(compile_boo, table))
-    print(f"BOO kernels compiled (or loaded) in {time.time() - start:.0f} s")
+    print(f"BOO kernels compiled (or loaded) and verified in {time.time() - start:.0f} s")
 
     peak_tflops, peak_gbps = peaks(args.device)
     boo_host, torch_host = host_overhead_us(args.device)
     results = []
-    for (name, signature), launchable in zip(table, launchables):
+    for (name, signature), found in zip(table, launchables):
         inputs = signature.get_sample_args(device=args.device)
         torch_us = device_us(signature.eager, inputs)  # PyTorch's own kernels in the signature's dtype
         inductor_us = float("nan")
         if not args.no_inductor:
             torch._dynamo.reset()
             inductor_us = device_us(torch.compile(signature.eager, dynamic=False), inputs)
-        boo_us = device_us(launchable, inputs) if not isinstance(launchable, Exception) else float("nan")
-        compute = signature.flops / (boo_us * 1e-6) / 1e12 / peak_tflops
-        memory = signature.bytes_moved / (boo_us * 1e-6) / 1e9 / peak_gbps
-        results.append((name, boo_us, torch_us, inductor_us, max(compute, memory), "compute" if compute > memory
-                        else "memory"))
-        print(f"  {name}: BOO {boo_us:.1f} us, torch {torch_us:.1f} us, inductor {inductor_us:.1f} us", flush=True)
+        times = [float("nan") if isinstance(kernel, Exception) else device_us(kernel, inputs) for kernel in found]
+        best = times[-1]
+        compute = signature.flops / (best * 1e-6) / 1e12 / peak_tflops
+        memory = signature.bytes_moved / (best * 1e-6) / 1e9 / peak_gbps
+        served = found[-1].formulation if not isinstance(found[-1], Exception) else "-"
+        results.append((name, times[0], best, torch_us, inductor_us, max(compute, memory), served))
+        print(f"  {name}: BOO {times[0]:.1f} us" + (f", tuned {best:.1f} us" if tuned else "")
+              + f", torch {torch_us:.1f} us, inductor {inductor_us:.1f} us ({served})", flush=True)
 
     print(f"\nmeasured peaks: bf16 matmul {peak_tflops:.0f} TFLOP/s, copy {peak_gbps:.0f} GB/s")
     print(f"host time per launch of a 4x4 matmul: BOO {boo_host:.1f} us, torch {torch_host:.1f} us")
-    print(f"{'kernel':<44} {'BOO us':>9} {'torch us':>9} {'ind. us':>9} {'BOO/torch':>9} {'BOO/ind.':>9} "
-          f"{'% of peak':>10}")
-    for name, boo_us, torch_us, inductor_us, fraction, bound in results:
-        print(f"{name:<44} {boo_us:>9.1f} {torch_us:>9.1f} {inductor_us:>9.1f} {boo_us / torch_us:>9.2f} "
-              f"{boo_us / inductor_us:>9.2f} {100 * fraction:>6.1f} {bound[:3]}")
-    ratios = [r[1] / r[2] for r in results if r[1] == r[1]]
-    print(f"geometric mean BOO/torch: {statistics.geometric_mean(ratios):.2f} over {len(ratios)} kernels")
+    if args.verification_cost:
+        first, later, count = verification_cost(table, args.device)
+        print(f"verification on first use adds {first * 1e3:.1f} ms (median over {count} kernels); a later process "
+              f"reading the verdict {later * 1e3:.2f} ms; calls after loading: nothing (it happens at load)")
+    print(f"{'kernel':<44} {'BOO us':>9} {'tuned us':>9} {'torch us':>9} {'ind. us':>9} {'BOO/torch':>9} "
+          f"{'% of peak':>10}  served by")
+    for name, default_us, best, torch_us, inductor_us, fraction, served in results:
+        print(f"{name:<44} {default_us:>9.1f} {best:>9.1f} {torch_us:>9.1f} {inductor_us:>9.1f} "
+              f"{best / torch_us:>9.2f} {100 * fraction:>9.1f}%  {served}")
+    ratios = [r[2] / r[3] for r in results if r[2] == r[2]]
+    defaults = [r[1] / r[3] for r in results if r[1] == r[1]]
+    print(f"geometric mean BOO/torch: {statistics.geometric_mean(defaults):.2f} untuned"
+          + (f", {statistics.geometric_mean(ratios):.2f} tuned" if tuned else "") + f" over {len(ratios)} kernels")
 
 
 if __name__ == "__main__":

@@ -242,10 +242,19 @@ class ConvSignature(Signature):
             # the input rows a strided conv never reads, which dy's size alone cannot tell.
             output_padding = (0,) * self.spatial_rank if self.transposed else self._data_grad_output_padding()
             dx = self._convolution(dy, w, None, not self.transposed, output_padding)
+            if self.transposed:  # an output padding of a stride or more gives the adjoint conv extra rows
+                dx = dx[(slice(None), slice(None), *(slice(0, n) for n in self.input_shape[2:]))]
             return layouts.permute(dx, layouts.to_physical(self.input_layout))
         x = layouts.permute(args[1], to_logical["x"])
         w = _placeholder(dy, self.kernel_shape)
         # A transposed conv's weight gradient is its adjoint conv's, with dy and x trading places.
+        # With an output padding of a stride or more, that conv of dy has more rows than x:
+        # x gets zero rows for them (they would multiply nothing).
+        if self.transposed:
+            extra = [(size - 1) // stride + 1 - n for size, stride, n in
+                     zip(self._adjoint_extents(), self.stride, self.input_shape[2:])]
+            if any(extra):
+                x = torch.nn.functional.pad(x, [p for e in reversed(extra) for p in (0, e)])
         grad_output, input = (x, dy) if self.transposed else (dy, x)
         dw = torch.ops.aten.convolution_backward(
             grad_output, input, w, None, list(self.stride), list(self.padding), list(self.dilation), False,
@@ -271,6 +280,12 @@ class ConvSignature(Signature):
         y = torch.ops.aten.convolution(x, widened, None, list(self.stride), list(self.padding), list(self.dilation),
                                        transposed, list(output_padding), self.groups)[:, 0::2]
         return y if b is None else y + b.reshape(-1, *(1,) * self.spatial_rank)
+
+    def _adjoint_extents(self) -> tuple[int, ...]:
+        """Per axis, a transposed conv's output length padded and less the window's reach:
+        what the ordinary conv of its output steps over."""
+        return tuple(out + 2 * p - d * (f - 1) for out, p, d, f in
+                     zip(self.output_spatial, self.padding, self.dilation, self.window))
 
     def _data_grad_output_padding(self) -> tuple[int, ...]:
         return tuple((n + 2 * p - d * (f - 1) - 1) % s for n, f, s, p, d in

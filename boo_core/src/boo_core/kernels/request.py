@@ -19,7 +19,14 @@ from ..errors import CompileError, UnsupportedError
 from ..settings import get_settings
 from ..signatures.signature import tensor_size_problem
 from . import cache
-from .compiler import BASE_FLAGS, compiler_available, compiler_version, reproducer, run_compile
+from .compiler import (
+    BASE_FLAGS,
+    compile_command,
+    compiler_available,
+    compiler_version,
+    reproducer,
+    run_compile,
+)
 from .formulation import Formulation
 from .target import Target
 
@@ -43,7 +50,7 @@ class KernelRequest:
         """The request for ``signature`` on ``target`` built by ``formulation`` (default:
         the op's first). ``config`` is a tuning candidate's configuration (see
         :mod:`boo_core.tune`), ``extra_flags`` a candidate's flags."""
-        from ..plugins.registry import BooOpRegistry
+        from ..plugins.registry import BooOpRegistry, core_source_tag
 
         problem = tensor_size_problem(signature)
         if problem:  # an empty or oversized tensor never reaches the compiler
@@ -62,6 +69,7 @@ class KernelRequest:
         material = {
             "signature": signature.canonical(),
             "op": registry.source_tag(signature),
+            "core": core_source_tag(),
             "formulation": formulation.name,
             "config": dict(config) if config else None,
             "compiler": compiler_version(),
@@ -74,13 +82,9 @@ class KernelRequest:
         return cls(signature, target, formulation, flags, key, config)
 
     def source(self) -> str:
-        """The MLIR to compile: the formulation's, with the configuration applied."""
-        mlir = self.formulation.source(self.signature)
-        if self.config:
-            from ..tune.configs import apply_config
-
-            mlir = apply_config(mlir, self.config, self.target)
-        return mlir
+        """The MLIR to compile (the formulation's; a configuration applies later, to the
+        executables IREE configures)."""
+        return self.formulation.source(self.signature)
 
     def build(self, entry: cache.CacheEntry, output: Path) -> str:
         """Write the entry's MLIR and compile command, compile into ``output``; the command."""
@@ -89,9 +93,23 @@ class KernelRequest:
                 f"{self.signature.func_name} is not in the kernel cache and the IREE compiler is not "
                 "installed (pip install iree-base-compiler, or pre-populate the cache where it is)")
         mlir_path = entry.write_text(cache.MLIR_FILE, self.source())
-        shown = reproducer(mlir_path, entry.kernel_path, self.flags)
+        flags = self.flags
+        if self.config:
+            from ..tune.configs import compile_with_config
+
+            command = compile_command(mlir_path, output, flags)[:-2]  # without "-o output"
+            flags = (*flags, *compile_with_config(command, entry.directory, self.config,
+                                                  get_settings().compile_timeout))
+        shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
-        run_compile(mlir_path, output, self.flags, shown=shown)
+        try:
+            run_compile(mlir_path, output, flags, shown=shown)
+        except CompileError as e:
+            spec = get_settings().tuning_spec
+            if spec is not None and "Failed to load tuning spec" in str(e):
+                raise CompileError(f"BOO_TUNING_SPEC_PATH={spec}: iree-compile rejected the tuning spec:\n{e}",
+                                   mlir_path=e.mlir_path, command=e.command) from None
+            raise
         return shown
 
     def fetch(self, *, rebuild: bool = False) -> cache.CachedKernel:

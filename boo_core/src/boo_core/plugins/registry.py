@@ -83,6 +83,21 @@ class OpEntry:
         return tuple(flags)
 
 
+def core_source_tag() -> str:
+    """boo-core's version and a hash of the code that builds kernels (its ``kernels`` and
+    ``tune`` packages): part of every cache key, so a fix there is never hidden by kernels,
+    or recorded compile failures, of the code before it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(__file__).resolve().parents[1]
+    files = tuple(str(f) for folder in ("kernels", "tune") for f in sorted((root / folder).glob("*.py")))
+    try:
+        release = version("boo-core")
+    except PackageNotFoundError:
+        release = "unknown"
+    return f"boo-core {release} {_hash_files(files)}"
+
+
 def package_source_hash(cls: type) -> str:
     """16 hex digits of SHA-256 over the Python sources of the package defining ``cls``
     (its module alone when it is not in a package)."""

@@ -56,6 +56,8 @@ class Candidate:
     config: dict | None = None
     flags: tuple[str, ...] = ()
     label: str = ""
+    #: Verified on first use per device model whatever BOO_VERIFY says (tuned kernels).
+    always_verify: bool = False
 
     @property
     def name(self) -> str:
@@ -88,10 +90,11 @@ def candidates(signature: Signature, device: BooDevice, only: str | None = None)
 
 def select(signature: Signature, device: BooDevice, driver: str, *, only: str | None = None) -> Launchable:
     """The launchable that serves ``signature`` on ``device`` (module docstring)."""
-    verify = get_settings().verifies(device.torch_device.type)
+    verify_all = get_settings().verifies(device.torch_device.type)
     attempts: list[Attempt] = []
     for candidate in candidates(signature, device, only):
         request = candidate.request(signature, device)
+        verify = verify_all or candidate.always_verify
         if verify:
             recorded = verdicts.read_verdict(request.directory, device.torch_device)
             if recorded is not None and recorded != verdicts.PASS:

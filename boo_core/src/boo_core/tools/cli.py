@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +30,8 @@ from ..runtime.timing import timer_for
 from ..settings import get_settings
 from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
 from ..tune.database import all_records
-from . import cache_admin
+from ..tune.tuner import TuneOptions
+from . import cache_admin, tune
 from .backends import backends
 from .driver import DEFAULT_ITERATIONS, CommandResult, DriverOptions, error_text, run_command
 from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
@@ -44,6 +46,7 @@ from .report import (
     print_numerics_result,
     si,
 )
+from .tune import run_tune
 
 #: Exit status of a run in which something failed, and of a usage error.
 FAILED_EXIT, USAGE_EXIT = 1, 2
@@ -233,6 +236,19 @@ def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return FAILED_EXIT if counts[FAILED] else 0
 
 
+def _cmd_tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    _check_device(args.device, True)
+    commands = _commands(args, extra)
+    if args.report and not args.csv:
+        raise UsageError("--report needs --csv: the report is made from the CSV")
+    if args.iter < 1 or (args.jobs is not None and args.jobs < 1) or (args.budget is not None and args.budget <= 0):
+        raise UsageError("--iter and -j must be at least 1, --budget more than 0")
+    options = TuneOptions(device=args.device, jobs=args.jobs or os.cpu_count() or 1, budget_seconds=args.budget,
+                          iterations=args.iter, retune=args.retune)
+    _, failed = run_tune(commands, options, csv_path=args.csv, report=args.report, export=args.export)
+    return FAILED_EXIT if failed else 0
+
+
 def _cmd_cache_info(args: argparse.Namespace, extra: Sequence[str]) -> int:
     settings = get_settings()
     print(f"cache: {settings.cache_dir}" + ("" if settings.cache_enabled else " (disabled: BOO_CACHE_ON=0)"))
@@ -383,6 +399,9 @@ Examples:
                          help="also verify each kernel on this device (cuda:0) and record the verdict, so that "
                               "no first call pays for it; its target is added to the targets")
     preload.set_defaults(func=_cmd_preload)
+
+    tune.add_parser(sub, _subparser)
+    sub.choices["tune"].set_defaults(func=_cmd_tune)
 
     cache = _subparser(sub, "cache", "what the kernel cache holds; clear it", """\
 Inspect or clear the kernel cache (BOO_CACHE_DIR, default ~/.cache/boo).

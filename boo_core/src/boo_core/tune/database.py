@@ -125,4 +125,5 @@ def tuned_candidate(signature: Signature, device: BooDevice, formulations: Seque
         return None
     from ..runtime.selection import Candidate
 
-    return Candidate(formulation, record.config, record.flags, record.label or f"tuned:{record.formulation}")
+    return Candidate(formulation, record.config, record.flags, f"tuned {record.label or record.formulation}",
+                     always_verify=True)

@@ -1,0 +1,191 @@
+"""Per-dispatch lowering configurations: a tuning candidate's tiles applied to the
+executables IREE configured, through IREE's own substitution of configured executables.
+
+A *configuration* is a JSON-able mapping, for the dispatch's root op (the one IREE gave a
+``lowering_config`` with workgroup or distribution tiles):
+
+* tile lists by level, named as IREE names them: ``workgroup``, ``subgroup``, ``reduction``
+  (CUDA, pipeline TileAndFuse), ``distribution``, ``vector_common_parallel``,
+  ``vector_reduction`` (llvm-cpu). A list names the *innermost* loops of its kind: parallel
+  loops for the parallel levels, reduction loops for the reduction ones, so one
+  configuration fits a matmul and its batched form (outer parallel loops get 1 at the
+  workgroup/distribution level and 0 elsewhere);
+* ``mma_kind`` (an ``#iree_gpu.mma_layout`` name such as ``NV_MMA_SYNC_F32_16x8x16_BF16``);
+* ``workgroup_size`` ([x, y, z] threads) and ``prefetch_num_stages`` (the translation info).
+
+Building a configured kernel (:func:`compile_with_config`): iree-compile stops after
+configuring the executables and dumps them, BOO edits the root op of each contraction
+dispatch, and the real compile substitutes the edited executables
+(``--iree-hal-substitute-executable-configurations-from``). The edited files stay in the
+kernel's cache entry (``configurations/``), next to the compile command: the reproducer.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import CompileError
+
+PARALLEL_LEVELS = ("workgroup", "subgroup", "distribution", "vector_common_parallel", "vector_inner_parallel")
+REDUCTION_LEVELS = ("reduction", "vector_reduction")
+#: Levels whose untiled outer loops take 1 (one iteration per workgroup) rather than 0 (not tiled).
+_OUTER_ONE = ("workgroup", "distribution")
+
+_ROOT_CONFIG = re.compile(r"lowering_config = #iree_(gpu|cpu)\.lowering_config<(\{.*?\}|[^<>]*?)>(?=[\s,}])")
+_ITERATORS = re.compile(r'iterator_types = \[([^\]]*)\]')
+_NAMED_OP = re.compile(r"= (linalg\.[a-z0-9_]+)")
+#: Loop kinds of the named contractions IREE leaves named in dispatches (p: parallel, r: reduction).
+NAMED_LOOPS = {"linalg.matmul": "ppr", "linalg.matmul_transpose_a": "ppr", "linalg.matmul_transpose_b": "ppr",
+               "linalg.batch_matmul": "pppr", "linalg.batch_matmul_transpose_a": "pppr",
+               "linalg.batch_matmul_transpose_b": "pppr", "linalg.conv_2d_nchw_fchw": "ppppr" + "rr",
+               "linalg.conv_2d_nhwc_hwcf": "pppp" + "rrr"}
+_EXECUTABLE = re.compile(r"hal\.executable (?:public |private )?@(\S+) \{")
+
+
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at commas outside brackets."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char in "[<({":
+            depth += 1
+        elif char in "]>)}":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return parts
+
+
+def _parse_items(body: str) -> dict[str, str | None]:
+    items: dict[str, str | None] = {}
+    for part in split_top_level(body):
+        key, eq, value = part.partition("=")
+        items[key.strip()] = value.strip() if eq else None
+    return items
+
+
+def _render_items(items: Mapping[str, str | None]) -> str:
+    return ", ".join(key if value is None else f"{key} = {value}" for key, value in items.items())
+
+
+def _aligned(values: Sequence[int], kinds: Sequence[str], wanted: str, level: str, current: str | None) -> list[int]:
+    """``values`` (sizes for the innermost loops of kind ``wanted``) over the root's loops;
+    the other loops keep IREE's sizes (1 for outer parallel loops at the workgroup or
+    distribution level, 0 elsewhere, when IREE gave none)."""
+    positions = [i for i, kind in enumerate(kinds) if kind == wanted]
+    if len(values) > len(positions):
+        raise ValueError(f"{level} has {len(values)} sizes; the root op has {len(positions)} {wanted} loops")
+    existing = [int(v) for v in re.findall(r"-?\d+", current or "")]
+    if len(existing) != len(kinds):
+        outer = 1 if level in _OUTER_ONE else 0
+        existing = [outer if kind == wanted else 0 for kind in kinds]
+    for position, value in zip(positions[len(positions) - len(values):], values):
+        existing[position] = int(value)
+    return existing
+
+
+def configure_root(line: str, config: Mapping[str, Any]) -> str | None:
+    """The root op's line with ``config`` applied to its lowering config; None when the line
+    is not a root op BOO can configure (no tile levels, or no iterator types)."""
+    match = _ROOT_CONFIG.search(line)
+    kinds = _loop_kinds(line)
+    if match is None or kinds is None:
+        return None
+    dialect, body = match.group(1), match.group(2)
+    braced = body.startswith("{")
+    items = _parse_items(body[1:-1] if braced else body)
+    if not ({"workgroup", "distribution"} & set(items)):
+        return None
+    for level, values in config.items():
+        if level in PARALLEL_LEVELS:
+            items[level] = str(_aligned(values, kinds, "parallel", level, items.get(level)))
+        elif level in REDUCTION_LEVELS:
+            items[level] = str(_aligned(values, kinds, "reduction", level, items.get(level)))
+        elif level == "mma_kind":
+            items[level] = f"#iree_gpu.mma_layout<{values}>"
+    rendered = _render_items(items)
+    replacement = f"lowering_config = #iree_{dialect}.lowering_config<{'{' + rendered + '}' if braced else rendered}>"
+    return line[:match.start()] + replacement + line[match.end():]
+
+
+def _loop_kinds(line: str) -> list[str] | None:
+    """``parallel``/``reduction`` per loop of the op on ``line`` (a generic's iterator types,
+    or a named contraction's), or None."""
+    iterators = _ITERATORS.search(line)
+    if iterators is not None:
+        return [k.strip().strip('"') for k in iterators.group(1).split(",")]
+    named = _NAMED_OP.search(line)
+    loops = NAMED_LOOPS.get(named.group(1)) if named else None
+    return [{"p": "parallel", "r": "reduction"}[c] for c in loops] if loops else None
+
+
+def _configure_translation(text: str, config: Mapping[str, Any]) -> str:
+    if "workgroup_size" in config:
+        size = ", ".join(str(int(v)) for v in config["workgroup_size"])
+        text = re.sub(r"(translation_info = #iree_codegen\.translation_info<[^\n]*?workgroup_size = )\[[^\]]*\]",
+                      rf"\g<1>[{size}]", text)
+    if "prefetch_num_stages" in config:
+        text = re.sub(r"prefetch_num_stages = \d+", f"prefetch_num_stages = {int(config['prefetch_num_stages'])}",
+                      text)
+    return text
+
+
+def apply_config(configured: str, config: Mapping[str, Any]) -> str | None:
+    """A configured executable with ``config`` applied to its root op, or None when it has
+    no root op the configuration fits (a copy or elementwise dispatch)."""
+    lines = configured.splitlines(keepends=True)
+    changed = False
+    for index, line in enumerate(lines):
+        if config.get("mma_kind") and "mma_kind" not in line:
+            continue  # a GPU configuration is for contractions IREE maps to matrix instructions
+        edited = configure_root(line, config)
+        if edited is not None:
+            lines[index], changed = edited, True
+    return _configure_translation("".join(lines), config) if changed else None
+
+
+def executable_name(configured: str) -> str:
+    """The ``hal.executable`` symbol a configured dump defines (what substitution matches)."""
+    match = _EXECUTABLE.search(configured)
+    if match is None:
+        raise ValueError("not a configured hal.executable")
+    return match.group(1)
+
+
+def compile_with_config(compile_command: Sequence[str], directory: Path, config: Mapping[str, Any],
+                        timeout: float) -> list[str]:
+    """Dump the executables IREE configures for ``compile_command`` (an iree-compile command
+    line, without its output flags), apply ``config`` and write the edited ones into
+    ``directory/configurations``; the flags that make the real compile use them."""
+    dumped, edited = directory / "configured", directory / "configurations"
+    for folder in (dumped, edited):
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.mlir"):
+            stale.unlink()
+    command = [*compile_command, "--compile-to=executable-configurations",
+               f"--iree-hal-dump-executable-configurations-to={dumped}", "-o", "/dev/null"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompileError(f"iree-compile did not configure the executables within {timeout:g} s") from None
+    if result.returncode != 0:
+        raise CompileError(f"iree-compile failed configuring the executables (exit {result.returncode}):\n"
+                           f"{result.stderr.strip()[:2000]}", command=" ".join(command), recordable=True)
+    applied = 0
+    for path in sorted(dumped.glob("*.mlir")):
+        text = apply_config(path.read_text(), config)
+        if text is not None:
+            (edited / f"{executable_name(text)}.mlir").write_text(text)
+            applied += 1
+    if not applied:
+        raise CompileError(f"configuration {dict(config)} fits no dispatch of this kernel (no root op with its "
+                           "tile levels)", recordable=True)
+    return [f"--iree-hal-substitute-executable-configurations-from={edited}"]

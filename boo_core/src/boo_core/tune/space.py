@@ -1,0 +1,155 @@
+"""The tuning space: what ``boo tune`` tries for one signature on one target.
+
+Every formulation the op offers is a candidate as it is. An op adds more through
+``OpSpec.tuning_space(signature, target)``: :class:`TuningCandidate` objects naming one of
+its formulations with a per-dispatch configuration (:mod:`boo_core.tune.configs`) and/or
+extra iree-compile flags. The helpers below generate configurations for common pipelines
+(the core knows targets, not ops: an op passes its own problem sizes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import PluginError
+from ..kernels.formulation import Formulation
+from ..kernels.target import Target
+
+
+@dataclass(frozen=True)
+class TuningCandidate:
+    """One point of an op's tuning space: ``formulation`` (a name among the op's
+    formulations for the signature), a ``config`` for its contraction dispatches and
+    ``flags`` for iree-compile. ``label`` names it in results (derived when empty)."""
+
+    formulation: str = "default"
+    config: Mapping[str, Any] | None = None
+    flags: tuple[str, ...] = ()
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(self.flags))
+        if self.config is not None:
+            json.dumps(dict(self.config))  # a configuration must be JSON-able (it is recorded)
+        if not self.label:
+            object.__setattr__(self, "label", describe(self.formulation, self.config, self.flags))
+
+
+@dataclass(frozen=True)
+class ResolvedCandidate:
+    """A candidate with its formulation object, ready to build."""
+
+    label: str
+    formulation: Formulation
+    config: Mapping[str, Any] | None = None
+    flags: tuple[str, ...] = field(default=())
+
+    @property
+    def plain(self) -> bool:
+        """A formulation as the op offers it (no configuration, no extra flags)."""
+        return self.config is None and not self.flags
+
+
+def describe(formulation: str, config: Mapping[str, Any] | None, flags: Sequence[str]) -> str:
+    """A short label: ``default``, ``default/wg128x128_sg4x8_k4_s3``, ``im2col+data-tiling``."""
+    label = formulation
+    if config:
+        parts = []
+        for key, short in (("workgroup", "wg"), ("distribution", "dist"), ("subgroup", "sg"),
+                           ("vector_common_parallel", "vec")):
+            if key in config:
+                parts.append(short + "x".join(str(v) for v in config[key]))
+        for key, short in (("reduction", "k"), ("vector_reduction", "k")):
+            if key in config:
+                parts.append(short + "x".join(str(v) for v in config[key]))
+        if "prefetch_num_stages" in config:
+            parts.append(f"s{config['prefetch_num_stages']}")
+        label += "/" + "_".join(parts)
+    for flag in flags:
+        label += "+" + flag.removeprefix("--iree-").split("=")[0]
+    return label
+
+
+def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate],
+            where: str) -> list[ResolvedCandidate]:
+    """Every formulation as it is, then the op's extra candidates, labels unique."""
+    by_name = {f.name: f for f in formulations}
+    found = [ResolvedCandidate(f.name, f) for f in formulations]
+    labels = {c.label for c in found}
+    for candidate in extra:
+        if not isinstance(candidate, TuningCandidate):
+            raise PluginError(f"{where} returned {type(candidate).__name__}, not TuningCandidate")
+        formulation = by_name.get(candidate.formulation)
+        if formulation is None:
+            raise PluginError(f"{where} names formulation {candidate.formulation!r}, which the op does not offer "
+                              f"here (it offers: {', '.join(by_name)})")
+        if candidate.label in labels:
+            continue
+        labels.add(candidate.label)
+        found.append(ResolvedCandidate(candidate.label, formulation, candidate.config, candidate.flags))
+    return found
+
+
+# -- configuration generators --------------------------------------------------------------------
+
+#: MMA intrinsics of IREE 3.13's CUDA targets (sm_80 and newer), by operand dtype name.
+NV_MMA = {"bf16": "NV_MMA_SYNC_F32_16x8x16_BF16", "f16": "NV_MMA_SYNC_F32_16x8x16_F16"}
+_MMA_M, _MMA_N, _MMA_K = 16, 8, 16
+
+
+def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 24) -> list[dict[str, Any]]:
+    """Configurations of IREE's TileAndFuse pipeline for an ``m x n x k`` contraction with
+    ``dtype`` operands on an NVIDIA GPU (mma.sync): workgroup tiles, warp tiles (in
+    intrinsics), a K step (in intrinsics) and prefetch depth, keeping to tiles that divide
+    the problem, 4 or 8 warps, and 160 KB of shared memory; the ``limit`` best by a
+    simple occupancy model (full waves on 132 SMs, bigger tiles first)."""
+    mma = NV_MMA.get(dtype)
+    if mma is None:
+        return []
+    configs = []
+    for tile_m, tile_n, k_steps, stages in itertools.product((64, 128, 256), (64, 128, 256), (2, 4), (2, 3, 4)):
+        if m % tile_m or n % tile_n or k % (k_steps * _MMA_K):
+            continue
+        for warps_m, warps_n in ((2, 2), (2, 4), (4, 2)):
+            sub_m, sub_n = tile_m // (warps_m * _MMA_M), tile_n // (warps_n * _MMA_N)
+            if sub_m < 1 or sub_n < 1 or tile_m % (warps_m * _MMA_M) or tile_n % (warps_n * _MMA_N):
+                continue
+            shared = stages * (tile_m + tile_n) * k_steps * _MMA_K * 2
+            if shared > 160 * 1024 or sub_m * sub_n > 64:
+                continue
+            configs.append({"workgroup": [tile_m, tile_n], "subgroup": [sub_m, sub_n], "reduction": [k_steps],
+                            "mma_kind": mma, "workgroup_size": [32 * warps_m * warps_n, 1, 1],
+                            "prefetch_num_stages": stages})
+
+    def score(config: dict[str, Any]) -> tuple[float, int]:
+        tiles = (m // config["workgroup"][0]) * (n // config["workgroup"][1])
+        waves = -(-tiles // 132)
+        efficiency = tiles / (waves * 132)
+        return (-efficiency * config["workgroup"][0] * config["workgroup"][1], config["prefetch_num_stages"])
+
+    return sorted(configs, key=score)[:limit]
+
+
+def cpu_contraction_configs(m: int, n: int, k: int, *, limit: int = 12) -> list[dict[str, Any]]:
+    """Configurations of IREE's llvm-cpu tiling for an ``m x n x k`` contraction:
+    distribution tiles (work per thread task) and vector tiles."""
+    configs = []
+    for dist_m, dist_n in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+        for vec_m, vec_n, vec_k in ((8, 16, 1), (8, 32, 1), (16, 16, 1), (4, 32, 1), (8, 16, 16)):
+            if dist_m > m or dist_n > n or dist_m % vec_m or dist_n % vec_n:
+                continue
+            configs.append({"distribution": [dist_m, dist_n], "vector_common_parallel": [vec_m, vec_n],
+                            "vector_reduction": [vec_k]})
+    return configs[:limit]
+
+
+def cpu_flag_sets(target: Target) -> list[tuple[str, ...]]:
+    """Flag sets worth trying on the CPU: data tiling (packs operands into the layouts of
+    the CPU's matrix instructions) and microkernels."""
+    if target.backend != "llvm-cpu":
+        return []
+    return [("--iree-opt-data-tiling",), ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=all")]

@@ -1,0 +1,59 @@
+"""The ways a matmul becomes a kernel, in the order BOO tries them.
+
+* ``default``: the export of the reference: ``op(A) @ op(B)`` accumulated in float32 (a
+  16-bit contraction IREE maps to matrix instructions), then the epilogue.
+* ``padded`` (CUDA): M, N and K padded with zeros to multiples of 16, the product of the
+  padded operands, then the result cut back. The zeros add nothing to any sum, and the
+  contraction is one IREE tiles without remainders.
+* ``f32_compute`` (CUDA): the operands converted to float32 first, a float32 contraction.
+
+On CUDA, with verification on by default, a wrong ``default`` gives way to the next that
+is right (docs/gpu.md lists the classes the scans found).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from boo_core import Formulation, Target
+
+from .signature import ACTIVATIONS, MatmulSignature
+
+#: Multiple the ``padded`` formulation rounds M, N and K up to.
+PAD_TO = 16
+
+
+def matmul_formulations(signature: MatmulSignature, target: Target) -> tuple[Formulation, ...]:
+    default = Formulation("default")
+    if target.backend != "cuda":
+        return (default,)
+    s = signature
+    return (default,
+            Formulation("padded", computation=lambda *a: _padded(s, *a),
+                        description=f"M, N, K padded with zeros to multiples of {PAD_TO}"),
+            Formulation("f32_compute", computation=lambda *a: s.reference(*(t.float() for t in a)).to(s.dtype),
+                        description="the operands in float32, a float32 contraction"))
+
+
+def _round_up(value: int) -> int:
+    return -(-value // PAD_TO) * PAD_TO
+
+
+def _padded(s: MatmulSignature, a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+    """``padded``: the product of zero-padded logical operands, cut back, then the epilogue."""
+    m, n, k = _round_up(s.m), _round_up(s.n), _round_up(s.k)
+    left = F.pad(s._logical(a, s.trans_a), (0, k - s.k, 0, m - s.m))  # (.., M, K) -> (.., m, k)
+    right = F.pad(s._logical(b, s.trans_b), (0, n - s.n, 0, k - s.k))  # (.., K, N) -> (.., k, n)
+    accumulate = torch.promote_types(a.dtype, torch.float32)
+    y = torch.matmul(left.to(accumulate), right.to(accumulate))[..., : s.m, : s.n]
+    extra = iter(rest)
+    if s.alpha != 1.0:
+        y = y * s.alpha
+    if s.beta != 0.0:
+        y = y + s.beta * s._logical(next(extra)).to(accumulate)
+    if s.bias:
+        y = y + next(extra).to(accumulate)
+    if s.activation:
+        y = ACTIVATIONS[s.activation](y)
+    return s._logical(y).to(a.dtype)

@@ -1,0 +1,203 @@
+"""The tuner: candidates verified and timed, the fastest verified one recorded and used by
+launches; resumable; records per compiler version; tuning specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from boo_core import Formulation, clear_launchables, get_launchable
+from boo_core.kernels.request import KernelRequest
+from boo_core.kernels.target import Target
+from boo_core.settings import settings_override
+from boo_core.testing import isolated_registry
+from boo_core.tune import tuner as tuner_module
+from boo_core.tune.database import read_record, record_path, write_record
+from boo_core.tune.space import TuningCandidate
+from boo_core.tune.spec import export_spec
+from boo_core.tune.tuner import TuneOptions, Tuner
+from boo_core.verify.verdicts import device_identity
+
+from ..conftest import REPO
+from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
+from .fake_plugins.wrong_kernel import TRIPLE
+
+CPU = Target.parse("cpu")
+DEVICE = device_identity(torch.device("cpu"))
+
+
+def wrong_but_fast(signature):
+    """x * 3 for a signature of factor 2: wrong (and no slower than the right kernel)."""
+    return Formulation("wrong_fast", mlir=lambda: TRIPLE.format(name=signature.func_name, n=signature.size))
+
+
+def tiles(signature, target):
+    return [TuningCandidate(config={"distribution": [64], "vector_common_parallel": [16]}),
+            TuningCandidate(config={"distribution": [256], "vector_common_parallel": [8]})]
+
+
+PLUGIN = ScalePlugin(formulations=lambda s, t: (Formulation("default"), wrong_but_fast(s),
+                                               Formulation("halved", computation=lambda x: (x * 0.5) * 4.0)),
+                     tuning_space=tiles)
+
+
+def tune(*signatures, **options):
+    tuner = Tuner(TuneOptions(iterations=5, warmup=1, **options))
+    return tuner.tune([(s.to_command(), s) for s in signatures])
+
+
+def test_the_fastest_verified_candidate_wins_and_a_wrong_one_never_does(private_cache):
+    signature = ScaleSignature(4096)
+    with isolated_registry({"scale": PLUGIN}):
+        [result] = tune(signature)
+        labels = {r.label: r for r in result.results}
+        assert set(labels) == {"default", "wrong_fast", "halved", "default/dist64_vec16", "default/dist256_vec8"}
+        assert labels["wrong_fast"].verdict.startswith("fail: y: max abs error")
+        assert labels["wrong_fast"].time_us is None
+        passing = {k: r.time_us for k, r in labels.items() if r.verdict == "pass"}
+        assert len(passing) == 4 and result.winner == min(passing, key=passing.get)
+        assert result.baseline == "default" and result.torch_us > 0
+        record = read_record(signature, "cpu", DEVICE)
+        assert record.label == result.winner and record.time_us == passing[result.winner]
+        # Launches use the winner from now on (verified: the tuner's verdict is reused).
+        clear_launchables()
+        launchable = get_launchable(signature)
+        assert launchable.formulation == record.formulation and launchable.verified
+        x = torch.randn(4096)
+        torch.testing.assert_close(launchable(x), x * 2)
+        with settings_override(use_tuned=False):
+            assert get_launchable(signature).formulation == "default"
+
+
+def test_a_tuned_record_never_runs_a_wrong_kernel(private_cache):
+    # A record naming the wrong formulation (a stale or tampered database): its kernel is
+    # verified on first use even with verification off, and the op's chain serves instead.
+    signature = ScaleSignature(64)
+    with isolated_registry({"scale": PLUGIN}), settings_override(verify=False):
+        write_record(tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu",
+                                               tuner_module._compiler(), DEVICE, "wrong_fast", label="wrong_fast",
+                                               time_us=1.0), signature)
+        launchable = get_launchable(signature)
+        assert launchable.formulation == "default"
+        [attempt] = launchable.passed_over
+        assert attempt.formulation == "tuned wrong_fast" and attempt.stage == "verification"
+        x = torch.randn(64)
+        torch.testing.assert_close(launchable(x), x * 2)
+
+
+def test_a_record_from_another_compiler_version_is_not_used(private_cache):
+    signature = ScaleSignature(32)
+    with isolated_registry({"scale": PLUGIN}):
+        record = tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu", "0.0.1", DEVICE,
+                                           "halved", label="halved")
+        path = record_path(signature, "cpu", DEVICE)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record.to_json()))  # where this compiler's record would be
+        assert read_record(signature, "cpu", DEVICE) is None
+        assert get_launchable(signature).formulation == "default"
+
+
+KILLED = """
+import sys, time
+from boo_core.testing import isolated_registry
+from boo_core.tune import tuner as tuner_module
+from tests.boo_core.test_tune import PLUGIN, tune
+from tests.boo_core.fake_plugins.scale_op import ScaleSignature
+
+checkpoint = tuner_module._checkpoint
+def stop_after_the_first(*args):
+    checkpoint(*args)
+    print("measured", flush=True)
+    time.sleep(60)  # killed here, once the first candidate was measured and checkpointed
+tuner_module._checkpoint = stop_after_the_first
+with isolated_registry({"scale": PLUGIN}):
+    tune(ScaleSignature(2048))
+"""
+
+
+def test_a_killed_tune_resumes_without_redoing_finished_candidates(private_cache, monkeypatch):
+    env = {**os.environ, "BOO_CACHE_DIR": str(private_cache), "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", KILLED], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "measured"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    measured, compiled = [], []
+    original_measure, original_compile = tuner_module.Tuner._verify_and_time, tuner_module._compile_candidate
+
+    def counting_measure(self, signature, candidate, result, inputs, timer):
+        measured.append(candidate.label)
+        return original_measure(self, signature, candidate, result, inputs, timer)
+
+    def counting_compile(*args):
+        seconds, error = original_compile(*args)
+        compiled.append((args[2], seconds))
+        return seconds, error
+
+    monkeypatch.setattr(tuner_module.Tuner, "_verify_and_time", counting_measure)
+    monkeypatch.setattr(tuner_module, "_compile_candidate", counting_compile)
+    with isolated_registry({"scale": PLUGIN}):
+        [result] = tune(ScaleSignature(2048))
+    assert len(result.results) == 5 and result.winner
+    assert "default" not in measured and len(measured) == 4  # default was finished before the kill
+    assert len(compiled) == 4  # every candidate but the finished one, all found in the cache
+    assert all(seconds < 5 for _, seconds in compiled)
+
+
+def test_a_kernel_with_a_record_is_kept_unless_retuned(private_cache):
+    signature = ScaleSignature(256)
+    with isolated_registry({"scale": PLUGIN}):
+        tune(signature)
+        [again] = tune(signature)
+        assert again.reused and again.results == []
+        [forced] = tune(signature, retune=True)
+        assert not forced.reused and len(forced.results) == 5
+
+
+def test_export_then_tuning_spec_path_changes_the_kernel_and_its_key(private_cache, tmp_path):
+    from boo_core import BooOpRegistry
+
+    signature = BooOpRegistry.parse_command("gemm -m 128 -n 96 -k 64")
+    config = {"distribution": [32, 32], "vector_common_parallel": [4, 8], "vector_reduction": [4]}
+    spec = tmp_path / "spec.mlir"
+    write_record(tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu", tuner_module._compiler(),
+                                           DEVICE, "default", config, label="default/tiles"), signature)
+    KernelRequest.create(signature, CPU, config=config).fetch()  # what the tuner compiled
+    assert export_spec(spec, [signature], "cpu", DEVICE) == 1
+    text = spec.read_text()
+    assert "vector_common_parallel = [4, 8, 0]" in text and "@__kernel_config" in text
+    plain = KernelRequest.create(signature, CPU)
+    with settings_override(tuning_spec=spec):
+        tuned = KernelRequest.create(signature, CPU)
+        assert tuned.key.digest != plain.key.digest
+        assert f"--iree-codegen-tuning-spec-path={spec}" in tuned.flags
+        kernel = tuned.fetch()
+        clear_launchables()
+        launchable = get_launchable(signature)
+        a, b = signature.get_sample_args()
+        torch.testing.assert_close(launchable(a, b), a @ b)
+    assert kernel.vmfb != plain.fetch().vmfb
+    # The spec's content is in the key: editing it makes another kernel.
+    spec.write_text(text.replace("vector_common_parallel = [4, 8, 0]", "vector_common_parallel = [8, 8, 0]"))
+    with settings_override(tuning_spec=spec):
+        assert KernelRequest.create(signature, CPU).key.digest != tuned.key.digest
+
+
+def test_a_bad_tuning_spec_is_an_error_naming_the_file(private_cache, tmp_path):
+    from boo_core import CompileError
+
+    spec = tmp_path / "broken-spec.mlir"
+    spec.write_text("module { this is not a spec }")
+    with isolated_registry({"scale": PLUGIN}), settings_override(tuning_spec=spec):
+        with pytest.raises(CompileError, match=rf"BOO_TUNING_SPEC_PATH={spec}: iree-compile rejected the tuning spec"):
+            KernelRequest.create(ScaleSignature(8), CPU).fetch()
+    with settings_override(tuning_spec=tmp_path / "missing.mlir"):
+        with pytest.raises(CompileError, match=r"BOO_TUNING_SPEC_PATH=.*missing.mlir: cannot read the tuning spec"):
+            KernelRequest.create(ScaleSignature(8), CPU)

@@ -1,0 +1,101 @@
+"""The conv op's formulations: each computes the reference's function, and the chain serves
+the convolutions IREE rejects (strided windows that stop short of the input's end)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_core import BooOpRegistry, Target, get_launchable
+from boo_core.verify.numerics import check_launchable
+from boo_ops_conv import ConvSignature
+
+CPU, CUDA = Target.parse("cpu"), Target.parse("cuda:sm_80")
+f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+
+#: The commands of issue 13: IREE 3.13 rejects their plain export.
+REJECTED_BY_IREE = [
+    "conv -n 1 -c 4 -H 5 -W 11 -k 12 -y 5 -x 1 -p 1 -q 2 -u 3 -v 1 -l 1 -j 1 -m conv -g 1 -F 1",
+    "convfp16 -n 2 -c 8 -H 7 -W 4 -k 1 -y 3 -x 3 -p 0 -q 0 -u 3 -v 2 -l 1 -j 1 -m conv -g 1 -F 1",
+    "convfp16 -n 1 -c 8 -H 3 -W 12 -k 1 -y 2 -x 2 -p 0 -q 0 -u 3 -v 3 -l 1 -j 1 -m conv -g 1 -F 4",
+    "conv --spatial_dim 3 -n 1 -c 8 --in_d 3 -H 7 -W 5 -k 1 --fil_d 5 -y 1 -x 5 --pad_d 2 -p 1 -q 1 "
+    "--conv_stride_d 3 -u 3 -v 1 -l 1 -j 1 -m conv -g 1 -F 1 --in_layout NDHWC --out_layout NDHWC --fil_layout NDHWC",
+]
+
+
+def names(signature, target=CPU):
+    return [f.name for f in BooOpRegistry.default().formulations(signature, target)]
+
+
+def assert_right(launchable):
+    failed = [str(c) for c in check_launchable(launchable) if not c.passed]
+    assert not failed, f"{launchable.signature.to_command()} ({launchable.formulation}): {failed}"
+
+
+@pytest.mark.parametrize("command", REJECTED_BY_IREE)
+def test_convolutions_iree_rejects_run_right_through_the_cropped_formulation(command, private_cache):
+    [signature] = BooOpRegistry.parse_signatures(command)
+    assert names(signature)[0] == "cropped"
+    launchable = get_launchable(signature)
+    assert launchable.formulation == "cropped" and launchable.passed_over == ()
+    assert_right(launchable)
+
+
+def test_the_default_export_of_that_class_really_is_rejected(private_cache):
+    from boo_core import CompileError
+
+    [signature] = BooOpRegistry.parse_signatures(REJECTED_BY_IREE[0])
+    with pytest.raises(CompileError, match=r"- default: did not compile"):
+        get_launchable(signature, formulation="default")
+
+
+CASES = [
+    ConvSignature((2, 4, 9), (6, 4, 3), stride=2, padding=1, dilation=2, dtype=f32, mode="fwd", bias=True,
+                  activation="relu"),
+    ConvSignature((2, 6, 8, 7), (6, 3, 3, 2), stride=(2, 1), padding=(1, 0), groups=2, dtype=bf16,
+                  shared_layout="NHWC", mode="wrw"),
+    ConvSignature((1, 4, 5, 6, 7), (4, 4, 2, 3, 3), stride=(1, 2, 3), padding=(1, 0, 1), dtype=f16,
+                  input_layout="NDHWC", output_layout="NDHWC", mode="fwd"),
+    ConvSignature((3, 8, 10, 10), (8, 1, 3, 3), padding=1, groups=8, dtype=f32, mode="fwd"),
+    ConvSignature((2, 5, 11, 6), (7, 5, 5, 1), stride=(3, 1), padding=(1, 2), dtype=f32, mode="wrw"),
+    ConvSignature((2, 4, 7, 7), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", mode="bwd"),
+]
+
+
+@pytest.mark.parametrize("signature", CASES, ids=lambda s: s.func_name)
+def test_every_formulation_computes_the_reference(signature, private_cache):
+    for name in names(signature):
+        assert_right(get_launchable(signature, formulation=name))
+
+
+def test_which_formulations_each_kind_of_convolution_gets():
+    nchw = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1)
+    assert names(nchw) == ["default", "explicit_pad", "im2col"]
+    nhwc_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, shared_layout="NHWC", mode="bwd")
+    assert names(nhwc_bwd) == ["default", "logical_layout"]
+    transposed = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, transposed=True)
+    assert names(transposed) == ["default"]
+    # On CUDA, the classes IREE computes wrongly get BOO's remedies first.
+    half_nhwc = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC")
+    assert names(half_nhwc, CUDA) == ["f32_compute", "default", "explicit_pad", "im2col", "logical_layout"]
+    one_by_one = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=f16)
+    assert names(one_by_one, CUDA) == ["matmul_1x1", "default", "explicit_pad", "im2col"]
+
+
+@pytest.mark.parametrize("command", [
+    "conv -n 3 -c 1 -k 2 -m trans --spatial_dim 1 -W 11 -x 2 -q 1 -v 1 -j 3 -X 1 --fil_layout NWC -F 0",
+    "convbfp16 -n 2 -c 2 -k 4 -m trans --spatial_dim 3 --in_d 4 --fil_d 3 --pad_d 2 -H 5 -y 3 -p 1 -W 1 -x 4 "
+    "-j 3 -X 2 --fil_layout NDHWC -F 0",
+])
+def test_transposed_gradients_with_an_output_padding_of_a_stride_or_more(command, private_cache):
+    # Found by benchmarks/random_commands.py: the adjoint conv of such a transposed conv
+    # has more rows than its input; the backward references used to fail in PyTorch.
+    forward, data, weight = BooOpRegistry.parse_signatures(command)
+    x, w = (t.double().requires_grad_() for t in forward.get_sample_args())
+    y = forward.reference(x, w)
+    dy = torch.randn_like(y)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    torch.testing.assert_close(data.reference(dy, w.detach()), dx)
+    torch.testing.assert_close(weight.reference(dy, x.detach()), dw)
+    for signature in (data, weight):
+        assert_right(get_launchable(signature))
