@@ -109,12 +109,12 @@ _SUFFIXES = ("", "", "fp16", "bfp16", *sorted(SUFFIX_TO_DTYPE))
 
 
 @st.composite
-def commands(draw: st.DrawFn, entry: OpEntry, *, small: int = 8, hostile: bool = True, max_flags: int = 10,
-             as_text: bool | None = None) -> str | list[str]:
+def commands(draw: st.DrawFn, entry: OpEntry, *, small: int = 8, hostile: bool = True, large: bool = True,
+             max_flags: int = 10, as_text: bool | None = None) -> str | list[str]:
     """A command line for ``entry``'s op: a base argument (a keyword and a dtype suffix),
     then flags from its table with drawn values. With ``hostile``, about one flag in eight
-    gets a large value (:func:`large_values`), one in six a hostile one (:func:`values`),
-    and one token in thirty is junk. Returned as one
+    gets a large value (:func:`large_values`; with ``large=False``, a small one instead),
+    one in six a hostile one (:func:`values`), and one token in thirty is junk. Returned as one
     string (quoted as a shell would need, or now and then not) or as a token list."""
     flags: Sequence[Flag] = entry.spec.parser.flags
     base = draw(st.sampled_from(entry.spec.keywords)) + draw(st.sampled_from(_SUFFIXES))
@@ -125,7 +125,7 @@ def commands(draw: st.DrawFn, entry: OpEntry, *, small: int = 8, hostile: bool =
             tokens.append(draw(st.sampled_from(JUNK_TOKENS) | st.text(max_size=4)))
             continue
         flag = draw(st.sampled_from(flags))
-        if 20 <= roll < 24:
+        if 20 <= roll < 24 and large:
             value = draw(large_values(flag))
         else:
             value = draw(values(flag, small=small, hostile=roll >= 24))
