@@ -124,7 +124,7 @@ def boo_conv_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
         raise UnsupportedError("boo_conv_backward takes the gradient before the activation; drop activation=")
     call = _resolve(x, w, None, **options)
     out_layout = call.signature_args["output_layout"]
-    require_tensors("boo_conv_backward", {"dy": dy, "x": x}, dtypes=_DTYPES)
+    dy = require_tensors("boo_conv_backward", {"dy": dy, "x": x}, dtypes=_DTYPES)["dy"]
     if call.empty or is_empty(dy):
         return _torch_gradients(call, dy, output_mask)
     dy_stored = dy if call.explicit else layouts.permute(dy, layouts.to_physical(out_layout))
@@ -154,7 +154,7 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
     rank = x.dim() - 2
     if rank not in layouts.LOGICAL or w.dim() != x.dim():
         raise ArgumentError(f"boo_conv: x has {x.dim()} dims and w has {w.dim()}; expected 3, 4 or 5 each")
-    require_tensors(_WHERE, {"x": x, "w": w, "b": b}, dtypes=_DTYPES)
+    b = require_tensors(_WHERE, {"x": x, "w": w, "b": b}, dtypes=_DTYPES, optional=("b",)).get("b")
     b = None if b is None else b.contiguous()
     stride = require_ints(_WHERE, "stride", stride, rank, minimum=1)
     dilation = require_ints(_WHERE, "dilation", dilation, rank, minimum=1)

@@ -28,7 +28,7 @@ def boo_layer_norm(
     contiguous first. Differentiable in x, weight and bias: gradients come from PyTorch, or
     from BOO's backward kernel under ``BOO_USE_BACKWARD_KERNELS=1``.
     """
-    normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
+    x, weight, bias, normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
     if x.numel() == 0:  # as torch does: an empty result; no kernel
         return F.layer_norm(x, normalized, weight, bias, eps)
     forward = forward_launchable(x, normalized, weight, bias, eps)
@@ -56,17 +56,21 @@ def backward_launchable(forward: LayerNormSignature, gradients: tuple[str, ...],
 def layer_norm_signature_for(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                              bias: torch.Tensor | None = None, eps: float = 1e-5) -> LayerNormSignature:
     """The forward :class:`LayerNormSignature` that ``boo_layer_norm`` runs for these arguments."""
-    normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
+    x, weight, bias, normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
     if x.numel() == 0:
         raise ArgumentError(f"boo_layer_norm: x (shape {list(x.shape)}) has no elements")
     return LayerNormSignature(tuple(x.shape), x.dim() - len(normalized), weight=weight is not None,
                               bias=bias is not None, eps=eps, dtype=x.dtype)
 
 
-def _check_arguments(x: torch.Tensor, normalized_shape: object, weight: torch.Tensor | None,
-                     bias: torch.Tensor | None, eps: object) -> tuple[tuple[int, ...], float]:
-    """The normalized shape and eps, once x, weight and bias are checked against them."""
-    require_same_device("boo_layer_norm", {"x": x, "weight": weight, "bias": bias})
+_Checked = tuple[torch.Tensor, "torch.Tensor | None", "torch.Tensor | None", tuple[int, ...], float]
+
+
+def _check_arguments(x: object, normalized_shape: object, weight: object, bias: object, eps: object) -> _Checked:
+    """x, weight and bias (resolved), the normalized shape and eps, all checked."""
+    tensors = require_same_device("boo_layer_norm", {"x": x, "weight": weight, "bias": bias},
+                                  optional=("weight", "bias"))
+    x, weight, bias = tensors["x"], tensors.get("weight"), tensors.get("bias")
     if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         normalized_shape = (normalized_shape,)
     if isinstance(normalized_shape, (str, bytes)) or not isinstance(normalized_shape, Sequence):
@@ -89,7 +93,7 @@ def _check_arguments(x: torch.Tensor, normalized_shape: object, weight: torch.Te
     eps = require_number("boo_layer_norm", "eps", eps)
     if eps < 0:
         raise ArgumentError(f"boo_layer_norm: eps must not be negative, got {eps}")
-    return normalized, eps
+    return x, weight, bias, normalized, eps
 
 
 class _LayerNormFunction(torch.autograd.Function):

@@ -41,6 +41,7 @@ def boo_matmul(
     alpha, beta = require_number("boo_matmul", "alpha", alpha), require_number("boo_matmul", "beta", beta)
     if c is not None and beta == 0.0:
         c = None
+    a, b, c, bias = _dense(a, b, c, bias)
     shape = _result_shape(a, b, c, bias)
     if is_empty(a, b):  # as torch does (K = 0 still has an M x N result); no kernel
         return _torch_result(a, b, c, alpha, beta, bias, activation)
@@ -81,8 +82,10 @@ def matmul_signature_for(
     activation: str | None = None,
 ) -> MatmulSignature:
     """The :class:`MatmulSignature` that ``boo_matmul`` runs for these arguments (outside autograd)."""
+    alpha, beta = require_number("boo_matmul", "alpha", alpha), require_number("boo_matmul", "beta", beta)
     if c is not None and beta == 0.0:
         c = None
+    a, b, c, bias = _dense(a, b, c, bias)
     shape = _result_shape(a, b, c, bias)
     if min(shape) == 0 or a.shape[-1] == 0:
         raise ArgumentError(f"boo_matmul: empty operands are not supported (a {tuple(a.shape)}, b {tuple(b.shape)})")
@@ -150,11 +153,16 @@ def _torch_result(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alph
     return ACTIVATIONS[activation](y) if activation else y
 
 
+def _dense(a: object, b: object, c: object, bias: object) -> tuple[torch.Tensor | None, ...]:
+    """The operands, checked to be dense tensors of one dtype and device (and resolved)."""
+    tensors = require_tensors("boo_matmul", {"a": a, "b": b, "c": c, "bias": bias}, dtypes=DTYPES,
+                              optional=("c", "bias"))
+    return tuple(tensors.get(name) for name in ("a", "b", "c", "bias"))
+
+
 def _result_shape(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None,
                   bias: torch.Tensor | None) -> tuple[int, ...]:
-    """The result's shape, after checking that the operands are dense tensors of one dtype
-    and device and fit together."""
-    require_tensors("boo_matmul", {"a": a, "b": b, "c": c, "bias": bias}, dtypes=DTYPES)
+    """The result's shape, after checking that the operands fit together."""
     if a.dim() != b.dim() or a.dim() not in (2, 3):
         raise ArgumentError(f"boo_matmul: a and b must both be 2-D (M×K, K×N) or both 3-D (batch×M×K, batch×K×N); "
                             f"got shapes {tuple(a.shape)} and {tuple(b.shape)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import torch
 
@@ -21,7 +21,8 @@ from ..signatures.signature import MAX_TENSOR_BYTES
 def require_tensor(where: str, name: str, value: object, *, dims: Sequence[int] | None = None) -> torch.Tensor:
     """``value`` if it is a dense torch tensor (with one of ``dims`` dimensions, if given)
     whose elements would fit in :data:`~boo_core.signatures.signature.MAX_TENSOR_BYTES`
-    (an expanded view may claim more than any memory: copying it must not be tried)."""
+    (an expanded view may claim more than any memory: copying it must not be tried).
+    A lazily negated or conjugated view is returned resolved (kernels read memory as it is)."""
     if not isinstance(value, torch.Tensor):
         raise ArgumentError(f"{where}: {name} must be a torch.Tensor, got {type(value).__name__}")
     if value.layout is not torch.strided:
@@ -33,13 +34,16 @@ def require_tensor(where: str, name: str, value: object, *, dims: Sequence[int] 
     if value.numel() * value.element_size() > MAX_TENSOR_BYTES:
         raise ArgumentError(f"{where}: {name} of shape {tuple(value.shape)} has more than 2**48 bytes of elements; "
                             "BOO accepts tensors of up to 256 TiB")
-    return value
+    return value.resolve_conj().resolve_neg()
 
 
-def require_same_device(where: str, tensors: Mapping[str, object]) -> dict[str, torch.Tensor]:
-    """Check ``tensors`` (name -> tensor or None): each a dense tensor (:func:`require_tensor`),
-    all on the device of the first. Returns those that are not None."""
-    present = {name: require_tensor(where, name, t) for name, t in tensors.items() if t is not None}
+def require_same_device(where: str, tensors: Mapping[str, object], *,
+                        optional: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """Check ``tensors`` (name -> value; those named in ``optional`` may be None): each a
+    dense tensor (:func:`require_tensor`), all on the device of the first. Returns those
+    that are not None."""
+    present = {name: require_tensor(where, name, t) for name, t in tensors.items()
+               if t is not None or name not in optional}
     first_name, first = next(iter(present.items()))
     for name, tensor in present.items():
         if tensor.device != first.device:
@@ -48,11 +52,13 @@ def require_same_device(where: str, tensors: Mapping[str, object]) -> dict[str, 
     return present
 
 
-def require_tensors(where: str, tensors: Mapping[str, object], *, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
-    """Check ``tensors`` (name -> tensor or None; the first is the reference): dense tensors
-    on one device (:func:`require_same_device`) of one dtype, among ``dtypes`` (else
-    :class:`~boo_core.errors.UnsupportedError`). Returns the first."""
-    present = require_same_device(where, tensors)
+def require_tensors(where: str, tensors: Mapping[str, object], *, dtypes: Sequence[torch.dtype],
+                    optional: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """Check ``tensors`` (name -> value, the first being the reference; those named in
+    ``optional`` may be None): dense tensors on one device (:func:`require_same_device`) of
+    one dtype, among ``dtypes`` (else :class:`~boo_core.errors.UnsupportedError`). Returns
+    them (resolved), None left out."""
+    present = require_same_device(where, tensors, optional=optional)
     first_name, first = next(iter(present.items()))
     for name, tensor in present.items():
         if tensor.dtype != first.dtype:
@@ -61,7 +67,7 @@ def require_tensors(where: str, tensors: Mapping[str, object], *, dtypes: Sequen
     if first.dtype not in dtypes:
         allowed = ", ".join(short_name(d) for d in dtypes)
         raise UnsupportedError(f"{where}: {first_name} has dtype {first.dtype}; supported: {allowed}")
-    return first
+    return present
 
 
 def require_int(where: str, name: str, value: object, *, minimum: int | None = None) -> int:
