@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from boo_core import ArgumentError, BooError, Launchable, UnsupportedError, get_settings, launchable_for
-from boo_core.runtime.arguments import is_empty, require_int, require_ints, require_tensor, require_tensors
+from boo_core.runtime.arguments import is_empty, require_int, require_ints, require_tensors
 from boo_core.runtime.autograd import launch, reference_backward
 
 from . import layouts
@@ -149,12 +149,11 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
              output_padding: IntOrTuple = 0, activation: str | None = None, shared_layout: str | None = None,
              input_layout: str | None = None, kernel_layout: str | None = None,
              output_layout: str | None = None) -> _Call:
-    x = require_tensor(_WHERE, "x", x)
-    w = require_tensor(_WHERE, "w", w)
+    tensors = require_tensors(_WHERE, {"x": x, "w": w, "b": b}, dtypes=_DTYPES, optional=("b",))
+    x, w, b = tensors["x"], tensors["w"], tensors.get("b")
     rank = x.dim() - 2
     if rank not in layouts.LOGICAL or w.dim() != x.dim():
         raise ArgumentError(f"boo_conv: x has {x.dim()} dims and w has {w.dim()}; expected 3, 4 or 5 each")
-    b = require_tensors(_WHERE, {"x": x, "w": w, "b": b}, dtypes=_DTYPES, optional=("b",)).get("b")
     b = None if b is None else b.contiguous()
     stride = require_ints(_WHERE, "stride", stride, rank, minimum=1)
     dilation = require_ints(_WHERE, "dilation", dilation, rank, minimum=1)

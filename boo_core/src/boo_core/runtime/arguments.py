@@ -31,10 +31,12 @@ def require_tensor(where: str, name: str, value: object, *, dims: Sequence[int] 
     if dims is not None and value.dim() not in dims:
         expected = " or ".join(str(d) for d in dims)
         raise ArgumentError(f"{where}: {name} has {value.dim()} dims (shape {tuple(value.shape)}); expected {expected}")
-    if value.numel() * value.element_size() > MAX_TENSOR_BYTES:
+    if value.numel() * value.dtype.itemsize > MAX_TENSOR_BYTES:
         raise ArgumentError(f"{where}: {name} of shape {tuple(value.shape)} has more than 2**48 bytes of elements; "
                             "BOO accepts tensors of up to 256 TiB")
-    return value.resolve_conj().resolve_neg()
+    if value.is_neg() or (value.dtype.is_complex and value.is_conj()):
+        value = value.resolve_conj().resolve_neg()
+    return value
 
 
 def require_same_device(where: str, tensors: Mapping[str, object], *,
@@ -86,6 +88,11 @@ def require_int(where: str, name: str, value: object, *, minimum: int | None = N
 
 def require_ints(where: str, name: str, value: object, count: int, *, minimum: int | None = None) -> tuple[int, ...]:
     """An int or a sequence of ``count`` ints (one per spatial dim), as a tuple of ``count``."""
+    if type(value) is int and (minimum is None or value >= minimum):  # the common cases, fast
+        return (value,) * count
+    if type(value) is tuple and len(value) == count and all(type(v) is int and (minimum is None or v >= minimum)
+                                                            for v in value):
+        return value
     items = (value,) * count if hasattr(value, "__index__") and not isinstance(value, bool) else value
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or len(items) != count:
         raise ArgumentError(f"{where}: {name} must be an int or a sequence of {count} ints, got {value!r}")

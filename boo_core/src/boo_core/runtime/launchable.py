@@ -117,12 +117,18 @@ class Launchable:
             self._load()
         outputs = self._checked(args, out)
         arg_list = VmVariantList(len(args) + len(outputs))
-        for tensor in args:
+        for index, tensor in enumerate(args):
             if tensor.requires_grad:
                 tensor = tensor.detach()
-            if tensor.data_ptr() % IMPORT_ALIGNMENT:
-                tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
-            arg_list.push_ref(self._import(to_dlpack(tensor)))
+            try:
+                if tensor.data_ptr() % IMPORT_ALIGNMENT:
+                    tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
+                capsule = to_dlpack(tensor)
+            except RuntimeError as e:  # a layout without memory of its own (MKL-DNN), checked only here
+                raise ArgumentError(f"{self.signature.func_name}: argument {index} ({self._inputs[index].name}) "
+                                    f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors "
+                                    f"({e})") from None
+            arg_list.push_ref(self._import(capsule))
         for import_output, tensor in zip(self._import_outputs, outputs):
             arg_list.push_ref(import_output(tensor))
         with self._call_lock:
@@ -177,17 +183,26 @@ class Launchable:
             problem = f"has dtype {tensor.dtype}"
         elif tensor.device != self._torch_device:
             problem = f"is on {tensor.device}"
-        elif tensor.layout is not torch.strided:
-            problem = f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors"
-        elif tensor.is_neg() or tensor.is_conj():
+        elif tensor.is_neg() or (spec.dtype.is_complex and tensor.is_conj()):  # DLPack would export the memory
             problem = "is a lazily negated or conjugated view (call .resolve_neg() / .resolve_conj() first)"
-        elif not tensor.is_contiguous():
-            problem = f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape"
+        elif not _dense_contiguous(tensor) or (where.startswith("out") and tensor.layout is not torch.strided):
+            problem = (f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors"
+                       if tensor.layout is not torch.strided else
+                       f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape")
         elif where.startswith("out") and tensor.data_ptr() % IMPORT_ALIGNMENT:
             problem = f"is not {IMPORT_ALIGNMENT}-byte aligned (a view at an offset); the kernel cannot write it"
         if problem:
             raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) {problem}; expected "
                                 f"{spec.describe()} on {self._torch_device}, contiguous")
+
+
+def _dense_contiguous(tensor: torch.Tensor) -> bool:
+    """Contiguous, for the strided layout; sparse and other layouts are not (some raise when
+    asked; MKL-DNN tensors say they are, and fail to import: see Launchable.__call__)."""
+    try:
+        return tensor.is_contiguous()
+    except RuntimeError:
+        return False
 
 
 class ReferenceLaunchable(Launchable):
@@ -246,7 +261,7 @@ def _check_no_overlap(func_name: str, inputs: Sequence[torch.Tensor], outputs: S
     """``out=`` tensors must not share memory with the inputs or with each other: the kernel
     would read what it has already overwritten."""
     spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), f"argument {i}")
-             for i, t in enumerate(inputs) if t.numel()]
+             for i, t in enumerate(inputs) if t.numel() and t.layout is torch.strided]  # others fail to import
     for index, tensor in enumerate(outputs):
         start, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
         for other_start, other_end, other in spans:
