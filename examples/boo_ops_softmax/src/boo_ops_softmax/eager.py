@@ -51,6 +51,8 @@ def boo_softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1, log: 
 
 def softmax_signature_for(x: torch.Tensor, dim: int = -1, log: bool = False) -> SoftmaxSignature:
     """The forward :class:`SoftmaxSignature` that ``boo_softmax(x, dim, log)`` runs."""
+    x = require_tensor("boo_softmax", "x", x)
+    dim = require_int("boo_softmax", "dim", dim)
     if x.dim() == 0 or x.numel() == 0:
         raise ArgumentError(f"boo_softmax: x (shape {list(x.shape)}) must have at least one dim and one element")
     if not -x.dim() <= dim < x.dim():
