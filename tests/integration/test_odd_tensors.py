@@ -503,3 +503,24 @@ def test_out_must_be_tensors(launchables):
     with pytest.raises(ArgumentError, match=r"^softmax_fwd_\w+: out\[0\] shares memory with argument 0; the kernel "
                                             r"cannot write a tensor it reads"):
         launchable(x, out=x)
+
+
+def test_torch_compile_leaves_empty_batches_to_pytorch(private_cache):
+    """A plain ValueError from a signature used to escape the backend: BackendCompilerFailed."""
+    import warnings
+
+    import boo_core.dynamo
+    from boo_core import BooFallbackWarning
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 5))
+    boo_core.dynamo.reset_offload_summary()
+    x = torch.randn(0, 3, 8, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+    assert y.shape == (0, 5)
+    assert any(issubclass(w.category, BooFallbackWarning) and "sizes must be positive" in str(w.message)
+               for w in caught)
+    reasons = boo_core.dynamo.offload_summary().graphs[0].reasons
+    assert any("ArgumentError: boo_conv: sizes must be positive: input (0, 3, 8, 8)" in r for r in reasons.values())
