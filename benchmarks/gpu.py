@@ -150,7 +150,14 @@ def main() -> None:
     parser.add_argument("--csv", help="with --tune: every candidate's results as CSV")
     parser.add_argument("--verification-cost", action="store_true",
                         help="measure what default verification adds to first calls")
+    parser.add_argument("--commands", action="store_true",
+                        help="print the rows as MIOpenDriver commands (for boo tune --commands-file) and stop")
     args = parser.parse_args()
+    if args.commands:
+        for name, signature in rows(args.batch):
+            if args.only in name:
+                print(signature.to_command())
+        return
     torch.backends.cudnn.benchmark = True
     table = [row for row in rows(args.batch) if args.only in row[0]]
     tuned = args.tune or args.tuned

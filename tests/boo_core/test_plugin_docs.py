@@ -20,8 +20,10 @@ HOOKS = {name: function for name, function in inspect.getmembers(hookspecs, insp
 
 
 def sections(markdown: str) -> dict[str, str]:
-    """Heading text -> the text under it, up to the next heading."""
-    parts = re.split(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
+    """Heading text -> the text under it, up to the next heading (code blocks' comments are
+    not headings)."""
+    fenced = re.sub(r"```.*?```", lambda m: m.group(0).replace("\n#", "\n\u2063#"), markdown, flags=re.S)
+    parts = re.split(r"^#+ (.+)$", fenced, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2]))
 
 
@@ -55,3 +57,20 @@ def test_the_guide_documents_every_testing_helper_and_points_at_the_example():
     for name in helpers:
         assert f"`{name}(" in guide, f"docs/plugins.md does not document boo_core.testing.{name}"
     assert "(../examples/boo_ops_softmax)" in guide
+
+
+def test_the_guide_documents_every_opspec_field():
+    import dataclasses
+
+    from boo_core import OpSpec
+
+    body = sections(GUIDE.read_text())["The OpSpec: what BOO asks of one op"]
+    for field in dataclasses.fields(OpSpec):
+        assert f"| `{field.name}` |" in body, f"docs/plugins.md's OpSpec table lacks {field.name}"
+
+
+def test_the_minimal_plugin_in_the_guide_is_complete():
+    # The guide's minimal plugin declares every flag once, with its field: no build/format code.
+    body = sections(GUIDE.read_text())["The minimal plugin"]
+    assert "def build" not in body and "def format" not in body and "to_command" in body
+    assert 'field="size"' in body and "register(OpSpec(" in body

@@ -59,6 +59,8 @@ CASES = [
     ConvSignature((3, 8, 10, 10), (8, 1, 3, 3), padding=1, groups=8, dtype=f32, mode="fwd"),
     ConvSignature((2, 5, 11, 6), (7, 5, 5, 1), stride=(3, 1), padding=(1, 2), dtype=f32, mode="wrw"),
     ConvSignature((2, 4, 7, 7), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", mode="bwd"),
+    ConvSignature((2, 6, 9, 7), (4, 3, 3, 2), padding=(2, 1), dilation=(2, 1), groups=2, dtype=f32, mode="bwd"),
+    ConvSignature((3, 4, 30, 30), (8, 4, 3, 3), padding=1, dtype=f32, mode="wrw"),
 ]
 
 
@@ -70,16 +72,23 @@ def test_every_formulation_computes_the_reference(signature, private_cache):
 
 def test_which_formulations_each_kind_of_convolution_gets():
     nchw = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1)
-    assert names(nchw) == ["default", "explicit_pad", "im2col"]
+    assert names(nchw) == ["default", "im2col", "explicit_pad"]
+    weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, mode="wrw")
+    assert names(weight_gradient) == ["default", "im2col_split32", "im2col_split128", "im2col", "explicit_pad"]
+    half_1x1_weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=bf16, mode="wrw")
+    assert names(half_1x1_weight_gradient, CUDA) == ["im2col_split32", "default", "im2col_split128", "im2col",
+                                                     "explicit_pad"]
     nhwc_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, shared_layout="NHWC", mode="bwd")
-    assert names(nhwc_bwd) == ["default", "logical_layout"]
+    assert names(nhwc_bwd) == ["default", "im2col", "logical_layout"]
+    strided_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")
+    assert names(strided_bwd) == ["default"]
     transposed = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, transposed=True)
     assert names(transposed) == ["default"]
     # On CUDA, the classes IREE computes wrongly get BOO's remedies first.
     half_nhwc = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC")
-    assert names(half_nhwc, CUDA) == ["f32_compute", "default", "explicit_pad", "im2col", "logical_layout"]
+    assert names(half_nhwc, CUDA) == ["im2col", "f32_compute", "default", "explicit_pad", "logical_layout"]
     one_by_one = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=f16)
-    assert names(one_by_one, CUDA) == ["matmul_1x1", "default", "explicit_pad", "im2col"]
+    assert names(one_by_one, CUDA) == ["matmul_1x1", "default", "im2col", "explicit_pad"]
 
 
 @pytest.mark.parametrize("command", [

@@ -11,19 +11,23 @@ and ``boo tune`` times them all.
   first for that class, where ``default`` would fail to compile.
 * ``default``: the export of the reference (``aten.convolution``).
 * ``explicit_pad``: the padding as its own op, then an unpadded convolution.
-* ``im2col``: the windows unfolded by strided slices (one per filter tap), then one
-  matmul per group that accumulates in float32: forward ``W (K x C*T) @ cols (C*T x P)``,
-  weight gradient ``dY (K x N*P) @ cols^T (N*P x C*T)``.
+* ``im2col``: an implicit GEMM. The windows unfolded by strided slices of the channels-last
+  input (one per filter tap, channels minor), then one matmul per group with 16-bit operands
+  accumulating in float32: forward ``columns (N*P x T*C) @ W (T*C x K)``; weight gradient
+  ``dY^T (K x N*P) @ columns``, also as ``im2col_split32``/``im2col_split128``, the long sum
+  over N*P cut into that many partial products that run in parallel; data gradient of a
+  stride-1 convolution, the forward im2col of dY with the filter flipped.
 * ``logical_layout``: a channels-last convolution computed on NC[D]HW copies of its
   tensors, then stored back in its layout.
 
-CUDA (measured on an H100, sm_80 PTX; benchmarks/gpu_conv_scan.py): IREE 3.13 computes
-16-bit forward convolutions wrongly when the input is channels-last and padded, and forward
-1x1 convolutions with an NCHW input wrongly in 16-bit types (with 256 output channels even
-in float32). For those classes BOO offers first ``matmul_1x1`` (NCHW 1x1 unpadded
-ungrouped: a batched matmul) and ``f32_compute`` (computed in float32, rounded once).
-Verification (on by default on GPUs) refuses any formulation that comes out wrong, and the
-next one serves.
+CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
+computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
+batch 32 also through NCHW copies and explicit padding), forward 1x1 convolutions with an
+NCHW input in 16-bit types, and, at batch 32, 16-bit 1x1 weight gradients by every route but
+im2col. For those classes BOO offers its remedies first: ``im2col`` then ``f32_compute``
+(computed in float32, rounded once), ``matmul_1x1`` (NCHW 1x1 unpadded ungrouped: a batched
+matmul), ``im2col_split32``. Verification (on by default on GPUs) refuses any formulation
+that comes out wrong, and the next one serves.
 """
 
 from __future__ import annotations
@@ -46,24 +50,43 @@ _HALF = (torch.bfloat16, torch.float16)
 def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formulation, ...]:
     """The conv op's formulations for ``signature`` on ``target`` (module docstring)."""
     s = signature
+    cuda = target.backend == "cuda"
     windowed = s.mode in ("fwd", "wrw") and not s.transposed
     first: list[Formulation] = []
+    later: list[Formulation] = []
     if windowed and _reads_less_than_padded(s):
         first.append(Formulation("cropped", computation=lambda *a: _unpadded(s, a, crop=True),
                                  description="input padded explicitly and cut to the extent the windows read"))
-    if target.backend == "cuda" and s.mode == "fwd" and not s.transposed:
-        if _is_unpadded_nchw_1x1(s):
+    if s.mode == "fwd" and not s.transposed:
+        im2col = Formulation("im2col", computation=lambda *a: _im2col(s, a),
+                             description="implicit GEMM: unfolded windows (channels minor) times the filter")
+        half_padded_nhwc = s.dtype in _HALF and s.input_layout == layouts.channels_last(s.spatial_rank) \
+            and any(s.padding)
+        if cuda and _is_unpadded_nchw_1x1(s):
             first.append(Formulation("matmul_1x1", computation=lambda *a: _one_by_one_matmul(s, *a),
                                      description="an unpadded NCHW 1x1 convolution as a batched matmul"))
-        if s.dtype in _HALF and s.input_layout == layouts.channels_last(s.spatial_rank) and any(s.padding):
-            first.append(Formulation("f32_compute", computation=lambda *a: _in_float32(s, *a),
-                                     description="computed in float32, rounded once"))
-    later: list[Formulation] = []
-    if windowed:
+        if cuda and half_padded_nhwc:
+            first += [im2col, Formulation("f32_compute", computation=lambda *a: _in_float32(s, *a),
+                                          description="computed in float32, rounded once")]
+        else:
+            later.append(im2col)
         later.append(Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                                  description="explicit padding, then an unpadded convolution"))
-        later.append(Formulation("im2col", computation=lambda *a: _im2col(s, a),
-                                 description="windows unfolded by strided slices, then float32-accumulated matmuls"))
+    if s.mode == "wrw" and not s.transposed:
+        splits = [Formulation(f"im2col_split{n}", computation=lambda *a, n=n: _im2col_weight_gradient(s, a, n),
+                              description=f"dY^T @ columns, the reduction cut into about {n} partial products")
+                  for n in (32, 128)]
+        if cuda and s.dtype in _HALF and all(w == 1 for w in s.window):
+            first.append(splits.pop(0))  # IREE's own kernels for this class came out wrong at batch 32
+        later += [*splits,
+                  Formulation("im2col", computation=lambda *a: _im2col_weight_gradient(s, a, 1),
+                              description="dY^T @ columns in one product"),
+                  Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
+                              description="explicit padding, then an unpadded convolution")]
+    if s.mode == "bwd" and not s.transposed and all(st == 1 for st in s.stride) \
+            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)):
+        later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a),
+                                 description="the forward im2col of dY with the filter flipped"))
     if not _all_logical(s) and s.mode != "bwd_bias":
         later.append(Formulation("logical_layout", computation=lambda *a: _in_logical_layout(s, a),
                                  description="computed on NC[D]HW copies of the tensors"))
@@ -144,42 +167,90 @@ def _in_logical_layout(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torc
     return _store(s, _logical_signature(s).reference(*logical))
 
 
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    """A logical (N, C, *spatial) tensor as (N, *spatial, C)."""
+    return x.permute(0, *range(2, x.dim()), 1)
+
+
 def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
-    """The unfolded windows of a logical input: (N, groups, C/groups * taps, output pixels)."""
-    x = _pad(s, x, crop=True)
-    n, c = x.shape[:2]
+    """The unfolded windows of a logical input, channels minor: (groups, N * output pixels,
+    taps * C/groups), built from strided slices of the padded channels-last input."""
+    x = _channels_last(_pad(s, x, crop=True))  # (N, *read extent, C)
     taps = []
     for offsets in itertools.product(*(range(f) for f in s.window)):
         index = tuple(slice(o * d, o * d + (out - 1) * st + 1, st)
                       for o, d, out, st in zip(offsets, s.dilation, s.output_spatial, s.stride))
-        taps.append(x[(slice(None), slice(None), *index)])
-    columns = torch.stack(taps, dim=2)  # (N, C, taps, *output)
-    return columns.reshape(n, s.groups, (c // s.groups) * len(taps), math.prod(s.output_spatial))
+        taps.append(x[(slice(None), *index, slice(None))])  # (N, *output, C)
+    columns = torch.stack(taps, dim=-2)  # (N, *output, taps, C)
+    pixels, g = x.shape[0] * math.prod(s.output_spatial), s.groups
+    columns = columns.reshape(pixels, len(taps), g, -1).permute(2, 0, 1, 3)  # (G, N*P, taps, C/G)
+    return columns.reshape(g, pixels, -1)
+
+
+def _tap_major(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """A logical (K, C/G, *window) filter as (G, taps * C/G, K/G): the right operand of the
+    columns' matmul."""
+    k, cg = w.shape[:2]
+    taps = math.prod(w.shape[2:])
+    return w.reshape(groups, k // groups, cg, taps).permute(0, 3, 2, 1).reshape(groups, taps * cg, k // groups)
 
 
 def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """``im2col``: forward and weight gradient as float32-accumulated matmuls."""
-    logical = _to_logical(s, args)
-    k, g = s.output_channels, s.groups
-    n = s.input_shape[0]
-    if s.mode == "fwd":
-        x, w, *b = logical
-        columns = _columns(s, x).float()
-        weights = w.reshape(g, k // g, -1).float()
-        y = torch.matmul(weights, columns).reshape(n, k, *s.output_spatial)  # (N, G, K/G, P) -> (N, K, *out)
-        if b:
-            y = y + b[0].float().reshape(k, *(1,) * s.spatial_rank)
-        if s.activation:
-            y = ACTIVATIONS[s.activation](y)
-        return _store(s, y.to(s.dtype))
-    dy, x = logical
-    columns = _columns(s, x).float()  # (N, G, CT, P)
-    pixels = columns.shape[-1]
-    grads = dy.reshape(n, g, k // g, pixels).float()
-    # dW[g] = sum over images and pixels of dY[g] (K/G x P) times columns[g]^T (P x CT)
-    dw = torch.matmul(grads.permute(1, 2, 0, 3).reshape(g, k // g, n * pixels),
-                      columns.permute(1, 0, 3, 2).reshape(g, n * pixels, -1))
+    """``im2col``: the forward convolution as one matmul per group of the unfolded windows
+    (channels minor, so a channels-last input is read in order) by the filter; 16-bit
+    operands accumulate in float32, rounded once."""
+    x, w, *b = _to_logical(s, args)
+    columns = _columns(s, x)  # (G, N*P, T*C/G)
+    y = torch.matmul(columns.float(), _tap_major(w, s.groups).float())  # (G, N*P, K/G)
+    n, k = s.input_shape[0], s.output_channels
+    y = y.permute(1, 0, 2).reshape(n, *s.output_spatial, k)  # channels-last output
+    if b:
+        y = y + b[0].float()
+    if s.activation:
+        y = ACTIVATIONS[s.activation](y)
+    y = y.permute(0, y.dim() - 1, *range(1, y.dim() - 1))  # back to logical (N, K, *output)
+    return _store(s, y.to(s.dtype))
+
+
+def _split(pixels: int, splits: int) -> int:
+    """Rows per part of a reduction over ``pixels`` rows cut into about ``splits`` parts
+    (a multiple of 64)."""
+    return max(64, -(-pixels // (splits * 64)) * 64)
+
+
+def _im2col_weight_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], splits: int) -> torch.Tensor:
+    """``im2col`` and ``im2col_splitN`` for the weight gradient: dW = dY^T @ columns per
+    group, the sum over images and pixels cut into ``splits`` partial products (summed in
+    float32) so that the long reduction runs in parallel."""
+    dy, x = _to_logical(s, args)
+    columns = _columns(s, x)  # (G, N*P, T*C/G)
+    g, pixels = s.groups, columns.shape[1]
+    grads = _channels_last(dy).reshape(pixels, g, -1).permute(1, 0, 2)  # (G, N*P, K/G)
+    rows = _split(pixels, splits) if splits > 1 else pixels
+    parts = -(-pixels // rows)
+    if parts * rows != pixels:  # zero rows add nothing to the sums
+        columns = F.pad(columns, (0, 0, 0, parts * rows - pixels))
+        grads = F.pad(grads, (0, 0, 0, parts * rows - pixels))
+    columns = columns.reshape(g, parts, rows, -1)
+    grads = grads.reshape(g, parts, rows, -1)
+    dw = torch.matmul(grads.transpose(-1, -2).float(), columns.float()).sum(dim=1)  # (G, K/G, T*C/G)
+    k, cg = s.output_channels, s.kernel_shape[1]
+    dw = dw.reshape(g, k // g, math.prod(s.window), cg).permute(0, 1, 3, 2)  # (G, K/G, C/G, T)
     return _store(s, dw.reshape(s.kernel_shape).to(s.dtype))
+
+
+def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``im2col`` for the data gradient of a stride-1 convolution: the forward convolution
+    of dY, padded by d(f-1)-p, with the filter flipped and its channel roles swapped."""
+    dy, w = _to_logical(s, args)
+    g, k, cg = s.groups, s.output_channels, s.kernel_shape[1]
+    rank = s.spatial_rank
+    flipped = w.reshape(g, k // g, cg, *s.window).transpose(1, 2).reshape(g * cg, k // g, *s.window)
+    flipped = flipped.flip(list(range(2, 2 + rank)))
+    padding = tuple(d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding))
+    forward = _logical_signature(s, input_shape=tuple(dy.shape), kernel_shape=tuple(flipped.shape), padding=padding,
+                                 mode="fwd", bias=False, activation=None)
+    return _store(s, _im2col(forward, (dy, flipped)))
 
 
 def _in_float32(s: ConvSignature, *args: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from .formulations import conv_formulations
 from .fusion import PATTERNS
 from .parser import ConvParser
 from .signature import ConvSignature
+from .tuning import tuning_space
 
 
 @hookimpl
@@ -20,4 +21,5 @@ def boo_register_ops(register):
         description="convolution (MIOpenDriver conv, convfp16, convbfp16)",
         formulations=conv_formulations,
         fusion_patterns=PATTERNS,
+        tuning_space=tuning_space,
     ))

@@ -15,7 +15,8 @@ from .signature import MatmulSignature
 def tuning_space(signature: MatmulSignature, target: Target) -> list[TuningCandidate]:
     s = signature
     if target.backend == "cuda":
-        return [TuningCandidate(config=c) for c in tile_and_fuse_configs(s.m, s.n, s.k, short_name(s.dtype))]
+        configs = tile_and_fuse_configs(s.m, s.n, s.k, short_name(s.dtype), limit=48)
+        return [TuningCandidate(config=c) for c in configs]
     if target.backend == "llvm-cpu":
         candidates = [TuningCandidate(config=c) for c in cpu_contraction_configs(s.m, s.n, s.k)]
         return candidates + [TuningCandidate(flags=flags) for flags in cpu_flag_sets(target)]

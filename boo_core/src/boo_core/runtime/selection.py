@@ -27,7 +27,6 @@ from ..plugins.registry import BooOpRegistry
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..verify import verdicts
-from ..verify.numerics import check_launchable
 from .devices import BooDevice
 from .launchable import Launchable, ReferenceLaunchable
 
@@ -128,13 +127,7 @@ def _verdict(launchable: Launchable) -> str:
     torch_device = launchable.device.torch_device
     verdict = verdicts.read_verdict(launchable.cache_directory, torch_device)
     if verdict is None:
-        try:
-            comparisons = check_launchable(launchable)
-        except Exception as e:  # a kernel that crashes when run is as wrong as one that computes wrong
-            verdict = f"fail: running it raised {type(e).__name__}: {e}"
-        else:
-            failed = [c for c in comparisons if not c.passed]
-            verdict = verdicts.PASS if not failed else "fail: " + "; ".join(str(c) for c in failed)
+        verdict = verdicts.check(launchable)
         verdicts.record_verdict(launchable.cache_directory, torch_device, verdict)
         logger.info("%s (%s) verified on %s: %s", launchable.signature.func_name, launchable.formulation,
                     verdicts.device_identity(torch_device), verdict)

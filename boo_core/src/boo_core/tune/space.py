@@ -101,37 +101,35 @@ NV_MMA = {"bf16": "NV_MMA_SYNC_F32_16x8x16_BF16", "f16": "NV_MMA_SYNC_F32_16x8x1
 _MMA_M, _MMA_N, _MMA_K = 16, 8, 16
 
 
-def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 24) -> list[dict[str, Any]]:
+def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 32) -> list[dict[str, Any]]:
     """Configurations of IREE's TileAndFuse pipeline for an ``m x n x k`` contraction with
-    ``dtype`` operands on an NVIDIA GPU (mma.sync): workgroup tiles, warp tiles (in
-    intrinsics), a K step (in intrinsics) and prefetch depth, keeping to tiles that divide
-    the problem, 4 or 8 warps, and 160 KB of shared memory; the ``limit`` best by a
-    simple occupancy model (full waves on 132 SMs, bigger tiles first)."""
+    ``dtype`` operands on an NVIDIA GPU (mma.sync 16x8x16): workgroup tiles that divide the
+    problem, 4 or 8 warps, warp tiles of at most 32 intrinsics (more spill registers: on an
+    H100 such tiles ran 10-20x slower), K steps of 32 to 128, at most 160 KB of shared
+    memory; the ``limit`` with the fullest waves on 132 multiprocessors first."""
     mma = NV_MMA.get(dtype)
     if mma is None:
         return []
     configs = []
-    for tile_m, tile_n, k_steps, stages in itertools.product((64, 128, 256), (64, 128, 256), (2, 4), (2, 3, 4)):
+    for tile_m, tile_n, k_steps, stages, (warps_m, warps_n) in itertools.product(
+            (128, 256, 64), (128, 256, 64), (4, 2, 8), (2, 3), ((2, 2), (4, 2), (2, 4))):
         if m % tile_m or n % tile_n or k % (k_steps * _MMA_K):
             continue
-        for warps_m, warps_n in ((2, 2), (2, 4), (4, 2)):
-            sub_m, sub_n = tile_m // (warps_m * _MMA_M), tile_n // (warps_n * _MMA_N)
-            if sub_m < 1 or sub_n < 1 or tile_m % (warps_m * _MMA_M) or tile_n % (warps_n * _MMA_N):
-                continue
-            shared = stages * (tile_m + tile_n) * k_steps * _MMA_K * 2
-            if shared > 160 * 1024 or sub_m * sub_n > 64:
-                continue
-            configs.append({"workgroup": [tile_m, tile_n], "subgroup": [sub_m, sub_n], "reduction": [k_steps],
-                            "mma_kind": mma, "workgroup_size": [32 * warps_m * warps_n, 1, 1],
-                            "prefetch_num_stages": stages})
+        if tile_m % (warps_m * _MMA_M) or tile_n % (warps_n * _MMA_N):
+            continue
+        sub_m, sub_n = tile_m // (warps_m * _MMA_M), tile_n // (warps_n * _MMA_N)
+        shared = stages * (tile_m + tile_n) * k_steps * _MMA_K * 2
+        if sub_m * sub_n > 32 or shared > 160 * 1024:
+            continue
+        configs.append({"workgroup": [tile_m, tile_n], "subgroup": [sub_m, sub_n], "reduction": [k_steps],
+                        "mma_kind": mma, "workgroup_size": [32 * warps_m * warps_n, 1, 1],
+                        "prefetch_num_stages": stages})
 
-    def score(config: dict[str, Any]) -> tuple[float, int]:
+    def waves(config: dict[str, Any]) -> float:
         tiles = (m // config["workgroup"][0]) * (n // config["workgroup"][1])
-        waves = -(-tiles // 132)
-        efficiency = tiles / (waves * 132)
-        return (-efficiency * config["workgroup"][0] * config["workgroup"][1], config["prefetch_num_stages"])
+        return tiles / (-(-tiles // 132) * 132)
 
-    return sorted(configs, key=score)[:limit]
+    return sorted(configs, key=lambda c: -waves(c))[:limit]
 
 
 def cpu_contraction_configs(m: int, n: int, k: int, *, limit: int = 12) -> list[dict[str, Any]]:

@@ -33,7 +33,6 @@ from ..runtime.timing import timer_for
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..verify import verdicts
-from ..verify.numerics import check_launchable
 from .database import TuningRecord, read_record, record_path, tuning_dir, write_record
 from .space import ResolvedCandidate, resolve
 
@@ -247,17 +246,12 @@ class Tuner:
                                        config=candidate.config, extra_flags=candidate.flags)
         try:
             launchable = Launchable(signature, self.device, request, driver)
-            comparisons = check_launchable(launchable)
         except BooError as e:
             result.verdict, result.error = "compile error", str(e).splitlines()[0]
             return
-        except Exception as e:  # a kernel that crashes when run is as wrong as one that computes wrong
-            result.verdict = f"fail: running it raised {type(e).__name__}: {e}"
-            return
-        failed = [str(c) for c in comparisons if not c.passed]
-        result.verdict = PASS if not failed else "fail: " + "; ".join(failed)
+        result.verdict = verdicts.check(launchable)
         verdicts.record_verdict(launchable.cache_directory, self.device.torch_device, result.verdict)
-        if failed:
+        if result.verdict != PASS:
             return
         stats = timer(lambda: launchable(*inputs), device=self.device.torch_device,
                       iterations=self.options.iterations, warmup=self.options.warmup)

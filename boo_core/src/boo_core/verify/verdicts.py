@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,6 +20,25 @@ logger = logging.getLogger(__name__)
 
 VERDICTS_FILE = "verdicts.json"
 PASS = "pass"
+#: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
+#: be right on one call and wrong on the next (docs/gpu.md), and one check may miss it.
+CHECKS = 2
+
+
+def check(launchable: Any, checks: int = CHECKS) -> str:
+    """``pass``, or ``fail: ...`` with what was wrong: ``launchable`` run ``checks`` times on
+    fresh random inputs into NaN-poisoned outputs, against float64 PyTorch."""
+    from .numerics import check_launchable
+
+    for _ in range(checks):
+        try:
+            comparisons = check_launchable(launchable)
+        except Exception as e:  # a kernel that crashes when run is as wrong as one that computes wrong
+            return f"fail: running it raised {type(e).__name__}: {e}"
+        failed = [c for c in comparisons if not c.passed]
+        if failed:
+            return "fail: " + "; ".join(str(c) for c in failed)
+    return PASS
 
 
 def device_identity(torch_device: torch.device) -> str:
