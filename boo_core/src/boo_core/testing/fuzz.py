@@ -63,7 +63,7 @@ def _typed_values(flag: Flag, small: int) -> st.SearchStrategy[str]:
     if isinstance(convert, Integer):
         low = max(convert.minimum, -2)
         options.append(st.integers(low, max(low, small)).map(str))
-    elif isinstance(convert, (Switch,)):
+    elif isinstance(convert, Switch):
         options.append(st.sampled_from(("0", "1")))
     elif isinstance(convert, Indexed):
         options.append(st.integers(0, len(convert.names) - 1).map(str))
