@@ -94,3 +94,18 @@ def test_the_matmuls_a_new_user_found_wrong_are_right_with_default_settings(comm
     assert all(c.passed for c in check_launchable(launchable))
     verdicts = json.loads((launchable.cache_directory / "verdicts.json").read_text())
     assert list(verdicts.values()) == ["pass"]
+
+
+@pytest.mark.parametrize("command", [
+    # Found by boo tune at ResNet-50 sizes: IREE's own kernels for these are wrong.
+    "convbfp16 -n 32 -c 64 -H 56 -W 56 -k 64 -y 1 -x 1 -F 4 -I NHWC -f NHWC -O NHWC",
+    "convbfp16 -n 32 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 1 -I NHWC -f NHWC -O NHWC",
+])
+def test_the_batch_32_conv_classes_are_right_with_default_settings(command, private_cache):
+    signature = BooOpRegistry.parse_command(command)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.verified and launchable.formulation in ("im2col", "im2col_split32", "f32_compute")
+    assert all(c.passed for c in check_launchable(launchable))
+    with settings_override(verify=False):  # the plain export of the class really is wrong
+        raw = get_launchable(signature, DEVICE, formulation="default")
+    assert not all(all(c.passed for c in check_launchable(raw)) for _ in range(2))

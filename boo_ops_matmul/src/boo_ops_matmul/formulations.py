@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from boo_core import Formulation, Target
 
-from .signature import ACTIVATIONS, MatmulSignature
+from .signature import MatmulSignature
 
 #: Multiple the ``padded`` formulation rounds M, N and K up to.
 PAD_TO = 16
@@ -59,13 +59,4 @@ def _padded(s: MatmulSignature, a: torch.Tensor, b: torch.Tensor, *rest: torch.T
     right = F.pad(s._logical(b, s.trans_b), (0, n - s.n, 0, k - s.k))  # (.., K, N) -> (.., k, n)
     accumulate = torch.promote_types(a.dtype, torch.float32)
     y = torch.matmul(left.to(accumulate), right.to(accumulate))[..., : s.m, : s.n]
-    extra = iter(rest)
-    if s.alpha != 1.0:
-        y = y * s.alpha
-    if s.beta != 0.0:
-        y = y + s.beta * s._logical(next(extra)).to(accumulate)
-    if s.bias:
-        y = y + next(extra).to(accumulate)
-    if s.activation:
-        y = ACTIVATIONS[s.activation](y)
-    return s._logical(y).to(a.dtype)
+    return s.epilogue(y, rest, accumulate).to(a.dtype)

@@ -121,27 +121,23 @@ class MatmulSignature(Signature):
     def reference(self, a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         accumulate = torch.promote_types(a.dtype, torch.float32)
         y = torch.matmul(self._logical(a, self.trans_a).to(accumulate), self._logical(b, self.trans_b).to(accumulate))
-        extra = iter(rest)
-        if self.alpha != 1.0:
-            y = y * self.alpha
-        if self.beta != 0.0:
-            y = y + self.beta * self._logical(next(extra)).to(accumulate)
-        if self.bias:
-            y = y + next(extra).to(accumulate)
-        if self.activation:
-            y = ACTIVATIONS[self.activation](y)
-        return self._logical(y).to(a.dtype)
+        return self.epilogue(y, rest, accumulate).to(a.dtype)
 
     def eager(self, a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         """torch.matmul in the signature's dtype (cuBLAS on CUDA), then the epilogue."""
         y = torch.matmul(self._logical(a, self.trans_a), self._logical(b, self.trans_b))
+        return self.epilogue(y, rest, a.dtype)
+
+    def epilogue(self, y: torch.Tensor, rest: tuple[torch.Tensor, ...], dtype: torch.dtype) -> torch.Tensor:
+        """alpha, beta * C, bias and the activation applied, in ``dtype``, to the logical
+        product ``y``; the result in the stored layout. ``rest`` is the inputs after A and B."""
         extra = iter(rest)
         if self.alpha != 1.0:
             y = y * self.alpha
         if self.beta != 0.0:
-            y = y + self.beta * self._logical(next(extra))
+            y = y + self.beta * self._logical(next(extra)).to(dtype)
         if self.bias:
-            y = y + next(extra)
+            y = y + next(extra).to(dtype)
         if self.activation:
             y = ACTIVATIONS[self.activation](y)
         return self._logical(y)

@@ -2,7 +2,8 @@
 
 Subcommands: ``ops`` (installed ops), ``driver`` (run and time commands), ``numerics``
 (check them against PyTorch), ``preload`` (compile them into the cache), ``cache``
-(``info``, ``clear``, ``path``). docs/cli.md is the reference.
+(``info``, ``clear``, ``path``), ``report`` (an HTML report of result CSVs). docs/cli.md is
+the reference.
 
 ``driver``, ``numerics`` and ``preload`` take one command, or ``--commands-file FILE`` plus
 arguments appended to each of its commands. Their own options are parsed first; every
@@ -31,7 +32,7 @@ from ..settings import get_settings
 from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
 from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
-from . import cache_admin, tune
+from . import cache_admin, html_report, tune
 from .backends import backends
 from .driver import DEFAULT_ITERATIONS, CommandResult, DriverOptions, error_text, run_command
 from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
@@ -287,6 +288,13 @@ def _cmd_cache_path(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    try:
+        return html_report.run(args)
+    except html_report.ResultsFileError as e:
+        raise UsageError(str(e)) from None
+
+
 # -- argument parsing -------------------------------------------------------------------------------
 
 
@@ -428,6 +436,11 @@ Examples:
     clear.set_defaults(func=_cmd_cache_clear)
     path = _subparser(cache_sub, "path", "print the cache directory", "Print the kernel cache directory.")
     path.set_defaults(func=_cmd_cache_path)
+
+    report = _subparser(sub, "report", "an HTML report (roofline, bars, tables) of tune or driver CSVs",
+                        html_report.REPORT_HELP)
+    html_report.add_arguments(report)
+    report.set_defaults(func=_cmd_report)
     return parser
 
 

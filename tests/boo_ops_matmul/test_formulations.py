@@ -1,0 +1,52 @@
+"""The matmul op's formulations: each computes the reference's function, and on CUDA the
+class IREE gets wrong (16-bit, batched, sizes not multiples of 16) is padded first."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_core import BooOpRegistry, Target
+from boo_core.kernels.chain import compile_formulations
+from boo_core.verify.numerics import compare
+from boo_ops_matmul import MatmulSignature
+
+CUDA = Target.parse("cuda:sm_80")
+
+
+def formulations(signature, target=CUDA):
+    return BooOpRegistry.default().formulations(signature, target)
+
+
+@pytest.mark.parametrize("command", [
+    "gemm -m 38 -n 65 -k 38 -u 1 -v 0 -b 3",
+    "gemmbfp16 -m 17 -n 33 -k 9 -u 1 -v 1 -b 3 -C 1 -A 0.5 -B 1 --bias 1 --activation gelu",
+    "gemmfp16 -m 64 -n 128 -k 32 -v 1 --bias 1 --activation relu",
+])
+def test_every_cuda_formulation_computes_the_reference(command):
+    # In the signature's dtype, as the kernels compute, against the reference in float64
+    # within BOO's dtype-aware tolerance.
+    signature = BooOpRegistry.parse_command(command)
+    args = signature.get_sample_args()
+    expected = signature.reference(*(a.double() for a in args))
+    for formulation in formulations(signature):
+        if formulation.computation is not None:
+            result = compare(formulation.name, formulation.computation(*args), expected,
+                             accumulation_length=signature.accumulation_length)
+            assert result.passed, str(result)
+
+
+def test_the_racy_class_gets_the_padded_formulation_first():
+    racy = MatmulSignature(m=38, n=65, k=38, batch=3, dtype=torch.float16)
+    assert [f.name for f in formulations(racy)] == ["padded", "default", "f32_compute"]
+    aligned = MatmulSignature(m=64, n=128, k=32, batch=3, dtype=torch.float16)
+    assert [f.name for f in formulations(aligned)] == ["default", "padded", "f32_compute"]
+    unbatched = MatmulSignature(m=38, n=65, k=38, dtype=torch.bfloat16)
+    assert [f.name for f in formulations(unbatched)] == ["default", "padded", "f32_compute"]
+    assert [f.name for f in formulations(racy, Target.parse("cpu"))] == ["default"]
+
+
+def test_every_cuda_formulation_cross_compiles(private_cache):
+    outcome = compile_formulations(MatmulSignature(m=17, n=33, k=9, batch=3, trans_a=True, dtype=torch.bfloat16),
+                                   CUDA, every=True)
+    assert outcome.failed == [] and sorted(outcome.compiled) == ["default", "f32_compute", "padded"]
