@@ -225,8 +225,8 @@ def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
 def test_strict_setting_raises_instead():
     torch._dynamo.reset()
     model = nn.Conv2d(3, 4, 3).double()
-    with settings_override(compile_strict=True), pytest.raises(Exception,
-                                                                  match=r"UnsupportedError: boo_conv: x has dtype"):
+    strict = settings_override(compile_strict=True)
+    with strict, pytest.raises(Exception, match=r"UnsupportedError: boo_conv: x has dtype torch.float64"):
         torch.compile(model, backend="iree_boo")(torch.randn(1, 3, 6, 6, dtype=torch.float64))
 
 
