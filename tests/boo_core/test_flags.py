@@ -106,3 +106,12 @@ def test_tensor_size_problem_allows_empty_tensors_when_asked():
     assert has_empty_tensor(signature)
     assert tensor_size_problem(signature, allow_empty=True) is None
     assert TensorSpec("x", (0, 3), torch.float32).numel == 0
+
+
+@pytest.mark.parametrize("size, problem", [
+    (2.5, "tensor x of shape (2.5,) has a size of 2.5"),
+    (True, "tensor x of shape (True,) has a size of True"),
+    (-1, "tensor x of shape (-1,) has a size of -1"),
+])
+def test_tensor_size_problem_names_sizes_that_are_not_counts(size, problem):
+    assert tensor_size_problem(scale_op.ScaleSignature(size=size), allow_empty=True) == problem

@@ -119,13 +119,13 @@ def _count(value: int) -> str:
 
 def tensor_size_problem(signature: Signature, *, allow_empty: bool = False) -> str | None:
     """Why ``signature``'s tensors cannot be made, or None: a size that is not a positive
-    int (0 is allowed with ``allow_empty``), or a tensor of more than
+    integer (0 is allowed with ``allow_empty``), or a tensor of more than
     :data:`MAX_TENSOR_BYTES` bytes (which also keeps every element count and byte offset
     far inside int64)."""
     lowest = 0 if allow_empty else 1
     for spec in (*signature.input_specs(), *signature.output_specs()):
         shape = tuple(spec.shape)
-        bad = [d for d in shape if isinstance(d, bool) or not isinstance(d, int) or d < lowest]
+        bad = [d for d in shape if isinstance(d, bool) or not hasattr(d, "__index__") or d < lowest]
         if bad:
             what = "no elements" if all(d == 0 for d in bad) else f"a size of {bad[0]!r}"
             return f"tensor {spec.name} of shape {shape} has {what}"
