@@ -144,6 +144,7 @@ def test_boo_driver_fuzz(entry, tmp_path):
 @pytest.mark.parametrize("entry", OPS, ids=[e.name for e in OPS])
 def test_parse_command_fuzz_long(entry):
     counts = fuzz_parse(entry, SLOW_PARSE_EXAMPLES)
+    print(f"parse fuzz (slow), {entry.name}: {dict(counts)}")
     assert counts[fuzz.PARSED] >= SLOW_PARSE_EXAMPLES // 10, counts
 
 
@@ -151,6 +152,7 @@ def test_parse_command_fuzz_long(entry):
 @pytest.mark.parametrize("entry", OPS, ids=[e.name for e in OPS])
 def test_boo_driver_fuzz_long(entry, tmp_path):
     counts = fuzz_driver(entry, SLOW_DRIVER_BATCHES, tmp_path / "commands.txt")
+    print(f"driver fuzz (slow), {entry.name}: {dict(counts)}")
     assert counts["ran"] >= (counts["ran"] + counts["refused"]) // 10, counts
 
 
