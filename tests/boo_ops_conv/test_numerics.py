@@ -216,7 +216,7 @@ def test_unsupported_combinations_raise_unsupported_error(make, pattern):
     (lambda: conv((1, 4, 6, 6), (4, 2, 3, 3), transposed=True, stride=2, output_padding=2),
      r"output_padding \(2, 2\) must be smaller than the stride \(2, 2\) or the dilation"),
     (lambda: boo_conv(torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3, dtype=torch.float16)),
-     r"boo_conv: x, w and b must share a dtype"),
+     r"boo_conv: w has dtype torch.float16, x torch.float32; they must match"),
     (lambda: boo_conv(torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3)), r"x has 4 dims and w has 3"),
     (lambda: boo_conv(torch.randn(1, 2, 4, 4), torch.randn(2, 2, 3, 3), padding="full"),
      r"padding 'full' must be an int, a tuple, 'valid' or 'same'"),

@@ -248,3 +248,52 @@ def test_activation_extension():
     assert signature.activation == "silu" and signature.bias
     assert "--activation silu" in signature.to_command()
     assert_round_trip(signature)
+
+
+@pytest.mark.parametrize("line, pattern, flag", [
+    # A layout does not turn a 2-D command into a 3-D one, nor drop the flags of a rank.
+    ("conv -n 1 -c 3 -H 8 -W 8 -k 2 -F 1 -O ncdhw", r"^flag -O/--out_layout NCDHW is 3-D, but the command is 2-D: it "
+     r"gives no depth flag \(-!/--in_d, -@/--fil_d\.\.\.\) and no -_/--spatial_dim 3$", "-O/--out_layout"),
+    ("conv -n 1 -c 3 -H 8 -W 8 -k 2 -F 1 --in_layout NCW", r"^flag -H/--in_h 8 does not apply to a 1-D convolution "
+     r"\(-I/--in_layout NCW\): 1-D takes the width flags only$", "-H/--in_h"),
+    ("conv -n 1 -c 3 -W 8 -k 2 -y 3 -F 1 --in_layout NWC", r"^flag -y/--fil_h 3 does not apply to a 1-D convolution",
+     "-y/--fil_h"),
+    ("conv -n 1 -c 3 -W 8 -k 2 -p 1 -F 1 --spatial_dim 1", r"^flag -p/--pad_h 1 does not apply to a 1-D "
+     r"convolution \(-_/--spatial_dim 1\)", "-p/--pad_h"),
+    ("conv -n 1 -c 3 -W 8 -k 2 --in_d 4 -F 1 --spatial_dim 1", r"^flag -!/--in_d 4 does not apply to a 1-D",
+     "-!/--in_d"),
+    # Every integer is bounded; the products of sizes too.
+    ("conv -n 1 -F 1 -u 9223372036854775808", r"^flag -u/--conv_stride_h 9223372036854775808 must be at most "
+     r"2147483647$", "-u/--conv_stride_h"),
+    ("conv -n 2147483648 -F 1", r"^flag -n/--batchsize 2147483648 must be at most 2147483647$", "-n/--batchsize"),
+    ("conv -F 1 -n " + "1" * 309, r"^flag -n/--batchsize 1{40}\.\.\. must be at most 2147483647$", "-n/--batchsize"),
+    ("conv -F 1 -q -1", r"^flag -q/--pad_w -1 must not be negative$", "-q/--pad_w"),
+    ("conv -F 1 -l 0", r"^flag -l/--dilation_h 0 must be at least 1$", "-l/--dilation_h"),
+    ("conv -F 1 -g 0", r"^flag -g/--group_count 0 must be at least 1$", "-g/--group_count"),
+    ("conv -F 1 -i 0", r"^flag -i/--iter 0 must be at least 1$", "-i/--iter"),
+    ("conv -F 1 -n ١٢", r"^bad value '١٢' for flag -n/--batchsize: expected an integer$", "-n/--batchsize"),
+    ("conv -F 1 -H ５", r"^bad value '５' for flag -H/--in_h: expected an integer$", "-H/--in_h"),
+    ("conv -F 1 --spatial_dim 3 --conv_stride_d 0", r"^flag -#/--conv_stride_d 0 must be at least 1$",
+     "-#/--conv_stride_d"),
+    ("conv -F 1 --spatial_dim 3 --in_d -1", r"^flag -!/--in_d -1 must not be negative$", "-!/--in_d"),
+    ("conv -F 1 -n 2147483647 -c 2147483647", r"^conv2d_fwd_f32_n2147483647c2147483647h32w32_\S+: tensor x of shape "
+     r"\(2147483647, 2147483647, 32, 32\) would take 1\.89e\+22 bytes; BOO accepts tensors of up to 2\*\*48 bytes",
+     None),
+    ("conv -F 1 -m trans -H 4 -W 4 -u 2147483647 -v 2147483647 -n 1 -c 1 -k 1",
+     r"tensor y of shape \(1, 1, 6442450944, 6442450944\) would take 1\.66e\+20 bytes", None),
+    ('conv -n "3', r"^cannot split the command into arguments: No closing quotation$", None),
+])
+def test_hostile_commands_are_refused_by_name(line, pattern, flag):
+    with pytest.raises(CommandError, match=pattern) as info:
+        BooOpRegistry.parse_command(line)
+    assert info.value.flag == flag
+
+
+def test_depth_flags_of_zero_are_accepted_in_2d_like_miopens_perf_lists():
+    line = "conv -n 1 -c 3 -H 8 -W 8 -k 2 -F 1 --in_d 0 --fil_d 0 --conv_stride_d 0 --dilation_d 0 --spatial_dim 2"
+    assert BooOpRegistry.parse_command(line) == BooOpRegistry.parse_command("conv -n 1 -c 3 -H 8 -W 8 -k 2 -F 1")
+
+
+def test_a_3d_layout_with_a_depth_flag_still_makes_a_3d_convolution():
+    signature = BooOpRegistry.parse_command("conv -n 1 -c 3 --fil_d 1 -H 8 -W 8 -k 2 -F 1 --in_layout NDHWC")
+    assert signature.spatial_rank == 3 and signature.input_shape == (1, 3, 32, 8, 8)  # MIOpen's default depth

@@ -60,7 +60,6 @@ def test_non_contiguous_inputs_are_normalized_correctly():
      r"boo_layer_norm: bias has dtype torch.float64, x has torch.float32; they must match"),
     (lambda: boo_layer_norm(torch.ones(4, 8, dtype=torch.int32), (8,)),
      r"boo_layer_norm: x has dtype torch.int32; expected float32, float16 or bfloat16"),
-    (lambda: boo_layer_norm(torch.randn(0, 8), (8,)), r"boo_layer_norm: x \(shape \[0, 8\]\) has no elements"),
 ])
 def test_bad_arguments_are_refused(call, pattern):
     with pytest.raises(ArgumentError, match=pattern):

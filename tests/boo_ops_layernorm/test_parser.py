@@ -171,7 +171,7 @@ def test_the_op_is_registered_by_its_distribution():
     ("layernorm -X 4x8 -o 1 -n 4", r"flag -n/--batchsize cannot be combined with -X/--input", "-n/--batchsize"),
     ("layernorm -N 4 -c 8 -o 1", r"flag -N/--in_n \(new dialect\) cannot be combined with -c/--in_channels "
                                  r"\(MIOpen's log dialect\)", "-N/--in_n"),
-    ("layernorm -N 4 -C 0 -H 5 -W 8", r"invalid tensor sizes -N 4 -C 0 -H 5 -W 8", "-N/--in_n"),
+    ("layernorm -N 4 -C 0 -H 5 -W 8", r"flag -C/--in_c 0: invalid tensor sizes -N 4 -C 0 -H 5 -W 8", "-C/--in_c"),
     ("layernorm -N 0 -C 3 -H 5 -W 8", r"flag -N/--in_n 0 must be at least 1 for a 4-D input", "-N/--in_n"),
     ("layernorm -N 2 -C 3 -H -5 -W 8", r"flag -H/--in_h -5 must not be negative", "-H/--in_h"),
     ("layernorm -N 2 -C 3 -H 4 -W 8 -L NCDHW", r"flag -L/--layout NCDHW does not fit the 4-D input 2x3x4x8",
@@ -208,3 +208,25 @@ def test_unsupported_requests_are_refused_by_name(command, pattern, flag):
 def test_the_log_dialect_needs_o_below_four_dims():
     assert parse("layernormfp16 -n 4 -c 8 -W 3 -F 1 -m 1 -o 2") == [fwd((4, 8, 3), 2, True, dtype=f16)]
     assert parse("layernormfp16 -n 4 -c 8 -F 2 -m 0 -o 1") == [bwd((4, 8), 1, dtype=f16)]
+
+
+@pytest.mark.parametrize("command, pattern, flag", [
+    ("layernorm -X ١٢x3", r"^bad value '١٢x3' for flag -X/--input: expected lengths such as 100x3x32x32$",
+     "-X/--input"),
+    ("layernorm -X 2x3x" + "x".join(["1"] * 9), r"^flag -X/--input 2x3x1x1x1x1x1x1x1x1x1 has 11 lengths: at most 8 "
+     r"are supported$", "-X/--input"),
+    ("layernorm -X 2x2147483648", r"^flag -X/--input 2x2147483648 has a length above 2147483647$", "-X/--input"),
+    ("layernorm -X 2x" + "9" * 400, r"^flag -X/--input 2x9{38}\.\.\. has a length above 2147483647$", "-X/--input"),
+    ("layernorm -X 2x3x4 -o 3", r"^flag -o/--normalized_dim 3 is out of range", "-o/--normalized_dim"),
+    ("layernorm -N 2147483648 -C 3 -H 4 -W 4", r"^flag -N/--in_n 2147483648 must be at most 2147483647$", "-N/--in_n"),
+    ("layernorm -N 3 -C 3 -H 4 -W ٤", r"^bad value '٤' for flag -W/--in_w: expected an integer$", "-W/--in_w"),
+    ("layernormfp16 -n 0 -c 8 -W 3 -o 1", r"^flag -n/--batchsize 0 must be at least 1$", "-n/--batchsize"),
+    ("layernorm -X 65536x65536x65536x2", r"tensor x of shape \(65536, 65536, 65536, 2\) would take 2\.25e\+15 bytes; "
+     r"BOO accepts tensors of up to 2\*\*48 bytes", None),
+    ("layernorm -N 2 -C 3 -H 0 -W 4", r"^flag -H/--in_h 0: invalid tensor sizes", "-H/--in_h"),
+    ("layernorm -N 2 -C 3 -H 4 -W 0", r"^flag -W/--in_w 0 must be at least 1 for a 4-D input$", "-W/--in_w"),
+])
+def test_hostile_commands_are_refused_by_name(command, pattern, flag):
+    with pytest.raises(CommandError, match=pattern) as info:
+        parse(command)
+    assert info.value.flag == flag

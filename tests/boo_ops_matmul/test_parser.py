@@ -206,3 +206,19 @@ def test_flops_bytes_and_accumulation_length():
     assert full.flops == 6 * 5 * (2 * 4 + 1 + 2 + 1 + 1)
     assert full.bytes_moved == 4 * (6 * 4 + 4 * 5 + 6 * 5 + 5 + 6 * 5)
 
+
+
+@pytest.mark.parametrize("command, pattern, flag", [
+    ("gemm -m 2147483648", r"^flag -m/--a_h 2147483648 must be at most 2147483647$", "-m/--a_h"),
+    ("gemm -k ٣", r"^bad value '٣' for flag -k/--a_w: expected an integer$", "-k/--a_w"),
+    ("gemm -A ١.٥", r"^bad value '١.٥' for flag -A/--alpha: expected a number$", "-A/--alpha"),
+    ("gemm -B 1e999", r"^flag -B/--beta 1e999 must be finite$", "-B/--beta"),
+    ("gemm -m 2147483647 -k 2147483647 -n 1", r"^matmul_f32_b1m2147483647n1k2147483647_\S+: tensor a of shape "
+     r"\(2147483647, 2147483647\) would take 1\.84e\+19 bytes", None),
+    ("gemm -m 65536 -n 65536 -k 1 -b 65536", r"tensor out of shape \(65536, 65536, 65536\) would take 1\.13e\+15 bytes",
+     None),
+])
+def test_hostile_commands_are_refused_by_name(command, pattern, flag):
+    with pytest.raises(CommandError, match=pattern) as info:
+        BooOpRegistry.parse_command(command)
+    assert info.value.flag == flag

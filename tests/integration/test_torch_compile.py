@@ -214,8 +214,8 @@ def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
     reset_offload_summary()
     model = nn.Conv2d(3, 4, 3).double()  # BOO convolutions are f32/f16/bf16 only
     x = torch.randn(1, 3, 6, 6, dtype=torch.float64)
-    with pytest.warns(BooFallbackWarning, match=r"BOO cannot take conv.forward here \(conv dtype "
-                                                r"torch.float64 is not supported"):
+    with pytest.warns(BooFallbackWarning, match=r"BOO cannot take conv.forward here \(boo_conv: x has dtype "
+                                                r"torch.float64; supported: f32, f16, bf16\)"):
         got = torch.compile(model, backend="iree_boo")(x)
     torch.testing.assert_close(got, model(x))
     [graph] = offload_summary().graphs
@@ -225,7 +225,8 @@ def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
 def test_strict_setting_raises_instead():
     torch._dynamo.reset()
     model = nn.Conv2d(3, 4, 3).double()
-    with settings_override(compile_strict=True), pytest.raises(Exception, match=r"conv dtype torch.float64"):
+    strict = settings_override(compile_strict=True)
+    with strict, pytest.raises(Exception, match=r"UnsupportedError: boo_conv: x has dtype torch.float64"):
         torch.compile(model, backend="iree_boo")(torch.randn(1, 3, 6, 6, dtype=torch.float64))
 
 

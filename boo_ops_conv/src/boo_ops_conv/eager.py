@@ -9,11 +9,15 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from boo_core import ArgumentError, Launchable, UnsupportedError, get_settings, launchable_for
+from boo_core import ArgumentError, BooError, Launchable, UnsupportedError, get_settings, launchable_for
+from boo_core.runtime.arguments import is_empty, require_int, require_ints, require_tensors
 from boo_core.runtime.autograd import launch, reference_backward
 
 from . import layouts
-from .signature import ConvSignature
+from .signature import ACTIVATIONS, ConvSignature
+
+_WHERE = "boo_conv"
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 logger = logging.getLogger(__name__)
 
@@ -22,15 +26,37 @@ IntOrTuple = int | Sequence[int]
 
 @dataclass(frozen=True)
 class _Call:
-    """A boo_conv call resolved: tensors as stored, the memo key, and how to build the signature."""
+    """A boo_conv call resolved: tensors as stored, the memo key, and how to build the
+    signature; ``logical`` holds x and w in logical layout, ``empty`` whether a tensor has
+    no elements (then PyTorch computes the result, and no kernel is built)."""
 
     inputs: tuple[torch.Tensor, ...]
     key: tuple
     signature_args: dict
     explicit: bool
+    logical: tuple[torch.Tensor, torch.Tensor]
+    empty: bool
 
     def signature(self) -> ConvSignature:
-        return ConvSignature(**self.signature_args)
+        try:
+            return ConvSignature(**self.signature_args)
+        except ValueError as e:
+            if isinstance(e, BooError):
+                raise
+            raise ArgumentError(f"{_WHERE}: {e}") from None
+
+    def torch_forward(self, b: torch.Tensor | None, activation: str | None) -> torch.Tensor:
+        """The result with PyTorch's convolution (for empty tensors), as boo_conv returns it."""
+        a = self.signature_args
+        try:
+            y = torch.ops.aten.convolution(*self.logical, b, list(a["stride"]), list(a["padding"]),
+                                           list(a["dilation"]), a["transposed"], list(a["output_padding"]),
+                                           a["groups"])
+        except RuntimeError as e:
+            raise ArgumentError(f"{_WHERE}: {e}") from None
+        if activation:
+            y = ACTIVATIONS[activation](y)
+        return layouts.permute(y, layouts.to_physical(a["output_layout"])) if self.explicit else y
 
 
 def boo_conv(
@@ -72,6 +98,8 @@ def boo_conv(
                     transposed=transposed, output_padding=output_padding, activation=activation,
                     shared_layout=shared_layout, input_layout=input_layout, kernel_layout=kernel_layout,
                     output_layout=output_layout)
+    if call.empty:  # as torch does: an empty result where it gives one; no kernel
+        return call.torch_forward(b, activation)
     launchable = launchable_for(call.key, call.signature, x.device)
     y = launch(launchable, *call.inputs, backward=_conv_backward(launchable))
     if call.explicit:
@@ -96,6 +124,9 @@ def boo_conv_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
         raise UnsupportedError("boo_conv_backward takes the gradient before the activation; drop activation=")
     call = _resolve(x, w, None, **options)
     out_layout = call.signature_args["output_layout"]
+    dy = require_tensors("boo_conv_backward", {"dy": dy, "x": x}, dtypes=_DTYPES)["dy"]
+    if call.empty or is_empty(dy):
+        return _torch_gradients(call, dy, output_mask)
     dy_stored = dy if call.explicit else layouts.permute(dy, layouts.to_physical(out_layout))
     dy_stored = dy_stored.contiguous()
     x_stored, w_stored = call.inputs
@@ -118,12 +149,26 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
              output_padding: IntOrTuple = 0, activation: str | None = None, shared_layout: str | None = None,
              input_layout: str | None = None, kernel_layout: str | None = None,
              output_layout: str | None = None) -> _Call:
+    tensors = require_tensors(_WHERE, {"x": x, "w": w, "b": b}, dtypes=_DTYPES, optional=("b",))
+    x, w, b = tensors["x"], tensors["w"], tensors.get("b")
     rank = x.dim() - 2
     if rank not in layouts.LOGICAL or w.dim() != x.dim():
         raise ArgumentError(f"boo_conv: x has {x.dim()} dims and w has {w.dim()}; expected 3, 4 or 5 each")
-    if w.dtype != x.dtype or (b is not None and b.dtype != x.dtype):
-        raise ArgumentError(f"boo_conv: x, w and b must share a dtype (got {x.dtype}, {w.dtype}"
-                            f"{'' if b is None else ', ' + str(b.dtype)})")
+    b = None if b is None else b.contiguous()
+    stride = require_ints(_WHERE, "stride", stride, rank, minimum=1)
+    dilation = require_ints(_WHERE, "dilation", dilation, rank, minimum=1)
+    output_padding = require_ints(_WHERE, "output_padding", output_padding, rank, minimum=0)
+    groups = require_int(_WHERE, "groups", groups, minimum=1)
+    if not isinstance(padding, str):
+        padding = require_ints(_WHERE, "padding", padding, rank, minimum=0)
+    transposed = bool(transposed)
+    if activation is not None and activation not in ACTIVATIONS:
+        raise UnsupportedError(f"{_WHERE}: activation {activation!r} is not supported; use one of "
+                               f"{', '.join(ACTIVATIONS)}")
+    for name, value in (("shared_layout", shared_layout), ("input_layout", input_layout),
+                        ("kernel_layout", kernel_layout), ("output_layout", output_layout)):
+        if value is not None and not isinstance(value, str):
+            raise ArgumentError(f"{_WHERE}: {name} must be a layout string such as 'NHWC', got {value!r}")
     explicit = any(v is not None for v in (shared_layout, input_layout, kernel_layout, output_layout))
     if explicit:
         default = (shared_layout or layouts.LOGICAL[rank]).upper()
@@ -151,6 +196,9 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
             before = (0,) * rank
         padding = before
 
+    empty = is_empty(x_logical, w_logical, b)
+    if not empty:
+        _check_shapes(x_logical, w_logical, b, stride, padding, dilation, groups, transposed, output_padding)
     x_stored = layouts.permute(x_logical, layouts.to_physical(in_layout))
     w_stored = layouts.permute(w_logical, layouts.to_physical(w_layout))
     arguments = dict(input_shape=tuple(x_logical.shape), kernel_shape=tuple(w_logical.shape), stride=stride,
@@ -159,7 +207,61 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
                      output_padding=output_padding, activation=activation)
     key = ("conv", *(_hashable(v) for v in arguments.values()))
     inputs = (x_stored, w_stored) if b is None else (x_stored, w_stored, b)
-    return _Call(inputs, key, arguments, explicit)
+    return _Call(inputs, key, arguments, explicit, (x_logical, w_logical), empty)
+
+
+def _check_shapes(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stride: tuple[int, ...],
+                  padding: tuple[int, ...], dilation: tuple[int, ...], groups: int, transposed: bool,
+                  output_padding: tuple[int, ...]) -> None:
+    """Logical x and w fit together (channels, groups, bias, a non-empty output), named."""
+    c = x.shape[1]
+    if transposed:
+        k = w.shape[1] * groups
+        if w.shape[0] != c or c % groups:
+            raise ArgumentError(f"{_WHERE}: x has {c} channels; a transposed convolution's w (logical shape "
+                                f"{tuple(w.shape)}) needs w.shape[0] == {c}, and groups={groups} must divide it")
+    else:
+        k = w.shape[0]
+        if w.shape[1] * groups != c or k % groups:
+            raise ArgumentError(f"{_WHERE}: x has {c} channels but w (logical shape {tuple(w.shape)}) with "
+                                f"groups={groups} takes {w.shape[1] * groups}, and groups must divide its "
+                                f"{k} output channels")
+    if b is not None and tuple(b.shape) != (k,):
+        raise ArgumentError(f"{_WHERE}: b has shape {tuple(b.shape)}; expected ({k},), one value per output channel")
+    for i, (n, f, s, p, d, op) in enumerate(zip(x.shape[2:], w.shape[2:], stride, padding, dilation,
+                                                 output_padding)):
+        if transposed:
+            if op >= s and op >= d:
+                raise ArgumentError(f"{_WHERE}: output_padding {output_padding} must be smaller than the stride "
+                                    f"{stride} or the dilation {dilation}")
+            size = s * (n - 1) + d * (f - 1) + 1 - 2 * p + op
+        else:
+            if op:
+                raise ArgumentError(f"{_WHERE}: output_padding {output_padding} applies to transposed "
+                                    "convolutions only")
+            size = (n + 2 * p - d * (f - 1) - 1) // s + 1
+        if size < 1:
+            raise ArgumentError(f"{_WHERE}: spatial dim {i} of x (size {n}, padding {p}) is too small for the "
+                                f"filter (size {f}, dilation {d}): the output would be empty")
+
+
+def _torch_gradients(call: _Call, dy: torch.Tensor, output_mask: Sequence[bool]) -> tuple[torch.Tensor | None, ...]:
+    """``boo_conv_backward`` with PyTorch (for empty tensors), in boo_conv's conventions."""
+    a = call.signature_args
+    x, w = call.logical
+    dy_logical = layouts.permute(dy, layouts.to_logical(a["output_layout"])) if call.explicit else dy
+    mask = [bool(m) for m in output_mask]
+    try:
+        dx, dw, db = torch.ops.aten.convolution_backward(
+            dy_logical, x, w, [w.shape[1] * a["groups"] if a["transposed"] else w.shape[0]] if mask[2] else None,
+            list(a["stride"]), list(a["padding"]), list(a["dilation"]), a["transposed"], list(a["output_padding"]),
+            a["groups"], mask)
+    except RuntimeError as e:
+        raise ArgumentError(f"boo_conv_backward: {e}") from None
+    if call.explicit:
+        dx = None if dx is None else layouts.permute(dx, layouts.to_physical(a["input_layout"]))
+        dw = None if dw is None else layouts.permute(dw, layouts.to_physical(a["kernel_layout"]))
+    return dx, dw, db
 
 
 def _hashable(value: object) -> object:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boo_core import ArgumentError
+from boo_core.runtime.arguments import require_tensor
 
 from .eager import _string_padding, boo_conv
 
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 def _forward(module: nn.modules.conv._ConvNd, input: torch.Tensor, output_padding=0) -> torch.Tensor:
     rank = len(module.kernel_size)
+    input = require_tensor(type(module).__name__, "input", input, dims=(rank + 1, rank + 2))
     unbatched = input.dim() == rank + 1
     if unbatched:
         input = input.unsqueeze(0)

@@ -20,7 +20,7 @@ import torch
 
 from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
 from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
-from boo_core.signatures.flags import integer, one_of, text, upper
+from boo_core.signatures.flags import integer, non_negative, one_of, positive, text, upper
 from boo_core.signatures.parser import format_command
 
 from . import layouts
@@ -31,25 +31,26 @@ _LAYOUT = one_of("", *layouts.MIOPEN_LAYOUTS, "NCW", "NWC", case=upper)
 _FILES = "BOO generates its own inputs; reading tensors from files is not supported"
 
 CONV_FLAGS: tuple[Flag, ...] = (
-    Flag("batchsize", "n", 100, integer, "N: batch size"),
-    Flag("in_channels", "c", 3, integer, "C: input channels (all groups)"),
-    Flag("in_d", "!", 32, integer, "input depth (3-D only)"),
-    Flag("in_h", "H", 32, integer, "input height"),
-    Flag("in_w", "W", 32, integer, "input width"),
-    Flag("out_channels", "k", 32, integer, "K: output channels (all groups)"),
-    Flag("fil_d", "@", 3, integer, "filter depth (3-D only)"),
-    Flag("fil_h", "y", 3, integer, "filter height"),
-    Flag("fil_w", "x", 3, integer, "filter width"),
-    Flag("pad_d", "$", 0, integer, "padding in depth (3-D only)"),
-    Flag("pad_h", "p", 0, integer, "padding in height"),
-    Flag("pad_w", "q", 0, integer, "padding in width"),
-    Flag("conv_stride_d", "#", 1, integer, "stride in depth (3-D only)"),
-    Flag("conv_stride_h", "u", 1, integer, "stride in height"),
-    Flag("conv_stride_w", "v", 1, integer, "stride in width"),
-    Flag("dilation_d", "^", 1, integer, "dilation in depth (3-D only)"),
-    Flag("dilation_h", "l", 1, integer, "dilation in height"),
-    Flag("dilation_w", "j", 1, integer, "dilation in width"),
-    Flag("group_count", "g", 1, integer, "groups"),
+    Flag("batchsize", "n", 100, positive, "N: batch size"),
+    Flag("in_channels", "c", 3, positive, "C: input channels (all groups)"),
+    # Depth flags take 0 (MIOpen's 2-D perf lists pass --conv_stride_d 0); 3-D needs them >= 1.
+    Flag("in_d", "!", 32, non_negative, "input depth (3-D only)"),
+    Flag("in_h", "H", 32, positive, "input height"),
+    Flag("in_w", "W", 32, positive, "input width"),
+    Flag("out_channels", "k", 32, positive, "K: output channels (all groups)"),
+    Flag("fil_d", "@", 3, non_negative, "filter depth (3-D only)"),
+    Flag("fil_h", "y", 3, positive, "filter height"),
+    Flag("fil_w", "x", 3, positive, "filter width"),
+    Flag("pad_d", "$", 0, non_negative, "padding in depth (3-D only)"),
+    Flag("pad_h", "p", 0, non_negative, "padding in height"),
+    Flag("pad_w", "q", 0, non_negative, "padding in width"),
+    Flag("conv_stride_d", "#", 1, non_negative, "stride in depth (3-D only)"),
+    Flag("conv_stride_h", "u", 1, positive, "stride in height"),
+    Flag("conv_stride_w", "v", 1, positive, "stride in width"),
+    Flag("dilation_d", "^", 1, non_negative, "dilation in depth (3-D only)"),
+    Flag("dilation_h", "l", 1, positive, "dilation in height"),
+    Flag("dilation_w", "j", 1, positive, "dilation in width"),
+    Flag("group_count", "g", 1, positive, "groups"),
     Flag("mode", "m", "conv", one_of("conv", "trans"), "conv, or trans (transposed convolution)"),
     Flag("forw", "F", 0, integer, "direction bitmask: 1 forward, 2 backward-data, 4 backward-weight, "
          "8 bias gradient (BOO extension), 0 the first three"),
@@ -58,13 +59,13 @@ CONV_FLAGS: tuple[Flag, ...] = (
     Flag("out_layout", "O", "", _LAYOUT, "output layout"),
     Flag("fil_layout", "f", "", _LAYOUT, "filter layout (NHWC stores K, Y, X, C/groups)"),
     Flag("pad_mode", "z", "default", one_of("default", "same", "valid"), "default (use -p/-q), same or valid"),
-    Flag("trans_output_pad_d", "%", 0, integer, "output padding in depth (trans mode)"),
-    Flag("trans_output_pad_h", "Y", 0, integer, "output padding in height (trans mode)"),
-    Flag("trans_output_pad_w", "X", 0, integer, "output padding in width (trans mode)"),
+    Flag("trans_output_pad_d", "%", 0, non_negative, "output padding in depth (trans mode)"),
+    Flag("trans_output_pad_h", "Y", 0, non_negative, "output padding in height (trans mode)"),
+    Flag("trans_output_pad_w", "X", 0, non_negative, "output padding in width (trans mode)"),
     Flag("bias", "b", 0, integer, "1: add a bias of shape (K,) (forward) / compute its gradient"),
     Flag("activation", None, "", one_of("", *ACTIVATIONS), "BOO extension: activation fused after the forward"),
     # Read by BOO's tools or meaningless for BOO's kernels; never part of a signature.
-    Flag("iter", "i", 10, integer, "timed iterations", RUN),
+    Flag("iter", "i", 10, positive, "timed iterations", RUN),
     Flag("time", "t", 0, integer, "1: report kernel time", RUN),
     Flag("wall", "w", 0, integer, "wall-clock timing (MIOpen option; BOO always times)", RUN),
     Flag("verify", "V", 1, integer, "1: check numerics against a reference", RUN),
@@ -160,7 +161,10 @@ class ConvParser(CommandParser):
 
 
 def _rank(flags: ParsedFlags) -> int:
-    """Spatial rank from --spatial_dim and the layouts' lengths, which must agree."""
+    """Spatial rank from --spatial_dim and the layouts' lengths, which must agree with each
+    other and with the flags given: a layout alone never turns a 2-D command into a 3-D
+    one (that takes a depth flag or --spatial_dim 3), and a 1-D convolution takes no height
+    or depth flag (it would be dropped)."""
     spatial = flags["spatial_dim"]
     if spatial not in (1, 2, 3):
         raise CommandError(f"flag {flags.label('spatial_dim')} {spatial}: expected 2 or 3 (or 1)",
@@ -169,13 +173,25 @@ def _rank(flags: ParsedFlags) -> int:
     if len(set(given.values())) > 1:
         described = ", ".join(f"{flags.label(name)} {flags[name]}" for name in given)
         raise CommandError(f"layouts of different ranks: {described}", flag=flags.label(next(iter(given))))
-    if not given:
-        return spatial
-    rank = next(iter(given.values()))
-    if "spatial_dim" in flags.given and spatial != rank:
+    rank = next(iter(given.values()), spatial)
+    if given:
         name = next(iter(given))
-        raise CommandError(f"flag {flags.label(name)} {flags[name]} is {rank}-D but "
-                           f"{flags.label('spatial_dim')} is {spatial}", flag=flags.label(name))
+        layout = f"{flags.label(name)} {flags[name]}"
+        if "spatial_dim" in flags.given and spatial != rank:
+            raise CommandError(f"flag {layout} is {rank}-D but {flags.label('spatial_dim')} is {spatial}",
+                               flag=flags.label(name))
+        if rank == 3 and "spatial_dim" not in flags.given and not flags.given & set(_SPATIAL_FLAGS["d"]):
+            raise CommandError(f"flag {layout} is 3-D, but the command is 2-D: it gives no depth flag "
+                               f"({flags.label('in_d')}, {flags.label('fil_d')}...) and no "
+                               f"{flags.label('spatial_dim')} 3", flag=flags.label(name))
+    if rank == 1:
+        dropped = [name for name in (*_SPATIAL_FLAGS["h"], *_SPATIAL_FLAGS["d"]) if name in flags.given]
+        if dropped:
+            why = f"{flags.label(next(iter(given)))} {flags[next(iter(given))]}" if given else \
+                f"{flags.label('spatial_dim')} 1"
+            raise CommandError(f"flag {flags.label(dropped[0])} {flags[dropped[0]]} does not apply to a 1-D "
+                               f"convolution ({why}): 1-D takes the width flags only",
+                               flag=flags.label(dropped[0]))
     return rank
 
 

@@ -6,8 +6,10 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from boo_core import ArgumentError, Launchable, get_settings, launchable_for
+from boo_core.runtime.arguments import require_int, require_number, require_same_device
 
 from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature
 
@@ -26,7 +28,9 @@ def boo_layer_norm(
     contiguous first. Differentiable in x, weight and bias: gradients come from PyTorch, or
     from BOO's backward kernel under ``BOO_USE_BACKWARD_KERNELS=1``.
     """
-    normalized = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    x, weight, bias, normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
+    if x.numel() == 0:  # as torch does: an empty result; no kernel
+        return F.layer_norm(x, normalized, weight, bias, eps)
     forward = forward_launchable(x, normalized, weight, bias, eps)
     x, weight, bias = (None if t is None else t.contiguous() for t in (x, weight, bias))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -52,7 +56,27 @@ def backward_launchable(forward: LayerNormSignature, gradients: tuple[str, ...],
 def layer_norm_signature_for(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
                              bias: torch.Tensor | None = None, eps: float = 1e-5) -> LayerNormSignature:
     """The forward :class:`LayerNormSignature` that ``boo_layer_norm`` runs for these arguments."""
-    normalized = tuple(int(d) for d in normalized_shape)
+    x, weight, bias, normalized, eps = _check_arguments(x, normalized_shape, weight, bias, eps)
+    if x.numel() == 0:
+        raise ArgumentError(f"boo_layer_norm: x (shape {list(x.shape)}) has no elements")
+    return LayerNormSignature(tuple(x.shape), x.dim() - len(normalized), weight=weight is not None,
+                              bias=bias is not None, eps=eps, dtype=x.dtype)
+
+
+_Checked = tuple[torch.Tensor, "torch.Tensor | None", "torch.Tensor | None", tuple[int, ...], float]
+
+
+def _check_arguments(x: object, normalized_shape: object, weight: object, bias: object, eps: object) -> _Checked:
+    """x, weight and bias (resolved), the normalized shape and eps, all checked."""
+    tensors = require_same_device("boo_layer_norm", {"x": x, "weight": weight, "bias": bias},
+                                  optional=("weight", "bias"))
+    x, weight, bias = tensors["x"], tensors.get("weight"), tensors.get("bias")
+    if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
+        normalized_shape = (normalized_shape,)
+    if isinstance(normalized_shape, (str, bytes)) or not isinstance(normalized_shape, Sequence):
+        raise ArgumentError(f"boo_layer_norm: normalized_shape must be an int or a sequence of ints, "
+                            f"got {normalized_shape!r}")
+    normalized = tuple(require_int("boo_layer_norm", "normalized_shape", d) for d in normalized_shape)
     if not normalized or len(normalized) > x.dim() or tuple(x.shape[x.dim() - len(normalized):]) != normalized:
         raise ArgumentError(f"boo_layer_norm: normalized_shape {list(normalized)} must be the trailing dims of x "
                             f"(shape {list(x.shape)})")
@@ -66,10 +90,10 @@ def layer_norm_signature_for(x: torch.Tensor, normalized_shape: Sequence[int], w
                                 f"shape {list(normalized)}")
         if param.dtype != x.dtype:
             raise ArgumentError(f"boo_layer_norm: {name} has dtype {param.dtype}, x has {x.dtype}; they must match")
-    if x.numel() == 0:
-        raise ArgumentError(f"boo_layer_norm: x (shape {list(x.shape)}) has no elements")
-    return LayerNormSignature(tuple(x.shape), x.dim() - len(normalized), weight=weight is not None,
-                              bias=bias is not None, eps=eps, dtype=x.dtype)
+    eps = require_number("boo_layer_norm", "eps", eps)
+    if eps < 0:
+        raise ArgumentError(f"boo_layer_norm: eps must not be negative, got {eps}")
+    return x, weight, bias, normalized, eps
 
 
 class _LayerNormFunction(torch.autograd.Function):

@@ -33,7 +33,7 @@ import torch
 
 from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
 from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
-from boo_core.signatures.flags import integer, number, one_of, upper
+from boo_core.signatures.flags import INT32_MAX, OutOfRange, integer, non_negative, number, one_of, positive, upper
 from boo_core.signatures.parser import format_command
 
 from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature
@@ -44,32 +44,39 @@ KERNEL, RUN = FlagKind.KERNEL, FlagKind.RUN
 _OTHER_MODES = {2: "ELEMENTWISE_AFFINE_FUSED_ADD", 3: "WEIGHT_BIAS_FUSED_ADD", 4: "ELEMENTWISE_AFFINE_T5",
                 5: "WEIGHT_BIAS_T5"}
 _LAYOUT_RANK = {"NW": 2, "NCHW": 4, "NHWC": 4, "NCDHW": 5, "NDHWC": 5}
-_TENSOR = re.compile(r"^\d+(x\d+)*$")
+_TENSOR = re.compile(r"[0-9]+(x[0-9]+)*", re.ASCII)
+#: Most dims a -X/--input descriptor may give (MIOpen's layernorm takes up to 5).
+MAX_RANK = 8
 _BITS = {1: "fwd", 2: "dx", 4: "dw", 8: "db"}
 
 
 def tensor_lengths(text: str) -> tuple[int, ...]:
     """An MIOpen tensor descriptor ``AxBxC[,layout or strides]``; like MIOpenDriver's layernorm,
-    only the lengths are used."""
-    lengths = text.split(",", 1)[0].strip().lower()
-    if not _TENSOR.match(lengths):
+    only the lengths are used: ASCII digits, at most :data:`MAX_RANK` of them, each up to 2**31-1."""
+    lengths = text.split(",", 1)[0].strip(" \t").lower()
+    if not _TENSOR.fullmatch(lengths):
         raise ValueError("expected lengths such as 100x3x32x32")
-    return tuple(int(d) for d in lengths.split("x"))
+    dims = lengths.split("x")
+    if len(dims) > MAX_RANK:
+        raise OutOfRange(f"has {len(dims)} lengths: at most {MAX_RANK} are supported")
+    if any(len(d.lstrip("0")) > 10 or int(d) > INT32_MAX for d in dims):
+        raise OutOfRange(f"has a length above {INT32_MAX}")
+    return tuple(int(d) for d in dims)
 
 
 LAYERNORM_FLAGS: tuple[Flag, ...] = (
     # Old dialect (MIOpen until 2025, iree-turbine).
     Flag("input", "X", None, tensor_lengths, "old dialect: input lengths AxBxC... (any rank)"),
     # New dialect (rocm-libraries MIOpen).
-    Flag("in_n", "N", 100, integer, "new dialect: N"),
-    Flag("in_c", "C", 3, integer, "new dialect: C (0 with -H 0 for a 2-D N x W input)"),
-    Flag("in_d", "D", 0, integer, "new and log dialects: D (0: no depth)"),
-    Flag("in_h", "H", 32, integer, "new and log dialects: H"),
-    Flag("in_w", "W", 32, integer, "new and log dialects: W"),
+    Flag("in_n", "N", 100, non_negative, "new dialect: N"),
+    Flag("in_c", "C", 3, non_negative, "new dialect: C (0 with -H 0 for a 2-D N x W input)"),
+    Flag("in_d", "D", 0, non_negative, "new and log dialects: D (0: no depth)"),
+    Flag("in_h", "H", 32, non_negative, "new and log dialects: H"),
+    Flag("in_w", "W", 32, non_negative, "new and log dialects: W"),
     Flag("layout", "L", "", one_of("", *_LAYOUT_RANK, case=upper), "new dialect: NW, NCHW or NCDHW"),
     # Library log dialect (MIOPEN_ENABLE_LOGGING_CMD); MIOpen gives these letters no long name.
-    Flag("batchsize", "n", None, integer, "log dialect: dim 0"),
-    Flag("in_channels", "c", None, integer, "log dialect: dim 1"),
+    Flag("batchsize", "n", None, positive, "log dialect: dim 0"),
+    Flag("in_channels", "c", None, positive, "log dialect: dim 1"),
     # Shared.
     Flag("normalized_dim", "o", 3, integer, "first normalized dim: normalized shape = dims[o:]"),
     Flag("mode", "m", 0, integer, "0: no affine parameters; 1: weight and bias"),
@@ -77,7 +84,7 @@ LAYERNORM_FLAGS: tuple[Flag, ...] = (
     Flag("forw", "F", None, integer, "direction; default 1 (old dialect) or 0 (new, log): see the module doc"),
     Flag("bias", None, None, integer, "BOO extension: 0 drops the bias of -m 1, 1 adds one to -m 0"),
     # Read by BOO's tools, never part of a signature.
-    Flag("iter", "i", 10, integer, "timed iterations", RUN),
+    Flag("iter", "i", 10, positive, "timed iterations", RUN),
     Flag("verify", "V", 1, integer, "1: check numerics against a reference", RUN),
     Flag("time", "t", 0, integer, "1: report kernel time", RUN),
     Flag("wall", "w", 0, integer, "wall-clock timing (MIOpen option; BOO always times)", RUN),
@@ -159,8 +166,6 @@ def _old_shape(flags: ParsedFlags) -> tuple[int, ...]:
 def _new_shape(flags: ParsedFlags) -> tuple[int, ...]:
     """MIOpen's rule: D set -> NCDHW; else C and H set -> NCHW; else N, W only -> NW."""
     n, c, d, h, w = (flags[name] for name in ("in_n", "in_c", "in_d", "in_h", "in_w"))
-    for name in ("in_n", "in_c", "in_d", "in_h", "in_w"):
-        flags.require(name, flags[name] >= 0, "must not be negative")
     if d:
         shape, names = (n, c, d, h, w), ("in_n", "in_c", "in_h", "in_w")
     elif c and h:
@@ -168,8 +173,10 @@ def _new_shape(flags: ParsedFlags) -> tuple[int, ...]:
     elif n and not c and not h and w:
         shape, names = (n, w), ()
     else:
-        raise CommandError(f"invalid tensor sizes -N {n} -C {c} -H {h} -W {w}: give -N -C -H -W (4-D), "
-                           "add -D (5-D), or -N -W with -C 0 -H 0 (2-D)", flag=flags.label("in_n"))
+        zero = next(name for name in ("in_n", "in_c", "in_h", "in_w") if not flags[name])
+        raise CommandError(f"flag {flags.label(zero)} 0: invalid tensor sizes -N {n} -C {c} -H {h} -W {w}: "
+                           "give -N -C -H -W (4-D), "
+                           "add -D (5-D), or -N -W with -C 0 -H 0 (2-D)", flag=flags.label(zero))
     for name in names:
         flags.require(name, flags[name] >= 1, f"must be at least 1 for a {len(shape)}-D input")
     layout = flags["layout"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from boo_core import ArgumentError, get_settings, launchable_for
+from boo_core.runtime.arguments import is_empty, require_number, require_tensor, require_tensors
 from boo_core.runtime.autograd import Backward, launch
 
 from .backward import input_gradients
-from .signature import ACTIVATIONS, MatmulSignature, check_activation
+from .signature import ACTIVATIONS, DTYPES, MatmulSignature, check_activation
 
 
 def boo_matmul(
@@ -35,9 +38,13 @@ def boo_matmul(
     applies it, so its backward has the pre-activation values.
     """
     check_activation(activation)
+    alpha, beta = require_number("boo_matmul", "alpha", alpha), require_number("boo_matmul", "beta", beta)
     if c is not None and beta == 0.0:
         c = None
+    a, b, c, bias = _dense(a, b, c, bias)
     shape = _result_shape(a, b, c, bias)
+    if is_empty(a, b):  # as torch does (K = 0 still has an M x N result); no kernel
+        return _torch_result(a, b, c, alpha, beta, bias, activation)
     if len(shape) == 3 and shape[0] == 1:  # MIOpen's batch count 1 has no batch dimension
         c = None if c is None else c[0]
         return _matmul(a[0], b[0], c, alpha, beta, bias, activation).unsqueeze(0)
@@ -51,6 +58,7 @@ def boo_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     ``x`` is (..., in_features), ``w`` is (out_features, in_features), ``b`` is
     (out_features,). Leading dimensions of ``x`` are flattened into the kernel's M.
     """
+    x, w = require_tensor("boo_linear", "x", x), require_tensor("boo_linear", "w", w)
     if w.dim() != 2:
         raise ArgumentError(f"boo_linear: w must be 2-D (out_features, in_features), got shape {tuple(w.shape)}")
     if x.dim() == 0 or x.shape[-1] != w.shape[1]:
@@ -58,7 +66,8 @@ def boo_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
                             f"(w has shape {tuple(w.shape)})")
     if x.dim() == 2:
         return boo_matmul(x, w.mT, bias=b, activation=activation)
-    y = boo_matmul(x.reshape(-1, w.shape[1]), w.mT, bias=b, activation=activation)
+    rows = math.prod(x.shape[:-1])  # not reshape(-1, K): ambiguous when x is empty
+    y = boo_matmul(x.reshape(rows, w.shape[1]), w.mT, bias=b, activation=activation)
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
@@ -73,11 +82,11 @@ def matmul_signature_for(
     activation: str | None = None,
 ) -> MatmulSignature:
     """The :class:`MatmulSignature` that ``boo_matmul`` runs for these arguments (outside autograd)."""
+    alpha, beta = require_number("boo_matmul", "alpha", alpha), require_number("boo_matmul", "beta", beta)
     if c is not None and beta == 0.0:
         c = None
+    a, b, c, bias = _dense(a, b, c, bias)
     shape = _result_shape(a, b, c, bias)
-    if a.dtype != b.dtype:
-        raise ArgumentError(f"boo_matmul: a and b must share a dtype (got {a.dtype} and {b.dtype})")
     if min(shape) == 0 or a.shape[-1] == 0:
         raise ArgumentError(f"boo_matmul: empty operands are not supported (a {tuple(a.shape)}, b {tuple(b.shape)})")
     _, trans_a = _as_stored(a)
@@ -129,6 +138,26 @@ def _as_stored(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
     if t.mT.is_contiguous():
         return t.mT, True
     return t.contiguous(), False
+
+
+def _torch_result(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None, alpha: float, beta: float,
+                  bias: torch.Tensor | None, activation: str | None) -> torch.Tensor:
+    """What the kernel computes, with PyTorch (for empty operands)."""
+    y = torch.matmul(a, b)
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None:
+        y = y + beta * c
+    if bias is not None:
+        y = y + bias
+    return ACTIVATIONS[activation](y) if activation else y
+
+
+def _dense(a: object, b: object, c: object, bias: object) -> tuple[torch.Tensor | None, ...]:
+    """The operands, checked to be dense tensors of one dtype and device (and resolved)."""
+    tensors = require_tensors("boo_matmul", {"a": a, "b": b, "c": c, "bias": bias}, dtypes=DTYPES,
+                              optional=("c", "bias"))
+    return tuple(tensors.get(name) for name in ("a", "b", "c", "bias"))
 
 
 def _result_shape(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None,

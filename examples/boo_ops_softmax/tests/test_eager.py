@@ -69,8 +69,9 @@ def test_the_backward_kernel_runs_only_when_the_setting_asks(monkeypatch):
 
 @pytest.mark.parametrize("x, dim, message", [
     (torch.randn(3, 4), 2, r"^boo_softmax: dim 2 is out of range for a 2-D tensor$"),
-    (torch.tensor(1.0), 0, r"^boo_softmax: x \(shape \[\]\) must have at least one dim and one element$"),
-    (torch.randn(0, 4), 1, r"^boo_softmax: x \(shape \[0, 4\]\) must have at least one dim and one element$"),
+    (torch.tensor(1.0), 1, r"^boo_softmax: dim 1 is out of range for a 0-D tensor$"),
+    ([1.0, 2.0], 0, r"^boo_softmax: x must be a torch.Tensor, got list$"),
+    (torch.randn(3, 4), 1.0, r"^boo_softmax: dim must be an int, got 1.0$"),
 ])
 def test_bad_arguments_are_refused(x, dim, message):
     with pytest.raises(ArgumentError, match=message):
@@ -80,3 +81,13 @@ def test_bad_arguments_are_refused(x, dim, message):
 def test_other_dtypes_are_unsupported():
     with pytest.raises(UnsupportedError, match=r"^softmax dtype torch.float64 is not supported"):
         boo_softmax(torch.randn(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("x, dim", [(torch.randn(0, 4), 1), (torch.randn(3, 0), -1), (torch.tensor(2.5), 0)])
+@pytest.mark.parametrize("log", [False, True])
+def test_empty_and_0d_inputs_give_pytorchs_result_without_a_kernel(x, dim, log, monkeypatch):
+    import boo_ops_softmax.eager
+
+    monkeypatch.setattr(boo_ops_softmax.eager, "launchable_for", lambda *a: pytest.fail("a kernel was asked for"))
+    y = boo_softmax(x, dim, log)
+    assert y.shape == x.shape and torch.equal(y, (torch.log_softmax if log else torch.softmax)(x, dim))

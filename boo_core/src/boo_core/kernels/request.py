@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BooError, CompileError
+from ..errors import BooError, CompileError, UnsupportedError
 from ..settings import get_settings
+from ..signatures.signature import tensor_size_problem
 from . import cache
 from .compiler import (
     BASE_FLAGS,
@@ -61,6 +62,9 @@ class KernelRequest:
         if config and substitution is not None:
             raise ValueError("a kernel takes a tuning configuration or a substitution, not both: both replace "
                              "IREE's configured executables")
+        problem = tensor_size_problem(signature)
+        if problem:  # an empty or oversized tensor never reaches the compiler
+            raise UnsupportedError(f"{signature.func_name}: {problem}; BOO compiles no kernel for it")
         registry = registry if registry is not None else BooOpRegistry.default()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]

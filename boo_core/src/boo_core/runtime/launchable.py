@@ -27,7 +27,7 @@ from ..errors import ArgumentError, DeviceError, LaunchError
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..settings import get_settings
-from ..signatures.signature import Signature, TensorSpec
+from ..signatures.signature import Signature, TensorSpec, has_empty_tensor, tensor_size_problem
 from . import hal
 from .devices import BooDevice, resolve_device
 
@@ -123,12 +123,18 @@ class Launchable:
             self._load()
         outputs = self._checked(args, out)
         arg_list = VmVariantList(len(args) + len(outputs))
-        for tensor in args:
+        for index, tensor in enumerate(args):
             if tensor.requires_grad:
                 tensor = tensor.detach()
-            if tensor.data_ptr() % IMPORT_ALIGNMENT:
-                tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
-            arg_list.push_ref(self._import(to_dlpack(tensor)))
+            try:
+                if tensor.data_ptr() % IMPORT_ALIGNMENT:
+                    tensor = tensor.clone()  # IREE imports only aligned memory: the one copy BOO makes
+                capsule = to_dlpack(tensor)
+            except RuntimeError as e:  # a layout without memory of its own (MKL-DNN), checked only here
+                raise ArgumentError(f"{self.signature.func_name}: argument {index} ({self._inputs[index].name}) "
+                                    f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors "
+                                    f"({e})") from None
+            arg_list.push_ref(self._import(capsule))
         for import_output, tensor in zip(self._import_outputs, outputs):
             arg_list.push_ref(import_output(tensor))
         with self._call_lock:
@@ -163,12 +169,13 @@ class Launchable:
             self._check(tensor, spec, f"argument {index}")
         if out is None:
             return tuple(torch.empty(s.shape, dtype=s.dtype, device=self._torch_device) for s in self._outputs)
-        outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
-        if len(outputs) != len(self._outputs):
-            raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, "
-                                f"out= has {len(outputs)}")
+        outputs = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (list, tuple)) else None
+        if outputs is None or len(outputs) != len(self._outputs):
+            got = f"{len(outputs)} tensors" if outputs is not None else f"a {type(out).__name__}"
+            raise ArgumentError(f"{self.signature.func_name} writes {len(self._outputs)} outputs, out= has {got}")
         for index, (tensor, spec) in enumerate(zip(outputs, self._outputs)):
             self._check(tensor, spec, f"out[{index}]")
+        _check_no_overlap(self.signature.func_name, args, outputs)
         return outputs
 
     def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:
@@ -182,13 +189,26 @@ class Launchable:
             problem = f"has dtype {tensor.dtype}"
         elif tensor.device != self._torch_device:
             problem = f"is on {tensor.device}"
-        elif not tensor.is_contiguous():
-            problem = f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape"
+        elif tensor.is_neg() or (spec.dtype.is_complex and tensor.is_conj()):  # DLPack would export the memory
+            problem = "is a lazily negated or conjugated view (call .resolve_neg() / .resolve_conj() first)"
+        elif not _dense_contiguous(tensor) or (where.startswith("out") and tensor.layout is not torch.strided):
+            problem = (f"has layout {tensor.layout}; the kernel reads dense (torch.strided) tensors"
+                       if tensor.layout is not torch.strided else
+                       f"is not contiguous (strides {tensor.stride()}); the layout is given by the shape")
         elif where.startswith("out") and tensor.data_ptr() % IMPORT_ALIGNMENT:
             problem = f"is not {IMPORT_ALIGNMENT}-byte aligned (a view at an offset); the kernel cannot write it"
         if problem:
             raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) {problem}; expected "
                                 f"{spec.describe()} on {self._torch_device}, contiguous")
+
+
+def _dense_contiguous(tensor: torch.Tensor) -> bool:
+    """Contiguous, for the strided layout; sparse and other layouts are not (some raise when
+    asked; MKL-DNN tensors say they are, and fail to import: see Launchable.__call__)."""
+    try:
+        return tensor.is_contiguous()
+    except RuntimeError:
+        return False
 
 
 class ReferenceLaunchable(Launchable):
@@ -223,16 +243,65 @@ class ReferenceLaunchable(Launchable):
         return outputs[0] if len(outputs) == 1 else outputs
 
 
+class EmptyLaunchable(ReferenceLaunchable):
+    """What a signature with an empty tensor gets: no kernel is compiled for it. Outputs
+    with no elements are returned as they are; others (a matmul whose K is 0 still has an
+    M x N result) are computed with PyTorch, as the op defines them."""
+
+    formulation = "none (empty tensors)"
+
+    def __init__(self, signature: Signature, device: BooDevice) -> None:
+        super().__init__(signature, device, ())
+
+    def __repr__(self) -> str:
+        return f"<EmptyLaunchable {self.signature.func_name} on {self.device.key} (no kernel)>"
+
+    def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
+        if any(spec.numel for spec in self._outputs):
+            return super().__call__(*args, out=out)
+        outputs = self._checked(args, out)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _check_no_overlap(func_name: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> None:
+    """``out=`` tensors must not share memory with the inputs or with each other: the kernel
+    would read what it has already overwritten."""
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), f"argument {i}")
+             for i, t in enumerate(inputs) if t.numel() and t.layout is torch.strided]  # others fail to import
+    for index, tensor in enumerate(outputs):
+        start, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+        for other_start, other_end, other in spans:
+            if start < other_end and other_start < end:
+                raise ArgumentError(f"{func_name}: out[{index}] shares memory with {other}; the kernel cannot "
+                                    "write a tensor it reads (or writes twice)")
+        if end > start:
+            spans.append((start, end, f"out[{index}]"))
+
+
+def _as_signature(signature: object) -> Signature:
+    """A signature, from a signature or a command that runs one kernel."""
+    if isinstance(signature, Signature):
+        return signature
+    if isinstance(signature, str):
+        from ..plugins.registry import BooOpRegistry
+
+        return BooOpRegistry.parse_command(signature)
+    raise ArgumentError(f"get_launchable takes a Signature or a command string, got {type(signature).__name__}")
+
+
 _launchables: dict[Hashable, Launchable] = {}
 _lock = threading.Lock()
 _building: dict[Hashable, threading.Lock] = {}
 
 
-def get_launchable(signature: Signature, device: str | torch.device | BooDevice | None = "cpu", *,
+def get_launchable(signature: Signature | str, device: str | torch.device | BooDevice | None = "cpu", *,
                    target: str | Target | None = None, formulation: str | None = None,
                    substitutions: Any = None) -> Launchable:
     """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
 
+    ``signature`` may also be a command that runs one kernel (``"conv -n 1 ... -F 1"``).
+    A signature with an empty tensor gets an :class:`EmptyLaunchable` (no kernel); one
+    whose tensors have negative sizes or could not fit in memory is an :class:`ArgumentError`.
     ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
     ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
     ``formulation`` pins one of the op's formulations by name (no fallback to the others:
@@ -241,6 +310,10 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
     ``configurations/``, ``binaries/``; see docs/cli.md); the kernel is then verified
     against PyTorch on first use, and refused with its verdict if it fails.
     """
+    signature = _as_signature(signature)
+    problem = tensor_size_problem(signature, allow_empty=True)
+    if problem:
+        raise ArgumentError(f"get_launchable: {signature.func_name}: {problem}")
     boo_device = resolve_device(device)
     if target is not None:
         chosen = target if isinstance(target, Target) else Target.parse(target)
@@ -267,8 +340,11 @@ def get_launchable(signature: Signature, device: str | torch.device | BooDevice 
         if launchable is None or launchable.stale:
             from .selection import select
 
-            launchable = _launchables[memory_key] = select(signature, boo_device, driver, only=formulation,
-                                                           substitution=substitutions)
+            if has_empty_tensor(signature):
+                launchable = EmptyLaunchable(signature, boo_device)
+            else:
+                launchable = select(signature, boo_device, driver, only=formulation, substitution=substitutions)
+            _launchables[memory_key] = launchable
     return launchable
 
 

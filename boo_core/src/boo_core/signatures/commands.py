@@ -42,11 +42,9 @@ class Command:
     duplicates: list[str] = field(default_factory=list)  # sources of later copies, which do not run
 
     def tokens(self) -> list[str]:
-        """The command split into tokens, prefixes stripped."""
-        try:
-            return tokenize(self.text)
-        except ValueError as e:  # shlex: an unclosed quote
-            raise CommandError(f"cannot split the command into arguments: {e}") from None
+        """The command split into tokens, prefixes stripped (an unclosed quote is a
+        :class:`~boo_core.errors.CommandError`)."""
+        return tokenize(self.text)
 
     def parse(self) -> ParsedCommand:
         """Parse with the installed ops (raises :class:`~boo_core.errors.CommandError`)."""

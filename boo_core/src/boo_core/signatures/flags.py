@@ -77,35 +77,50 @@ class Flag:
 
 # -- value types ----------------------------------------------------------------------------------
 
-_INT = re.compile(r"^[+-]?[0-9]+$", re.ASCII)
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|infinity|nan)", re.ASCII | re.I)
+#: Whitespace a value may carry around it (ASCII only: no-break spaces are not blanks).
+_BLANKS = " \t\r\n"
+#: Longest integer text converted (more digits are out of range anyway; int() of thousands of
+#: digits is slow and refused beyond 4300).
+_MAX_DIGITS = 40
 
 
 @dataclass(frozen=True)
 class Integer:
-    """An integer in ``[minimum, maximum]``, strictly (ASCII digits only; MIOpenDriver's
-    ``atoi`` would read "1.5" as 1)."""
+    """An integer in ``[minimum, maximum]``, strictly: ASCII digits with an optional sign
+    (MIOpenDriver's ``atoi`` would read "1.5" as 1; Python's ``int`` would read "١٢" as 12)."""
 
     minimum: int = -INT64_MAX
     maximum: int = INT64_MAX
 
     def __call__(self, text: str) -> int:
-        text = text.strip()
-        if len(text) > 40 or not _INT.match(text):
+        text = text.strip(_BLANKS)
+        if not _INT.fullmatch(text):
             raise ValueError("expected an integer")
-        value = int(text)
+        digits = text.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > _MAX_DIGITS:
+            raise OutOfRange(self._too_small() if text.startswith("-") else f"must be at most {self.maximum}")
+        value = -int(digits) if text.startswith("-") else int(digits)
         if value < self.minimum:
-            raise OutOfRange({0: "must not be negative", 1: "must be at least 1"}.get(
-                self.minimum, f"must be at least {self.minimum}"))
+            raise OutOfRange(self._too_small())
         if value > self.maximum:
             raise OutOfRange(f"must be at most {self.maximum}")
         return value
+
+    def _too_small(self) -> str:
+        return {0: "must not be negative", 1: "must be at least 1"}.get(self.minimum,
+                                                                          f"must be at least {self.minimum}")
 
     def format(self, value: int) -> str:
         return str(value)
 
 
+#: Any integer that fits in int64.
 integer = Integer()
+#: Sizes, strides, dilations: 1 to 2**31-1 (MIOpenDriver reads them as C ints).
 positive = Integer(1, INT32_MAX)
+#: Paddings, and sizes where 0 means "absent": 0 to 2**31-1.
 non_negative = Integer(0, INT32_MAX)
 
 
@@ -128,15 +143,13 @@ switch = Switch()
 
 @dataclass(frozen=True)
 class Number:
-    """A finite floating-point value."""
+    """A finite floating-point value, written in ASCII decimal or exponent notation."""
 
     def __call__(self, text: str) -> float:
-        if len(text) > 64 or not text.isascii():
+        text = text.strip(_BLANKS)
+        if len(text) > 64 or not _NUMBER.fullmatch(text):
             raise ValueError("expected a number")
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError("expected a number") from None
+        value = float(text)
         if not math.isfinite(value):
             raise OutOfRange("must be finite")
         return value + 0.0  # -0.0 is 0.0
@@ -170,7 +183,7 @@ class OneOf:
     case: Callable[[str], str] = str
 
     def __call__(self, value: str) -> str:
-        value = self.case(value)
+        value = self.case(value) if value.isascii() else value  # "ß".upper() is "SS"
         if value not in self.choices:
             raise ValueError(f"expected one of {', '.join(self.choices)}")
         return value

@@ -26,6 +26,7 @@ import torch
 from ..errors import CommandError, UnsupportedError
 from .dtypes import DTYPE_TO_SUFFIX, short_name
 from .flags import Directions, Flag, FlagKind, OutOfRange
+from .signature import tensor_size_problem
 
 if TYPE_CHECKING:
     from .signature import Signature
@@ -206,6 +207,10 @@ class CommandParser:
             raise UnsupportedError(f"base argument {base!r}: {op} does not support {short_name(dtype)} "
                                    f"(supported: {allowed})")
         signatures = self.build(parsed, base=base, dtype=dtype)
+        for signature in signatures:
+            problem = tensor_size_problem(signature)
+            if problem:
+                raise CommandError(f"{signature.func_name}: {problem}")
         run_options = {name: parsed[name] for name, f in self._by_long.items() if f.kind is FlagKind.RUN}
         return ParsedCommand(op=op, base=base, signatures=tuple(signatures), run_options=run_options)
 
@@ -228,15 +233,14 @@ class CommandParser:
             try:
                 value = flag.convert(raw)
             except OutOfRange as e:
-                raise CommandError(f"flag {flag.label} {raw} {e}", flag=flag.label) from None
+                raise CommandError(f"flag {flag.label} {_shown(raw)} {e}", flag=flag.label) from None
             except ValueError as e:
                 if raw.startswith("-") and not _looks_numeric(raw):
                     raise CommandError(f"flag {flag.label} needs a value (got the flag {raw!r})",
                                        flag=flag.label) from None
-                shown = raw if len(raw) <= 40 else raw[:40] + "..."
-                raise CommandError(f"bad value {shown!r} for flag {flag.label}: {e}", flag=flag.label) from None
+                raise CommandError(f"bad value {_shown(raw)!r} for flag {flag.label}: {e}", flag=flag.label) from None
             if flag.kind is FlagKind.REFUSED and value != flag.default:
-                raise UnsupportedError(f"flag {flag.label} {raw} is not supported: {flag.refusal}",
+                raise UnsupportedError(f"flag {flag.label} {_shown(raw)} is not supported: {flag.refusal}",
                                        flag=flag.label)
             values[flag.long] = value
             given.add(flag.long)

@@ -22,6 +22,10 @@ from .dtypes import short_name
 #: Longest ``func_name`` BOO produces; longer readable names are cut and get a hash suffix.
 MAX_FUNC_NAME_LENGTH = 96
 
+#: Largest tensor BOO accepts, in bytes (256 TiB): beyond any device's memory, and far from
+#: the int64 element and byte offsets IREE indexes with, so no size computation overflows.
+MAX_TENSOR_BYTES = 2**48
+
 _SYMBOL_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -106,6 +110,34 @@ def require_choice(signature: object, name: str, choices: Sequence[object]) -> N
     value = getattr(signature, name)
     if value not in choices:
         raise ValueError(f"{name} {value!r} must be one of {', '.join(str(c) for c in choices)}")
+
+
+def _count(value: int) -> str:
+    """A possibly astronomical count, short: ``3.54e+24``."""
+    return str(value) if value < 10**6 else (f"{float(value):.3g}" if value.bit_length() < 1000 else "over 1e300")
+
+
+def tensor_size_problem(signature: Signature, *, allow_empty: bool = False) -> str | None:
+    """Why ``signature``'s tensors cannot be made, or None: a size that is not a positive
+    integer (0 is allowed with ``allow_empty``), or a tensor of more than
+    :data:`MAX_TENSOR_BYTES` bytes (which also keeps every element count and byte offset
+    far inside int64)."""
+    lowest = 0 if allow_empty else 1
+    for spec in (*signature.input_specs(), *signature.output_specs()):
+        shape = tuple(spec.shape)
+        bad = [d for d in shape if isinstance(d, bool) or not hasattr(d, "__index__") or d < lowest]
+        if bad:
+            what = "no elements" if all(d == 0 for d in bad) else f"a size of {bad[0]!r}"
+            return f"tensor {spec.name} of shape {shape} has {what}"
+        if spec.nbytes > MAX_TENSOR_BYTES:
+            return (f"tensor {spec.name} of shape {shape} would take {_count(spec.nbytes)} bytes; "
+                    f"BOO accepts tensors of up to 2**48 bytes (256 TiB)")
+    return None
+
+
+def has_empty_tensor(signature: Signature) -> bool:
+    """Whether any of ``signature``'s tensors has no elements."""
+    return any(0 in tuple(spec.shape) for spec in (*signature.input_specs(), *signature.output_specs()))
 
 
 class Signature(abc.ABC):

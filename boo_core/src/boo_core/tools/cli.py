@@ -20,8 +20,9 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -37,7 +38,7 @@ from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
 from . import cache_admin, html_report, tune
 from .backends import backends
-from .driver import DEFAULT_ITERATIONS, DriverOptions, run_command
+from .driver import DEFAULT_ITERATIONS, CommandResult, DriverOptions, error_text, run_command
 from .dump import run_dump
 from .preload import CACHE_HIT, COMPILED, FAILED, CachePopulator
 from .report import (
@@ -116,6 +117,22 @@ def _check_device(device: str, with_boo: bool) -> None:
         raise UsageError(str(e)) from None
 
 
+def _reported(result: CommandResult, print_result: Callable[[CommandResult, TextIO], None],
+              make_rows: Callable[[CommandResult], list[dict[str, str]]]) -> tuple[CommandResult, list[dict[str, str]]]:
+    """Print a command's result and make its CSV rows. Where that fails (a plugin's
+    signature that cannot describe itself: its name, FLOP count...), the command is
+    reported as an error instead, and the run goes on with the next one."""
+    try:
+        print_result(result, sys.stdout)
+        rows = make_rows(result)
+    except Exception as e:  # a plugin's bug must not stop the batch
+        result = CommandResult(result.command, op=result.op, error=f"cannot report its results: {error_text(e)}")
+        print_result(result, sys.stdout)
+        rows = make_rows(result)
+    sys.stdout.flush()
+    return result, rows
+
+
 # -- subcommands ------------------------------------------------------------------------------------
 
 
@@ -160,10 +177,10 @@ def _cmd_driver(args: argparse.Namespace, extra: Sequence[str]) -> int:
     with _csv(args.csv, columns) as csv_report:
         for command in commands:
             result = run_command(command, options)
-            print_driver_result(result, sys.stdout)
-            sys.stdout.flush()
+            result, rows = _reported(result, print_driver_result, lambda r: driver_rows(
+                r, args.device, args.verify_numerics, options.reference_dtype))
             if csv_report:
-                csv_report.write(driver_rows(result, args.device, args.verify_numerics, options.reference_dtype))
+                csv_report.write(rows)
             failed += result.failed
             runs += len(result.runs)
     print(f"\nsummary: {_count(commands, 'command')}, {runs} runs (mode x backend), {failed} failed")
@@ -185,9 +202,8 @@ def _cmd_numerics(args: argparse.Namespace, extra: Sequence[str]) -> int:
     with _csv(args.csv, NUMERICS_COLUMNS) as csv_report:
         for command in commands:
             result = run_command(command, options)
-            print_numerics_result(result, sys.stdout)
-            sys.stdout.flush()
-            rows = numerics_rows(result, args.device, reference_dtype)
+            result, rows = _reported(result, print_numerics_result,
+                                     lambda r: numerics_rows(r, args.device, reference_dtype))
             for row in rows:
                 counts[row["status"]] += 1
             if csv_report:

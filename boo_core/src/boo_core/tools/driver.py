@@ -10,6 +10,7 @@ and the run goes on. ``boo driver`` and ``boo numerics`` are thin layers over it
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from .backends import PreparedBackend, get_backend
 
 #: Timed calls when neither ``--iter`` nor the command's ``-i/--iter`` says (MIOpen's default).
 DEFAULT_ITERATIONS = 10
+#: Most timed calls a command's own ``-i/--iter`` may ask for: one line of a commands file
+#: must not hold the batch for hours (the tool's ``--iter`` is not bounded).
+MAX_COMMAND_ITERATIONS = 100_000
 
 
 @dataclass(frozen=True)
@@ -74,11 +78,19 @@ class BackendRun:
 
     @property
     def tflops(self) -> float | None:
-        return self.signature.flops / self.timing.median / 1e6 if self.timing else None
+        return _rate(self.signature.flops, self.timing.median * 1e6) if self.timing else None
 
     @property
     def gbps(self) -> float | None:
-        return self.signature.bytes_moved / self.timing.median / 1e3 if self.timing else None
+        return _rate(self.signature.bytes_moved, self.timing.median * 1e3) if self.timing else None
+
+
+def _rate(count: int, per: float) -> float:
+    """``count / per``, infinite where the count is too large for a float or ``per`` is 0."""
+    try:
+        return count / per
+    except (OverflowError, ZeroDivisionError):
+        return math.inf
 
 
 @dataclass
@@ -125,6 +137,9 @@ def run_command(command: Command, options: DriverOptions) -> CommandResult:
             iterations = int(parsed.run_options.get("iter", DEFAULT_ITERATIONS))
             if iterations < 1:
                 raise BooError(f"the command's -i/--iter is {iterations}: it must be at least 1")
+            if iterations > MAX_COMMAND_ITERATIONS:
+                raise BooError(f"the command's -i/--iter is {iterations}: at most {MAX_COMMAND_ITERATIONS} "
+                               "(the tool's --iter option overrides it)")
     except Exception as e:  # BooError, or a plugin parser's bug: either way, the next command runs
         result.error = error_text(e)
         return result

@@ -36,7 +36,12 @@ NUMERICS_COLUMNS: tuple[str, ...] = (
 
 
 def si(value: float, unit: str) -> str:
-    """``value`` with an SI prefix: ``si(4.5e8, "FLOP")`` is ``450 MFLOP``."""
+    """``value`` with an SI prefix: ``si(4.5e8, "FLOP")`` is ``450 MFLOP`` (an integer too
+    large for a float is ``over 1e308``)."""
+    try:
+        value = float(value)
+    except OverflowError:
+        return f"over 1e308 {unit}"
     for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
