@@ -41,7 +41,15 @@ def test_an_entry_is_installed_whole_then_kept_not_written_again(compiled, tmp_p
     report = install(elsewhere, files)
     names = ["compile_command.txt", "kernel.vmfb", "meta.json", "source.mlir"]
     assert report.written == tuple(f"{directory.name}/{n}" for n in names[:2] + names[3:] + names[2:3])  # meta last
-    assert all((elsewhere / directory.name / n).read_bytes() == (directory / n).read_bytes() for n in names)
+    assert all((elsewhere / directory.name / n).read_bytes() == (directory / n).read_bytes() for n in names
+               if n != "meta.json")
+    theirs, ours = (json.loads((d / "meta.json").read_text()) for d in (directory, elsewhere / directory.name))
+    assert {**ours, "kernel_hmac": None} == {**theirs, "kernel_hmac": None}
+    assert ours["kernel_hmac"] != theirs["kernel_hmac"]  # signed under the caller's own key
+    assert not (elsewhere / cache.KEY_FILE).exists() or (elsewhere / cache.KEY_FILE).read_bytes() != \
+        (directory.parent / cache.KEY_FILE).read_bytes()
+    entry = cache.CacheEntry(elsewhere / directory.name, cache.CacheKey(ours["key_digest"], directory.name, {}))
+    assert entry.read(cache.integrity_key(elsewhere)).proven
     inodes = {n: (elsewhere / directory.name / n).stat().st_ino for n in names}
 
     again = install(elsewhere, files)
