@@ -8,6 +8,7 @@ matmul rate and copy bandwidth (the peaks), and the host time of one launch.
 
     python benchmarks/gpu.py [--device cuda:0] [--batch 32] [--no-inductor] [--only TEXT] [--tune | --tuned]
                              [--csv tune.csv] [--verification-cost]
+    python benchmarks/gpu.py --launch    # host time per launch; model steps, eager/Inductor/BOO/+CUDA graphs
 """
 
 from __future__ import annotations
@@ -87,10 +88,14 @@ def peaks(device: str) -> tuple[float, float]:
     return 2 * 8192**3 / matmul_us / 1e6, 2 * source.numel() * 4 / copy_us / 1e3
 
 
-def host_overhead_us(device: str) -> tuple[float, float]:
-    """Host time of one call of a tiny kernel: a BOO launchable, and the same torch op."""
+def host_overhead_us(device: str, launch: str = "direct") -> tuple[float, float]:
+    """Host time of one call of a tiny kernel: a BOO launchable (``launch``: direct on torch's
+    stream, or through IREE's runtime), and the same torch op."""
     signature = MatmulSignature(m=4, n=4, k=4)
-    launchable = get_launchable(signature, device)
+    clear_launchables()
+    with settings_override(cuda_launch=launch):
+        launchable = get_launchable(signature, device)
+    assert launchable.launch == launch, launchable.launch
     a, b = signature.get_sample_args(device=device)
 
     def per_call(fn) -> float:
@@ -104,6 +109,86 @@ def host_overhead_us(device: str) -> tuple[float, float]:
         return (time.perf_counter() - start) / 500 * 1e6
 
     return per_call(launchable), per_call(torch.matmul)
+
+
+def resnet_block(device: str) -> torch.nn.Module:
+    """ResNet-50's 64-channel bottleneck at 56x56 (bf16, channels-last)."""
+    class Bottleneck(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            nn = torch.nn
+            self.body = nn.Sequential(nn.Conv2d(256, 64, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                      nn.Conv2d(64, 256, 1, bias=False), nn.BatchNorm2d(256))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.body(x) + x)
+
+    return Bottleneck().to(device, BF16, memory_format=torch.channels_last)
+
+
+def transformer_mlp(device: str) -> torch.nn.Module:
+    """A transformer's MLP: 1024 -> 4096 -> 1024 with GELU (bf16)."""
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(device, BF16)
+
+
+MODELS = {"resnet block 32x256x56x56": (resnet_block, (32, 256, 56, 56)),
+          "transformer MLP 4096x1024": (transformer_mlp, (4096, 1024))}
+VARIANTS = {"eager": None, "inductor": ("inductor", None), "boo": ("iree_boo", None),
+            "boo reduce-overhead": ("iree_boo", "reduce-overhead")}
+
+
+def step_ms(model: torch.nn.Module, x: torch.Tensor, training: bool, steps: int = 20) -> float:
+    """Median wall time of one step (forward, and backward when training), GPU finished."""
+    samples = []
+    for index in range(steps + 3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.set_grad_enabled(training):
+            y = model(x)
+            if training:
+                y.float().sum().backward()
+        torch.cuda.synchronize()
+        if index >= 3:  # the first steps compile and record
+            samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def model_steps(device: str) -> list[tuple[str, str, dict[str, float]]]:
+    """Step time of each model, training and inference, per variant (eager, Inductor, BOO)."""
+    rows = []
+    for name, (make, shape) in MODELS.items():
+        for training in (False, True):
+            times = {}
+            for variant, how in VARIANTS.items():
+                torch._dynamo.reset()
+                model = make(device).train(training)
+                x = torch.randn(shape, device=device, dtype=BF16, requires_grad=training)
+                if len(shape) == 4:
+                    x = x.detach().to(memory_format=torch.channels_last).requires_grad_(training)
+                if how is not None:
+                    model = torch.compile(model, backend=how[0], mode=how[1])
+                try:
+                    times[variant] = step_ms(model, x, training)
+                except Exception as e:  # a variant that fails is reported, the others still measured
+                    print(f"  ({name} {variant}: {type(e).__name__}: {str(e)[:200]})")
+                    times[variant] = float("nan")
+            rows.append((name, "training" if training else "inference", times))
+            print(f"  {name} {rows[-1][1]}: " + ", ".join(f"{v} {t:.2f} ms" for v, t in times.items()), flush=True)
+    return rows
+
+
+def launch_report(device: str) -> None:
+    """Host time per launch (direct and IREE routes, against torch) and model step times."""
+    direct, torch_host = host_overhead_us(device, "direct")
+    iree, _ = host_overhead_us(device, "iree")
+    steps = model_steps(device)
+    print(f"\nhost time per launch of a 4x4 matmul: BOO direct {direct:.1f} us, BOO through IREE {iree:.1f} us, "
+          f"torch {torch_host:.1f} us (target: torch + 10 us)")
+    print(f"{'model':<28} {'pass':<10}" + "".join(f"{v:>21}" for v in VARIANTS) + "   (ms per step)")
+    for name, kind, times in steps:
+        print(f"{name:<28} {kind:<10}" + "".join(f"{times[v]:>21.2f}" for v in VARIANTS))
 
 
 def forget_verdicts(signature: Signature, device: str) -> None:
@@ -150,6 +235,8 @@ def main() -> None:
     parser.add_argument("--csv", help="with --tune: every candidate's results as CSV")
     parser.add_argument("--verification-cost", action="store_true",
                         help="measure what default verification adds to first calls")
+    parser.add_argument("--launch", action="store_true",
+                        help="only host time per launch and model step times (eager, Inductor, BOO, BOO+CUDA graphs)")
     parser.add_argument("--commands", action="store_true",
                         help="print the rows as MIOpenDriver commands (for boo tune --commands-file) and stop")
     args = parser.parse_args()
@@ -159,6 +246,9 @@ def main() -> None:
                 print(signature.to_command())
         return
     torch.backends.cudnn.benchmark = True
+    if args.launch:
+        launch_report(args.device)
+        return
     table = [row for row in rows(args.batch) if args.only in row[0]]
     tuned = args.tune or args.tuned
 
@@ -213,7 +303,8 @@ def main() -> None:
               + f", torch {torch_us:.1f} us, inductor {inductor_us:.1f} us ({served})", flush=True)
 
     print(f"\nmeasured peaks: bf16 matmul {peak_tflops:.0f} TFLOP/s, copy {peak_gbps:.0f} GB/s")
-    print(f"host time per launch of a 4x4 matmul: BOO {boo_host:.1f} us, torch {torch_host:.1f} us")
+    print(f"host time per launch of a 4x4 matmul: BOO {boo_host:.1f} us, torch {torch_host:.1f} us "
+          "(python benchmarks/gpu.py --launch: both routes, and model step times)")
     if args.verification_cost:
         first, later, count = verification_cost(table, args.device)
         print(f"verification on first use adds {first * 1e3:.1f} ms (median over {count} kernels); a later process "

@@ -132,6 +132,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`local-sync` (inline), `local-task` (threads), or `auto`: small kernels inline"),
     Setting("cuda_target", "BOO_CUDA_TARGET", _text_or_none, _const(None), "from the GPU",
             "IREE CUDA target (`sm_80`, `sm_89`...); `get_launchable(..., target=)` per call"),
+    Setting("cuda_launch", "BOO_CUDA_LAUNCH", _choice("direct", "iree"), _const("direct"), "`direct`",
+            "`direct`: CUDA kernels launched on torch's current stream, no host wait (CUDA-graph capturable); "
+            "`iree`: through IREE's runtime, which waits on the host (a kernel with no launch plan always does)"),
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels"),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
@@ -181,6 +184,7 @@ class Settings:
     lock_timeout: float = 1200.0
     cpu_driver: str = "auto"
     cuda_target: str | None = None
+    cuda_launch: str = "direct"
     use_backward_kernels: bool = False
     verify: str = "auto"
     substitutions: Path | None = None

@@ -18,23 +18,25 @@ import torch.fx
 
 from ..plugins.registry import BooOpRegistry
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .cuda_graphs import graphed
 from .decompose import decompose_remaining
 from .rewrite import rewrite
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
 
-def boo_backend(nested_backend: str | Backend = "eager") -> Backend:
+def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = False) -> Backend:
     """A torch.compile backend: BOO kernels for what the plugins claim, ``nested_backend``
     for the rest.
 
     ``nested_backend`` is ``"eager"``, ``"inductor"``, another registered backend's name,
     or a callable ``(graph_module, example_inputs) -> callable``. A callable or a name other
     than those two receives the aten-level graphs AOTAutograd produced, with BOO calls as
-    ``torch.ops.boo.fused`` nodes.
+    ``torch.ops.boo.fused`` nodes. ``cuda_graphs`` records each compiled graph into a CUDA
+    graph (:mod:`.cuda_graphs`; Inductor's own cudagraph trees with ``"inductor"``).
     """
     if nested_backend == "inductor":
-        return _inductor_nested
+        return functools.partial(_inductor_nested, cuda_graphs=cuda_graphs)
     if nested_backend == "eager":
         name, nested, as_custom_op = "iree_boo", None, False
     else:
@@ -46,7 +48,8 @@ def boo_backend(nested_backend: str | Backend = "eager") -> Backend:
         rewrite(gm, backend=name, kind=kind, as_custom_op=as_custom_op)
         compiled = gm.forward if nested is None else nested(gm, example_inputs)
         # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), freeing them early.
-        return compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
+        boxed = compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
+        return graphed(boxed, f"{name} {kind} graph") if cuda_graphs else boxed
 
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -62,7 +65,8 @@ def _lookup(name: str) -> Backend:
     return lookup_backend(name)
 
 
-def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                     cuda_graphs: bool = False) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
@@ -79,8 +83,42 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Cal
         decompose_remaining(graph, withheld, table)
         return compile_fx_inner(graph, inputs, **kwargs)
 
-    return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
+    from torch._inductor import config
+
+    with config.patch({"triton.cudagraphs": cuda_graphs}):
+        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
 
 
-iree_boo: Backend = boo_backend("eager")
-iree_boo_inductor: Backend = _inductor_nested
+#: torch.compile modes that record CUDA graphs (as Inductor's do).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+KNOWN_MODES = (None, "default", "max-autotune-no-cudagraphs", *CUDA_GRAPH_MODES)
+
+
+def _wants_cuda_graphs(backend: str, mode: str | None, options: dict[str, Any] | None) -> bool:
+    """Whether ``torch.compile(..., mode=, options=)`` asks for CUDA graphs."""
+    if mode not in KNOWN_MODES:
+        raise ValueError(f"torch.compile(backend={backend!r}): unknown mode {mode!r}; expected one of "
+                         f"{', '.join(repr(m) for m in KNOWN_MODES if m)}")
+    unknown = set(options or {}) - {"triton.cudagraphs"}
+    if unknown:
+        raise ValueError(f"torch.compile(backend={backend!r}) takes only the option 'triton.cudagraphs', "
+                         f"not {', '.join(sorted(unknown))}")
+    return bool((options or {}).get("triton.cudagraphs", mode in CUDA_GRAPH_MODES))
+
+
+_iree_boo = {False: boo_backend("eager"), True: boo_backend("eager", cuda_graphs=True)}
+
+
+def iree_boo(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
+             options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``torch.compile(model, backend="iree_boo")``: BOO kernels, PyTorch eager for the rest;
+    ``mode="reduce-overhead"`` records each graph into a CUDA graph."""
+    return _iree_boo[_wants_cuda_graphs("iree_boo", mode, options)](gm, example_inputs)
+
+
+def iree_boo_inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
+                      options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``torch.compile(model, backend="iree_boo_inductor")``: BOO kernels, Inductor for the
+    rest; ``mode="reduce-overhead"`` turns on Inductor's CUDA graphs."""
+    return _inductor_nested(gm, example_inputs,
+                            cuda_graphs=_wants_cuda_graphs("iree_boo_inductor", mode, options))

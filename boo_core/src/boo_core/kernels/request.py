@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from ..errors import BooError, CompileError, UnsupportedError
 from ..settings import get_settings
 from ..signatures.signature import tensor_size_problem
-from . import cache
+from . import cache, launch_plan
 from .compiler import (
     BASE_FLAGS,
     compile_command,
@@ -32,6 +33,8 @@ from .compiler import (
 from .formulation import Formulation
 from .target import Target
 from .validate import check_in_child
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,16 @@ class KernelRequest:
                 raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
         shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
-        return shown, self._run(mlir_path, flags, shown)
+        if self.target.backend != "cuda":
+            return shown, self._run(mlir_path, flags, shown)
+        # CUDA: the hal phase's text too (no second compile), read into a launch plan.
+        with tempfile.TemporaryDirectory(prefix="boo-phases-") as phases:
+            data = self._run(mlir_path, (*flags, f"{launch_plan.HAL_PHASE_FLAG}={phases}"), shown)
+            reason = launch_plan.write_plan(entry.directory, launch_plan.hal_phase_text(Path(phases)),
+                                            self.signature.func_name, data)
+        if reason:
+            logger.info("%s: no launch plan, IREE's runtime will run it: %s", self.signature.func_name, reason)
+        return shown, data
 
     def _run(self, mlir: Path | str, flags: tuple[str, ...], shown: str | None = None) -> bytes:
         try:

@@ -1,0 +1,122 @@
+"""CUDA graphs for ``torch.compile(..., backend="iree_boo", mode="reduce-overhead")``.
+
+A compiled graph (forward, backward or inference, BOO kernels and the torch ops around
+them) is recorded into one ``torch.cuda.CUDAGraph`` on its first call and replayed after,
+so a step costs one launch on the host. BOO kernels can be recorded because they are
+enqueued on torch's stream without host waits (``BOO_CUDA_LAUNCH=direct``).
+
+What a replay reads and writes is fixed at recording: inputs are copied into the graph's
+own buffers, except parameters and buffers of the model (the same tensors every step, so
+their memory is recorded as is); outputs are cloned out of the graph's memory, so a caller
+never sees them overwritten by the next replay. A call whose tensors differ in shape,
+dtype or device from the recorded ones, or that is not on a GPU, runs the graph without
+recording (as does everything while the graph could not be recorded, with the reason
+logged once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: Calls that run the compiled function before recording (lazy initialisation, allocator warm-up).
+WARMUP_CALLS = 2
+
+
+class GraphedFunction:
+    """``fn`` (taking a list of arguments, AOTAutograd's boxed convention) recorded into a
+    CUDA graph on its first call and replayed after (module docstring)."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any], name: str) -> None:
+        self._boxed_call = True  # on the instance: torch's wrappers copy __dict__, not class attributes
+        self.fn = fn
+        self.name = name
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.replays = 0
+        self._failed = ""
+        self._warmups = 0
+        self._inputs: list[Any] = []
+        self._outputs: Any = None
+        self._signature: tuple[Any, ...] = ()
+
+    def __call__(self, args: list[Any]) -> Any:
+        if self._failed:
+            return self.fn(args)
+        signature = _signature(args)
+        if signature is None:
+            return self.fn(args)
+        if self.graph is None:
+            if self._warmups < WARMUP_CALLS:
+                self._warmups += 1
+                return self._run_on_side_stream(args)
+            return self._record(args, signature)
+        if signature != self._signature:
+            return self.fn(args)
+        for static, given in zip(self._inputs, args):
+            if isinstance(static, torch.Tensor) and static.data_ptr() != given.data_ptr():
+                static.copy_(given)
+        self.graph.replay()
+        self.replays += 1
+        return _clone(self._outputs)
+
+    def _run_on_side_stream(self, args: list[Any]) -> Any:
+        """Warm-up calls run on a side stream, as recording will."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            result = self.fn(list(args))
+        torch.cuda.current_stream().wait_stream(stream)
+        return result
+
+    def _record(self, args: list[Any], signature: tuple[Any, ...]) -> Any:
+        inputs = [a if not isinstance(a, torch.Tensor) or _is_state(a) else a.clone() for a in args]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                outputs = self.fn(list(inputs))
+        except Exception as e:  # an op that cannot be recorded: run without graphs from now on
+            self._failed = f"{type(e).__name__}: {e}"
+            logger.warning("%s: not recorded into a CUDA graph (%s); running without one", self.name, self._failed)
+            torch.cuda.synchronize()
+            return self.fn(args)
+        self.graph, self._inputs, self._outputs, self._signature = graph, inputs, outputs, signature
+        graph.replay()
+        self.replays += 1
+        return _clone(outputs)
+
+
+def graphed(fn: Callable[[list[Any]], Any], name: str) -> GraphedFunction:
+    """``fn`` behind a CUDA graph (module docstring)."""
+    return GraphedFunction(fn, name)
+
+
+def _is_state(tensor: torch.Tensor) -> bool:
+    """A model's parameter or registered buffer: the same memory at every step."""
+    return isinstance(tensor, torch.nn.Parameter) or getattr(tensor, "_is_param", False)
+
+
+def _signature(args: Sequence[Any]) -> tuple[Any, ...] | None:
+    """What must match for a replay to be right: each tensor's shape, strides, dtype and
+    device (and, for parameters, its memory); None when a tensor is not on a GPU."""
+    found = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.device.type != "cuda":
+                return None
+            found.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.data_ptr() if _is_state(a) else None))
+        else:
+            found.append(("value", a))
+    return tuple(found)
+
+
+def _clone(outputs: Any) -> Any:
+    if isinstance(outputs, torch.Tensor):
+        return outputs.clone()
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(_clone(o) for o in outputs)
+    return outputs

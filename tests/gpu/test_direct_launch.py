@@ -1,0 +1,164 @@
+"""BOO kernels launched on torch's stream (BOO_CUDA_LAUNCH=direct): ordering across streams,
+no host wait, CUDA-graph capture eager and through torch.compile(mode="reduce-overhead")."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+
+from boo_core import BooOpRegistry, get_launchable
+from boo_core.settings import settings_override
+from boo_core.verify.numerics import check_launchable
+from boo_ops_conv import ConvSignature
+from boo_ops_matmul import MatmulSignature
+
+pytestmark = pytest.mark.gpu
+DEVICE = "cuda:0"
+f32, bf16 = torch.float32, torch.bfloat16
+
+
+@pytest.fixture(autouse=True)
+def exact_float32_references():
+    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+# One dispatch; several dispatches with a transient buffer and fills (odd-size batched
+# bf16 matmul, padded); a conv with a transient; a layer norm.
+KERNELS = [
+    MatmulSignature(m=64, n=32, k=48),
+    MatmulSignature(m=17, n=33, k=9, batch=3, trans_a=True, dtype=bf16),
+    ConvSignature((2, 16, 14, 14), (32, 16, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC"),
+    ConvSignature((2, 16, 14, 14), (32, 16, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", mode="wrw"),
+    *BooOpRegistry.parse_signatures("layernormbfp16 --input 8192x1024 -o 1 -m 1 -F 1"),
+]
+
+
+@pytest.mark.parametrize("signature", KERNELS, ids=lambda s: s.func_name)
+def test_kernels_are_launched_directly_and_right(signature):
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.launch == "direct"
+    failed = [str(c) for c in check_launchable(launchable) if not c.passed]
+    assert not failed
+
+
+def test_the_iree_route_still_serves_when_asked():
+    with settings_override(cuda_launch="iree"):
+        from boo_core import clear_launchables
+
+        clear_launchables()
+        launchable = get_launchable(KERNELS[0], DEVICE)
+        assert launchable.launch == "iree"
+        assert all(c.passed for c in check_launchable(launchable))
+    clear_launchables()
+
+
+def test_a_call_returns_before_its_kernel_ends():
+    signature = MatmulSignature(m=256, n=256, k=256)
+    launchable = get_launchable(signature, DEVICE)
+    a, b = (torch.randn(256, 256, device=DEVICE) for _ in range(2))
+    launchable(a, b)
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    torch.cuda._sleep(2_000_000_000)  # about a second of GPU time queued ahead of the kernel
+    start = time.perf_counter()
+    y = launchable(a, b)
+    host = time.perf_counter() - start
+    assert not stream.query(), "the stream finished already: the call waited for the GPU"
+    assert host < 0.1
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
+
+
+def test_producer_boo_consumer_across_two_streams_a_thousand_times():
+    rng = random.Random(1234)
+    shapes = [(m, n, k) for m in (1, 7, 64) for n in (5, 32) for k in (3, 48)]
+    launchables = {s: get_launchable(MatmulSignature(m=s[0], n=s[1], k=s[2]), DEVICE) for s in shapes}
+    producer, worker = torch.cuda.Stream(), torch.cuda.Stream()
+    done = []
+    for i in range(1000):
+        m, n, k = shape = rng.choice(shapes)
+        with torch.cuda.stream(producer):
+            a = torch.randn(m, k, device=DEVICE)
+            b = torch.randn(k, n, device=DEVICE)
+            torch.cuda._sleep(rng.randrange(0, 20_000))  # the producer is sometimes late
+            a.mul_(1 + i % 3)  # still writing a when the event is recorded after it
+            ready = torch.cuda.Event()
+            ready.record(producer)
+        with torch.cuda.stream(worker):
+            worker.wait_event(ready)
+            y = launchables[shape](a, b)
+            z = y * 2 + 1  # the consumer: must see the kernel's result
+            a.record_stream(worker)
+            b.record_stream(worker)
+        done.append((a, b, z))
+    torch.cuda.synchronize()
+    for a, b, z in done:
+        expected = (a.double() @ b.double()) * 2 + 1
+        torch.testing.assert_close(z.double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("signature", KERNELS[:3], ids=lambda s: s.func_name)
+def test_a_cuda_graph_captures_and_replays_boo_calls(signature):
+    launchable = get_launchable(signature, DEVICE)
+    inputs = [t.to(DEVICE) for t in signature.get_sample_args(device=DEVICE)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launchable(*inputs)  # warm-up off the capturing stream, as torch's docs ask
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = launchable(*inputs)
+    for _ in range(3):
+        for tensor in inputs:
+            tensor.copy_(torch.randn_like(tensor))
+        out.fill_(float("nan"))  # poisoned: a replay that writes nothing fails
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = signature.reference(*[t.double() for t in inputs])
+        torch.testing.assert_close(out.double(), expected, rtol=3e-2, atol=3e-2)
+
+
+def _mlp(dtype):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(DEVICE, dtype)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_torch_compile_reduce_overhead_replays_cuda_graphs_with_boo_kernels(training, monkeypatch):
+    from boo_core.dynamo import offload_summary, reset_offload_summary
+    from boo_core.dynamo.cuda_graphs import GraphedFunction
+
+    torch._dynamo.reset()
+    model = _mlp(f32)
+    reference = _mlp(f32)
+    recorded: list[GraphedFunction] = []
+    original = GraphedFunction.__init__
+
+    def remember(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        recorded.append(self)
+
+    monkeypatch.setattr(GraphedFunction, "__init__", remember)
+    compiled = torch.compile(model, backend="iree_boo", mode="reduce-overhead")
+    reset_offload_summary()
+    for _ in range(5):
+        x = torch.randn(32, 64, device=DEVICE, requires_grad=training)
+        with torch.set_grad_enabled(training):
+            got = compiled(x)
+            want = reference(x.detach().requires_grad_(training))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        if training:
+            got.sum().backward()
+            want.sum().backward()
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+                p.grad = q.grad = None
+    assert sum(offload_summary().offloaded.values()) >= 2, offload_summary()
+    assert recorded and all(g.replays >= 2 for g in recorded), [(g.name, g.replays, g._failed) for g in recorded]
