@@ -75,6 +75,8 @@ def test_preload_reports_each_hostile_line(capsys, commands_file, scale_registry
 class HugeSignature(scale_op.ScaleSignature):
     """A plugin's signature whose FLOP count no float holds."""
 
+    op_name = "huge"
+
     @property
     def flops(self) -> int:
         return 10**400
@@ -83,6 +85,8 @@ class HugeSignature(scale_op.ScaleSignature):
 @dataclass(frozen=True)
 class NamelessSignature(scale_op.ScaleSignature):
     """A plugin's signature that cannot say its name (a plugin bug)."""
+
+    op_name = "nameless"
 
     def readable_name(self) -> str:
         raise KeyError("no name")

@@ -111,7 +111,11 @@ def test_no_copies_inputs_are_read_in_place_and_outputs_written_in_place():
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     launchable(x, w, out=out)
-    assert torch.cuda.max_memory_allocated() == before  # nothing allocated: no copy of x or w
+    # Nothing allocated but the kernel's own scratch (its intermediates, with direct launch),
+    # which here is smaller than x or w: no copy of either was made.
+    scratch = -(-launchable.scratch_bytes // 512) * 512  # the caching allocator's rounding
+    assert scratch < min(x.nbytes, w.nbytes)
+    assert torch.cuda.max_memory_allocated() - before <= scratch
 
 
 def test_stream_order_with_async_producers_and_consumers_on_a_side_stream():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from boo_core import Formulation, OpSpec, Target, hookimpl
 
 from .fusion import PATTERNS
@@ -18,10 +20,16 @@ CPU_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",
 
 
 def formulations(signature: LayerNormSignature, target: Target) -> tuple[Formulation, ...]:
-    """On the CPU, the hand-written linalg (mlir.py) first, then the reference's export."""
+    """On the CPU, the hand-written linalg (mlir.py) first, then the reference's export; on
+    GPUs the forward's statistics as plain means first (the reference's scaled sums do not
+    compile for CUDA in IREE 3.13), then the reference's export."""
     default = Formulation("default")
     if target.backend != "llvm-cpu":
-        return (default,)
+        if signature.mode != "fwd":
+            return (default,)
+        means = Formulation("mean_statistics", computation=functools.partial(signature._forward, scaled_sums=False),
+                            description="statistics as mean(x) and mean of squared deviations (compiles for CUDA)")
+        return (means, default)
     linalg = Formulation("linalg", mlir=lambda: kernel_mlir(signature),
                          description="hand-written linalg, one row per vector step")
     return (linalg, default)

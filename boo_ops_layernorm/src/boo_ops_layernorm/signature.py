@@ -147,7 +147,7 @@ class LayerNormSignature(Signature):
             return self._forward(*args)
         return self._backward(*args)
 
-    def _forward(self, x: torch.Tensor, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _forward(self, x: torch.Tensor, *params: torch.Tensor, scaled_sums: bool = True) -> tuple[torch.Tensor, ...]:
         # The numerics reference, and the kernel's source where the plugin writes no MLIR (GPU
         # targets). On x as (rows, row_length), accumulated in at least float32, in two passes
         # (mean, then the mean of squared deviations): unlike E[x^2] - E[x]^2 they do not
@@ -155,12 +155,23 @@ class LayerNormSignature(Signature):
         # The mean is the sum of x / n, which cannot overflow for finite x, the variance the sum
         # of squared deviations / n; one that is not finite gives NaN (never a finite y from
         # rstd = 0): docs/numerics.md.
+        # ``scaled_sums=False`` divides after summing (``mean()``): IREE 3.13's CUDA backend
+        # fails to compile a reduction of scaled values ("failed to distribute"), so GPU
+        # kernels are built that way (the ``mean_statistics`` formulation); its sums overflow
+        # only for |x| near float32's limit, where the statistics become inf.
         acc = stats_dtype(x.dtype)
         xf = x.to(acc).reshape(self.rows, self.row_length)
-        mean = (xf * (1.0 / self.row_length)).sum(1, keepdim=True)
+        if scaled_sums:
+            mean = (xf * (1.0 / self.row_length)).sum(1, keepdim=True)
+        else:
+            mean = xf.mean(1, keepdim=True)
         centered = xf - mean
-        var = (centered * centered * (1.0 / self.row_length)).sum(1, keepdim=True)
-        rstd = torch.where(var < float("inf"), torch.rsqrt(var + self.eps), float("nan"))
+        if scaled_sums:
+            var = (centered * centered * (1.0 / self.row_length)).sum(1, keepdim=True)
+            rstd = torch.where(var < float("inf"), torch.rsqrt(var + self.eps), float("nan"))
+        else:
+            var = (centered * centered).mean(1, keepdim=True)
+            rstd = torch.rsqrt(var + self.eps) + (var - var)  # NaN where var is not finite (inf - inf)
         y = centered * rstd
         weight, bias = self._split_params(params)
         if weight is not None:

@@ -140,6 +140,13 @@ class Launchable:
             return None
 
     @property
+    def scratch_bytes(self) -> int:
+        """Device memory a call allocates (from torch's allocator, in stream order) for the
+        kernel's intermediates: direct launches only; IREE's runtime allocates its own."""
+        launcher = getattr(self, "_launcher", None)
+        return launcher.scratch_bytes if launcher is not None else 0
+
+    @property
     def launch(self) -> str:
         """How calls reach the GPU: ``"direct"`` (torch's stream, no host wait) or ``"iree"``."""
         return "direct" if getattr(self, "_launcher", None) is not None else "iree"
@@ -181,8 +188,11 @@ class Launchable:
 
     def _launch_direct(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
         """Enqueue the kernel on the current stream and return (no host wait)."""
-        aligned = [t if not t.data_ptr() % IMPORT_ALIGNMENT else t.clone() for t in args]  # as IREE would
-        pointers = [t.data_ptr() for t in aligned] + [t.data_ptr() for t in outputs]
+        pointers = [t.data_ptr() for t in args]
+        if any(p % IMPORT_ALIGNMENT for p in pointers):  # IREE's kernels assume aligned buffers: copy once
+            args = [t if not t.data_ptr() % IMPORT_ALIGNMENT else t.clone() for t in args]
+            pointers = [t.data_ptr() for t in args]
+        pointers += [t.data_ptr() for t in outputs]
         self._launcher(pointers, _current_stream(self._torch_device.index or 0))
         return outputs[0] if len(outputs) == 1 else outputs
 

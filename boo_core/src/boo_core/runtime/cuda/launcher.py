@@ -6,6 +6,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,10 +24,7 @@ TRANSIENT_ALIGNMENT = 256
 
 @dataclass
 class _Launch:
-    function: ctypes.c_void_p
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared: int
+    head: tuple[Any, ...]  # cuLaunchKernel's arguments before the stream: function, grid, block, shared memory
     pointers: ctypes.Array  # the binding parameters' values (c_uint64), set per call
     sources: tuple[tuple[int, int], ...]  # per binding: (slot, byte offset in the slot)
     parameters: ctypes.Array  # void*[]: where each parameter's value is
@@ -62,6 +60,12 @@ class PlanLauncher:
         self._transient_offsets, self._transient_bytes = _layout(plan.transients)
         self._slots = tuple((slot.arg, slot.transient, slot.offset) for slot in plan.slots)
         self._steps = [self._prepare(command, plan, functions) for command in plan.commands]
+        # The common kernel, one dispatch on the arguments alone, takes a shorter path.
+        only = self._steps[0] if len(self._steps) == 1 and isinstance(self._steps[0], _Launch) else None
+        self._single = None
+        if only is not None and not plan.transients:
+            self._single = (only, tuple((index, self._slots[slot][0], self._slots[slot][2] + offset)
+                                        for index, (slot, offset) in enumerate(only.sources)))
         self._device = torch.device("cuda", ordinal)
         self._context = api.primary_context(ordinal)
         self._lock = threading.Lock()
@@ -77,9 +81,14 @@ class PlanLauncher:
                 addresses += [ctypes.addressof(constants) + 4 * i for i in range(len(command.constants))]
             parameters = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
             sources = tuple((b.slot, b.offset) for b in command.bindings)
-            return _Launch(functions[command.kernel], command.grid, kernel.block, kernel.shared_memory, pointers,
+            return _Launch((functions[command.kernel], *command.grid, *kernel.block, kernel.shared_memory), pointers,
                            sources, parameters, constants)
         return command
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Bytes of transient buffers one call allocates."""
+        return self._transient_bytes
 
     def __call__(self, pointers: Sequence[int], stream: int) -> None:
         if getattr(_thread, "context", None) != self._context:  # once per thread (torch's autograd threads...)
@@ -93,6 +102,18 @@ class PlanLauncher:
 
     def _launch(self, pointers: Sequence[int], stream: int) -> None:
         api = self._driver
+        if self._single is not None:
+            step, sources = self._single
+            values = step.pointers
+            with self._lock:
+                for index, arg, offset in sources:
+                    values[index] = pointers[arg] + offset
+                code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
+            if code in _WRONG_CONTEXT_CODES:
+                raise _WrongContext
+            if code:
+                raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
+            return
         scratch = None
         if self._transient_bytes:
             scratch = torch.empty(self._transient_bytes, dtype=torch.uint8, device=self._device)
@@ -105,8 +126,7 @@ class PlanLauncher:
                     values = step.pointers
                     for index, (slot, offset) in enumerate(step.sources):
                         values[index] = bases[slot] + offset
-                    code = api.cuLaunchKernel(step.function, *step.grid, *step.block, step.shared, stream,
-                                              step.parameters, None)
+                    code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
                 elif isinstance(step, Fill):
                     code = _fill(api, bases[step.slot] + step.offset, step, stream)
                 else:
