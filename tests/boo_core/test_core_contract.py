@@ -93,7 +93,8 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
     assert len({s.env for s in SETTINGS}) == len(SETTINGS) and all(s.env.startswith("BOO_") for s in SETTINGS)
     values = {"BOO_CACHE_ON": "0", "BOO_CACHE_DIR": "/tmp/x", "BOO_EXTRA_COMPILE_FLAGS": "--a '--b c'",
               "BOO_TUNING_SPEC_PATH": "/tmp/spec.mlir", "BOO_COMPILE_TIMEOUT": "5", "BOO_LOCK_TIMEOUT": "7",
-              "BOO_CPU_DRIVER": "local-sync", "BOO_CUDA_TARGET": "sm_89", "BOO_USE_BACKWARD_KERNELS": "1",
+              "BOO_CPU_DRIVER": "local-sync", "BOO_CUDA_TARGET": "sm_89", "BOO_CUDA_LAUNCH": "iree",
+              "BOO_USE_BACKWARD_KERNELS": "1",
               "BOO_VERIFY": "0", "BOO_USE_TUNED": "0", "BOO_COMPILE_STRICT": "1", "BOO_STRICT_PLUGINS": "1",
               "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_TRACE_HOOKS": "1",
               "BOO_SUBSTITUTIONS": "/tmp/substitutions"}
@@ -114,6 +115,7 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
     ("BOO_VERIFY", "sometimes", r"BOO_VERIFY='sometimes': expected auto, 1 or 0"),
     ("BOO_COMPILE_TIMEOUT", "-3", r"BOO_COMPILE_TIMEOUT='-3': expected a positive number of seconds"),
     ("BOO_CPU_DRIVER", "cuda", r"BOO_CPU_DRIVER='cuda': expected one of auto, local-sync, local-task"),
+    ("BOO_CUDA_LAUNCH", "async", r"BOO_CUDA_LAUNCH='async': expected one of direct, iree"),
 ])
 def test_a_bad_setting_is_an_error_naming_the_variable(boo_env, variable, value, message):
     with pytest.raises(SettingError, match=message):

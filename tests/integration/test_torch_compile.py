@@ -294,3 +294,29 @@ def test_no_warning_when_everything_compiles():
     with warnings.catch_warnings():
         warnings.simplefilter("error", BooFallbackWarning)
         torch.compile(nn.Conv2d(3, 4, 3), backend="iree_boo")(torch.randn(1, 3, 6, 6))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune-no-cudagraphs", "default"])
+def test_modes_are_accepted_and_off_gpus_the_graphs_run_as_they_are(mode, private_cache):
+    # CUDA graphs need a GPU (tests/gpu/test_direct_launch.py records and replays them); on
+    # the CPU a reduce-overhead graph runs unrecorded and gives the same results.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    compiled = torch.compile(model, backend="iree_boo", mode=mode)
+    reset_offload_summary()
+    for _ in range(4):  # past the warm-up calls, where a GPU graph would be recorded
+        x = torch.randn(4, 16)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert sum(offload_summary().offloaded.values()) >= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kwargs, message", [({"mode": "fastest"}, "unknown mode 'fastest'"),
+                                             ({"options": {"epilogue_fusion": True}},
+                                              "takes only the option 'triton.cudagraphs', not epilogue_fusion")])
+def test_an_unknown_mode_or_option_is_an_error_naming_it(backend, kwargs, message):
+    torch._dynamo.reset()
+    compiled = torch.compile(nn.Linear(4, 4), backend=backend, **kwargs)
+    with pytest.raises(Exception, match=message):
+        compiled(torch.randn(2, 4))
