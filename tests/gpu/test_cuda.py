@@ -22,13 +22,6 @@ pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
 
 
-@pytest.fixture(autouse=True)
-def exact_float32_references():
-    """PyTorch's CUDA float32 convolutions and matmuls use TF32 by default: not a reference."""
-    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
 
 

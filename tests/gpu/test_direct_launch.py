@@ -20,12 +20,6 @@ DEVICE = "cuda:0"
 f32, bf16 = torch.float32, torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def exact_float32_references():
-    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 # One dispatch; several dispatches with a transient buffer and fills (odd-size batched

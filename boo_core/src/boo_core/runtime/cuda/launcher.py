@@ -70,7 +70,7 @@ class PlanLauncher:
         self._context = api.primary_context(ordinal)
         self._lock = threading.Lock()
 
-    def _prepare(self, command: Dispatch | Fill | Copy, plan: LaunchPlan, functions: list[int]):
+    def _prepare(self, command: Dispatch | Fill | Copy, plan: LaunchPlan, functions: list[ctypes.c_void_p]):
         if isinstance(command, Dispatch):
             kernel = plan.kernels[command.kernel]
             count = len(command.bindings)
@@ -98,7 +98,10 @@ class PlanLauncher:
             self._launch(pointers, stream)
         except _WrongContext:  # something else made another context current on this thread
             self._driver.make_current(self.ordinal)
-            self._launch(pointers, stream)
+            try:
+                self._launch(pointers, stream)
+            except _WrongContext as e:
+                raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {e}") from None
 
     def _launch(self, pointers: Sequence[int], stream: int) -> None:
         api = self._driver
@@ -110,7 +113,7 @@ class PlanLauncher:
                     values[index] = pointers[arg] + offset
                 code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
             if code in _WRONG_CONTEXT_CODES:
-                raise _WrongContext
+                raise _WrongContext(api.error(code))
             if code:
                 raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
             return
@@ -134,7 +137,7 @@ class PlanLauncher:
                                                  bases[step.source.slot] + step.source.offset, step.source.length,
                                                  stream)
                 if code in _WRONG_CONTEXT_CODES and number == 0:
-                    raise _WrongContext
+                    raise _WrongContext(api.error(code))
                 if code:
                     raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
         del scratch  # freed in stream order: the caching allocator reuses it only after the work queued
