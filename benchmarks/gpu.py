@@ -297,7 +297,7 @@ def main() -> None:
         best = times[-1]
         compute = signature.flops / (best * 1e-6) / 1e12 / peak_tflops
         memory = signature.bytes_moved / (best * 1e-6) / 1e9 / peak_gbps
-        served = found[-1].formulation if not isinstance(found[-1], Exception) else "-"
+        served = f"{found[-1].formulation}, {found[-1].launch}" if not isinstance(found[-1], Exception) else "-"
         results.append((name, times[0], best, torch_us, inductor_us, max(compute, memory), served))
         print(f"  {name}: BOO {times[0]:.1f} us" + (f", tuned {best:.1f} us" if tuned else "")
               + f", torch {torch_us:.1f} us, inductor {inductor_us:.1f} us ({served})", flush=True)
@@ -310,7 +310,7 @@ def main() -> None:
         print(f"verification on first use adds {first * 1e3:.1f} ms (median over {count} kernels); a later process "
               f"reading the verdict {later * 1e3:.2f} ms; calls after loading: nothing (it happens at load)")
     print(f"{'kernel':<44} {'BOO us':>9} {'tuned us':>9} {'torch us':>9} {'ind. us':>9} {'BOO/torch':>9} "
-          f"{'% of peak':>10}  served by")
+          f"{'% of peak':>10}  served by (formulation, launch route)")
     for name, default_us, best, torch_us, inductor_us, fraction, served in results:
         print(f"{name:<44} {default_us:>9.1f} {best:>9.1f} {torch_us:>9.1f} {inductor_us:>9.1f} "
               f"{best / torch_us:>9.2f} {100 * fraction:>9.1f}%  {served}")

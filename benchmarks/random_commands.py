@@ -109,6 +109,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     report = []
     for op in GENERATORS:
+        if not getattr(args, op):
+            continue
         commands, refused = draw(op, getattr(args, op), rng)
         start = time.perf_counter()
         CachePopulator(commands=commands, jobs=args.jobs, targets=[target]).run()

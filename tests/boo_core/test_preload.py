@@ -43,6 +43,11 @@ def test_compiles_in_parallel_then_finds_everything_in_the_cache(scale_registry,
     assert get_launchable(ScaleSignature(6)).cache_hit  # what the driver will find
 
 
+@pytest.mark.parametrize("jobs", [1, 4])
+def test_an_empty_batch_compiles_nothing_and_is_no_error(jobs, private_cache):
+    assert CachePopulator(commands=[], jobs=jobs).run() == []  # -j 4 started a pool of 0 workers: ValueError
+
+
 def test_failures_carry_the_error_and_the_reproducer(private_cache):
     with isolated_registry({"scale": BROKEN_FOR_SIZE_5}):
         populator = CachePopulator(commands=["scale -n 5", "scale -n 2 --bogus 1", "scale -n 7"], jobs=1)

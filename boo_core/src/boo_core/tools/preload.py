@@ -195,7 +195,7 @@ class CachePopulator:
             from .preload_cluster import compile_on_cluster
 
             compile_on_cluster(jobs, cluster, record, shared=self.shared_cache, max_in_flight=self.jobs)
-        elif self.jobs == 1 or len(jobs) == 1:
+        elif self.jobs == 1 or len(jobs) <= 1:  # an empty batch included: nothing to start a pool for
             for index, job in enumerate(jobs):
                 record(index, compile_kernel(job))
         else:
