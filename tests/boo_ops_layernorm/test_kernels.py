@@ -47,8 +47,11 @@ def test_the_plugin_sets_cpu_flags_and_provides_mlir_on_the_cpu_only(mode):
     assert request.formulation.name == "linalg"
     assert request.source().startswith(f"func.func @layernorm_{mode}_f32_8x16_o1_affine_none_eps1em05")
     assert [f.name for f in BooOpRegistry.default().formulations(signature, CPU)] == ["linalg", "default"]
-    elsewhere = KernelRequest.create(signature, Target.parse("cuda:sm_80"))  # the export, no CPU flags
-    assert elsewhere.formulation.name == "default" and not set(CPU_FLAGS) & set(elsewhere.flags)
+    elsewhere = KernelRequest.create(signature, Target.parse("cuda:sm_80"))  # an export, no CPU flags
+    # On GPUs the forward exports its statistics as plain means (the reference's scaled sums
+    # do not compile for CUDA); the backward exports the reference.
+    assert elsewhere.formulation.name == ("mean_statistics" if mode == "fwd" else "default")
+    assert not set(CPU_FLAGS) & set(elsewhere.flags)
 
 
 @pytest.mark.parametrize("rows, block", [(4096, 16), (48, 16), (1000, 10), (37, 1), (6, 6), (1, 1)])
@@ -60,3 +63,17 @@ def test_parameter_gradients_sum_blocks_of_rows_that_divide_the_row_count(rows, 
                                        S((6, 5), 1, True, False, mode="bwd")], ids=lambda s: s.mode)
 def test_the_reference_exports_for_targets_without_plugin_mlir(signature):
     assert f"func.func @{signature.func_name}(" in export_mlir(signature)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_gpu_forward_formulation_computes_the_reference(dtype):
+    signature = S((6, 40), 1, dtype=dtype, weight=True, bias=True)
+    [means] = [f for f in BooOpRegistry.default().formulations(signature, Target.parse("cuda:sm_80"))
+               if f.name == "mean_statistics"]
+    x = torch.randn(6, 40, dtype=dtype) * 3 + 5
+    params = (torch.randn(40, dtype=dtype), torch.randn(40, dtype=dtype))
+    for got, want in zip(means.computation(x, *params), signature.reference(x, *params), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-5)
+    x[2, 3] = float("inf")  # a variance that is not finite: NaN statistics, as the reference's
+    got = means.computation(x, *params)
+    assert got[2][2].isnan().all() and got[0][2].isnan().all() and not got[0][0].isnan().any()
