@@ -3,9 +3,12 @@
 ``get_launchable(signature, device)`` returns a :class:`Launchable`: the kernel of the first
 of the op's formulations that compiles and, where kernels are verified, passes
 (:mod:`boo_core.runtime.selection`). Calling it checks each argument against the signature
-(shape, dtype, device, contiguity), imports the inputs through DLPack without copying,
-allocates the outputs with torch and lets the kernel write them in place. The call path does
-no hashing, no file I/O and no compilation.
+(shape, dtype, device, contiguity), allocates the outputs with torch and lets the kernel read
+the inputs and write the outputs in place. On CUDA the kernel is enqueued on torch's current
+stream from its launch plan (:mod:`boo_core.runtime.cuda`) and the call returns at once; a
+kernel without a plan, and every CPU kernel, runs through IREE's runtime, the inputs
+imported through DLPack without copying. The call path does no hashing, no file I/O and no
+compilation.
 """
 
 from __future__ import annotations
