@@ -254,9 +254,9 @@ class Launchable:
             return False
         for tensor, (shape, dtype, index) in zip(args, layouts):
             if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and tensor.dtype is dtype
-                    and tensor.shape == shape and tensor.get_device() == index and tensor.is_contiguous()
-                    and not tensor.is_neg()):
-                return False
+                    and tensor.shape == shape and (tensor.is_cpu if index < 0 else tensor.is_cuda)
+                    and tensor.get_device() == index and tensor.is_contiguous() and not tensor.is_neg()):
+                return False  # get_device() is -1 for meta tensors too: hence is_cpu/is_cuda
         return True
 
     def _check(self, tensor: object, spec: TensorSpec, where: str) -> None:
