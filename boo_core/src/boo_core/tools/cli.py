@@ -27,7 +27,7 @@ from typing import TextIO
 import torch
 
 from ..cluster import ClusterError, RayUnavailable
-from ..errors import BooError
+from ..errors import BooError, DeviceError
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
@@ -304,6 +304,8 @@ def _tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
         raise UsageError(f"--ray: {e}") from None
     except ClusterError as e:
         raise UsageError(f"--ray: {e}") from None
+    except DeviceError as e:
+        raise UsageError(str(e)) from None
     return FAILED_EXIT if failed else 0
 
 

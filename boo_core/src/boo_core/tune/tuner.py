@@ -185,7 +185,7 @@ class Tuner:
             from ..tools.preload_cluster import cluster_device
 
             require_ray()
-            self.device = cluster_device(options.device, ())  # a GPU the caller lacks: the cluster's
+            self.device = cluster_device(options.device, (), "BOO_CUDA_TARGET=sm_80")  # a GPU only the cluster has
             self.device_name = ""  # its model, from the cluster (tune)
         if options.ray is not None:
             from ..cluster import require_ray
