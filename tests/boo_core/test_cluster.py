@@ -294,7 +294,7 @@ def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, pr
 
 
 def tune_into(cache_dir: Path, sizes, **options):
-    """Tune scale kernels of ``sizes`` into the cache at ``cache_dir`` (kernels.. of die_once's tuning space)."""
+    """Tune scale kernels of ``sizes`` into the cache at ``cache_dir`` (die_once's tuning space)."""
     signatures = [ScaleSignature(n) for n in sizes]
     with settings_override(cache_dir=cache_dir):
         return Tuner(TuneOptions(iterations=3, warmup=1, **options)).tune([(s.to_command(), s) for s in signatures])
@@ -309,11 +309,8 @@ def considered(tunes, cache_dir: Path):
 
 def test_a_cluster_tune_records_what_a_local_tune_records(cluster, ray_registry, tmp_path):
     local_cache, cluster_cache = tmp_path / "local", tmp_path / "cluster"
-    start = time.perf_counter()
     local = tune_into(local_cache, (101, 104))
-    middle = time.perf_counter()
     remote = tune_into(cluster_cache, (101, 104), ray=cluster)
-    print(f"local {middle - start:.1f} s, cluster {time.perf_counter() - middle:.1f} s")
     assert considered(remote, cluster_cache) == considered(local, local_cache)
     labels = {t.signature.size: {r.label: r.verdict for r in t.results} for t in remote}
     assert set(labels[101]) == {"default", "triple", "default/dist64_vec16"}
