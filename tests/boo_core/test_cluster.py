@@ -30,8 +30,10 @@ from boo_core.kernels import cache
 from boo_core.settings import settings_override
 from boo_core.testing import write_fake_distribution
 from boo_core.tools.cli import main
+from boo_core.tune.database import read_record
+from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.numerics import check_launchable
-from boo_core.verify.verdicts import VERDICTS_FILE
+from boo_core.verify.verdicts import VERDICTS_FILE, device_identity
 
 from ..conftest import REPO
 from ..local_ray import local_ray_cluster
@@ -289,6 +291,84 @@ def test_the_command_line_reports_failures_and_exits_1(cluster, ray_registry, pr
     out = capsys.readouterr().out
     assert "compiled 0, cache hits 0, failed 1" in out
     assert "FAILED scale_fwd_f32_n5_f2 for cpu" in out and f"reproducer: {private_cache}/scale_fwd_f32_n5_f2-" in out
+
+
+def tune_into(cache_dir: Path, sizes, **options):
+    """Tune scale kernels of ``sizes`` into the cache at ``cache_dir`` (die_once's tuning space)."""
+    signatures = [ScaleSignature(n) for n in sizes]
+    with settings_override(cache_dir=cache_dir):
+        return Tuner(TuneOptions(iterations=3, warmup=1, **options)).tune([(s.to_command(), s) for s in signatures])
+
+
+def considered(tunes, cache_dir: Path):
+    """What each tune tried and what became of each candidate (times left out)."""
+    return [(t.signature.func_name, sorted((r.label, r.formulation, json.dumps(r.config), r.flags,
+                                            r.verdict.split(":")[0], r.error.replace(str(cache_dir), "CACHE"))
+                                           for r in t.results)) for t in tunes]
+
+
+def test_a_cluster_tune_records_what_a_local_tune_records(cluster, ray_registry, tmp_path):
+    local_cache, cluster_cache = tmp_path / "local", tmp_path / "cluster"
+    local = tune_into(local_cache, (101, 104))
+    remote = tune_into(cluster_cache, (101, 104), ray=cluster)
+    assert considered(remote, cluster_cache) == considered(local, local_cache)
+    labels = {t.signature.size: {r.label: r.verdict for r in t.results} for t in remote}
+    assert set(labels[101]) == {"default", "triple", "default/dist64_vec16"}
+    assert labels[101]["default/dist64_vec16"] == labels[101]["default"] == "pass"
+    assert labels[101]["triple"].startswith("fail: y: max abs error")
+    [bad] = [label for label in labels[104] if label not in ("default", "triple")]
+    assert labels[104][bad] == "compile error"  # fails alone: the kernel's other candidates were measured
+    assert labels[104]["default"] == "pass" and labels[104]["triple"].startswith("fail: ")
+    # Winners: the only verified candidate for 104; for 101 the faster of two in each run.
+    assert remote[1].winner == local[1].winner == "default"
+    assert remote[0].winner in ("default", "default/dist64_vec16")
+    for tune in remote:
+        record = read_record(tune.signature, "cpu", tune.device, cache_dir=cluster_cache)
+        winner = tune.result(tune.winner)
+        assert (record.label, record.formulation, record.config, tuple(record.flags)) == (
+            winner.label, winner.formulation, winner.config, winner.flags)
+        assert record.time_us == winner.time_us
+    # The same cache entries (keys), complete, verdicts included; the checkpoints are the caller's.
+    assert entries(cluster_cache) == entries(local_cache) and len(entries(cluster_cache)) == 6
+    for directory in cache.entry_directories(cluster_cache):
+        assert sorted(p.name for p in directory.iterdir()) == sorted(
+            p.name for p in (local_cache / directory.name).iterdir())
+    assert sorted(p.name for p in (cluster_cache / "tuning" / "progress").iterdir()) == sorted(
+        p.name for p in (local_cache / "tuning" / "progress").iterdir())
+    assert not list(cluster_cache.rglob("*.tmp"))
+    # Done: a second tune keeps the records and starts nothing on the cluster.
+    assert all(t.reused for t in tune_into(cluster_cache, (101, 104), ray=cluster))
+
+
+def test_a_cluster_tune_that_loses_its_compiles_checkpoints_nothing_and_exits_1(ray_nodes, cluster, tmp_path,
+                                                                                 monkeypatch, fresh_default_registry,
+                                                                                 capsys):
+    newer = tmp_path / "newer-site"  # this process has boo-test-ray 2.0, the workers 1.0: every key differs
+    write_fake_distribution(newer, "boo-test-ray", "2.0", DYING)
+    monkeypatch.syspath_prepend(str(newer))
+    cache_dir = tmp_path / "cache"
+    status = main(["tune", "--ray", ray_nodes.address, "--cache-dir", str(cache_dir), "--iter", "2",
+                   "scale", "-n", "103"])
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    assert out.startswith(f"boo tune: 1 command on cpu, compiled on the Ray cluster at {ray_nodes.address}, "
+                          f"into {cache_dir}\n")
+    assert "no candidate compiled and verified" in out
+    assert "FAILED scale_fwd_f32_n103_f2 default: on the Ray cluster: node " in out
+    assert "wrote cache entry scale_fwd_f32_n103_f2-" in out and "op: here 'boo-test-ray 2.0 " in out
+    assert cache.entry_directories(cache_dir) == []
+    assert not list((cache_dir / "tuning").rglob("*.json*"))  # no record, no checkpoint: a rerun tries again
+
+
+def test_the_command_line_tunes_on_the_cluster(ray_nodes, cluster, ray_registry, private_cache, capsys):
+    status = main(["tune", "--ray", "--iter", "2", "scale", "-n", "106"])  # '--ray scale': the word is the command's
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "compiled on a local Ray instance" in out  # this process's connection: the cluster's
+    assert "Ray: this process's Ray connection, 2 nodes, 2 CPUs, 1 GPU" in err
+    [row] = [line for line in out.splitlines() if line.startswith("scale_fwd_f32_n106_f2")]
+    assert row.endswith("  default")
+    assert read_record(ScaleSignature(106), "cpu", device_identity(torch.device("cpu"))).label == "default"
 
 
 def always_dies(context):

@@ -169,12 +169,13 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_without_ray_the_ray_flag_says_what_to_install(tmp_path):
+@pytest.mark.parametrize("verb", ["preload", "tune"])
+def test_without_ray_the_ray_flag_says_what_to_install(tmp_path, verb):
     env = {**os.environ, "BOO_CACHE_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-c", HIDDEN_RAY, "preload", "--ray", "auto", "softmax", "-n", "2"],
+    result = subprocess.run([sys.executable, "-c", HIDDEN_RAY, verb, "--ray", "auto", "softmax", "-n", "2"],
                             capture_output=True, text=True, cwd=REPO, env=env)
     assert result.returncode == 2
-    assert result.stderr.startswith('boo preload: error: --ray: running on a Ray cluster needs Ray, an optional extra '
+    assert result.stderr.startswith(f'boo {verb}: error: --ray: running on a Ray cluster needs Ray, an optional extra '
                                     'of boo-core: pip install "boo-core[ray]" (import ray failed: ')
     assert not list(tmp_path.iterdir())  # nothing compiled
 
@@ -184,9 +185,10 @@ def test_without_ray_the_ray_flag_says_what_to_install(tmp_path):
     (["--shared-cache", "scale", "-n", "2"], "--shared-cache applies to the workers of a Ray cluster: give --ray"),
     (["--ray", "127.0.0.1:1", "--device", "cuda:0", "scale"], "device 'cuda:0': this machine has no CUDA device to "
                                                               "take the kernels' target from; with --ray, name it"),
-    (["--ray", "127.0.0.1:1", "scale", "-n", "2"], "boo preload: error: --ray: cannot connect to the Ray cluster at "
+    (["--ray", "127.0.0.1:1", "scale", "-n", "2"], "error: --ray: cannot connect to the Ray cluster at "
                                                    "127.0.0.1:1: Connection refused (is its head node running?"),
 ])
-def test_ray_usage_errors_exit_2(capsys, scale_registry, private_cache, args, message):
-    assert main(["preload", *args]) == 2
+@pytest.mark.parametrize("verb", ["preload", "tune"])
+def test_ray_usage_errors_exit_2(capsys, scale_registry, private_cache, args, message, verb):
+    assert main([verb, *args]) == 2
     assert message in capsys.readouterr().err

@@ -27,7 +27,7 @@ from typing import TextIO
 import torch
 
 from ..cluster import ClusterError, RayUnavailable
-from ..errors import BooError
+from ..errors import BooError, DeviceError
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
@@ -273,15 +273,39 @@ def _preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    _check_device(args.device, True)
+    extra = list(extra)
+    _ray_address(args, extra)
+    if args.shared_cache and args.ray is None:
+        raise UsageError("--shared-cache applies to the workers of a Ray cluster: give --ray as well")
+    with settings_override(cache_dir=args.cache_dir) if args.cache_dir else contextlib.nullcontext():
+        return _tune(args, extra)
+
+
+def _tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    if args.ray is None:
+        _check_device(args.device, True)  # on a cluster, the device may be on its nodes only
     commands = _commands(args, extra)
     if args.report and not args.csv:
         raise UsageError("--report needs --csv: the report is made from the CSV")
     if args.iter < 1 or (args.jobs is not None and args.jobs < 1) or (args.budget is not None and args.budget <= 0):
         raise UsageError("--iter and -j must be at least 1, --budget more than 0")
-    options = TuneOptions(device=args.device, jobs=args.jobs or os.cpu_count() or 1, budget_seconds=args.budget,
-                          iterations=args.iter, retune=args.retune)
-    _, failed = run_tune(commands, options, csv_path=args.csv, report=args.report, export=args.export)
+    jobs = args.jobs or 0 if args.ray is not None else args.jobs or os.cpu_count() or 1
+    options = TuneOptions(device=args.device, jobs=jobs, budget_seconds=args.budget, iterations=args.iter,
+                          retune=args.retune, ray=args.ray, shared_cache=args.shared_cache)
+    if args.ray is not None:
+        where = "a local Ray instance" if args.ray == "local" else f"the Ray cluster at {args.ray}"
+        print(f"boo tune: {_count(commands, 'command')} on {args.device}, compiled on {where}"
+              + (f" (at most {_count(args.jobs, 'task')} at once)" if args.jobs else "")
+              + (", workers writing into the shared cache" if args.shared_cache else "")
+              + f", into {get_settings().cache_dir}")
+    try:
+        _, failed = run_tune(commands, options, csv_path=args.csv, report=args.report, export=args.export)
+    except RayUnavailable as e:
+        raise UsageError(f"--ray: {e}") from None
+    except ClusterError as e:
+        raise UsageError(f"--ray: {e}") from None
+    except DeviceError as e:
+        raise UsageError(str(e)) from None
     return FAILED_EXIT if failed else 0
 
 

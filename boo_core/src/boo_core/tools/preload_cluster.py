@@ -59,10 +59,11 @@ class ClusterHandle:
             self._cluster.close()
 
 
-def cluster_device(text: str, targets: Sequence[str]) -> BooDevice:
+def cluster_device(text: str, targets: Sequence[str],
+                   hint: str = "--target cuda:sm_80 (or BOO_CUDA_TARGET=sm_80)") -> BooDevice:
     """The device to verify on, for a caller that may not have one (a head node without
     GPUs): a CUDA device's target then comes from ``BOO_CUDA_TARGET`` or the one ``cuda``
-    target asked for."""
+    target asked for (``hint`` says how to name it)."""
     try:
         return resolve_device(text)
     except DeviceError as e:
@@ -78,7 +79,7 @@ def cluster_device(text: str, targets: Sequence[str]) -> BooDevice:
             arch = cuda[0].arch
         if arch is None:
             raise DeviceError(f"device {text!r}: this machine has no CUDA device to take the kernels' target from; "
-                              "with --ray, name it: --target cuda:sm_80 (or BOO_CUDA_TARGET=sm_80)") from None
+                              f"with --ray, name it: {hint}") from None
         return BooDevice(torch.device("cuda", 0), "cuda", Target("cuda", arch))
 
 

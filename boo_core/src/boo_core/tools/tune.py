@@ -17,6 +17,8 @@ from ..tune.peaks import Peaks, measure_peaks
 from ..tune.tuner import KernelTune, TuneOptions, Tuner, write_progress_bar
 from .driver import error_text
 
+#: How the errors of candidates that a Ray cluster failed (not their compiler) start.
+CLUSTER_ERRORS = ("on the Ray cluster: ", "measuring on the Ray cluster: ")
 #: The tune CSV's columns (docs/cli.md), one row per candidate per kernel.
 TUNE_COLUMNS: tuple[str, ...] = (
     "func_name", "command", "op", "mode", "target", "device", "candidate", "formulation", "config", "flags",
@@ -69,8 +71,10 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
         except Exception as e:  # a bad line is reported; the others are tuned
             print(f"error ({command.source}): {error_text(e)}")
             failed += 1
-    tuner = Tuner(options, write_progress_bar(sys.stderr) if progress else None)
-    peaks = measure_peaks(options.device) if csv_path or report else None
+    tuner = Tuner(options, write_progress_bar(sys.stderr) if progress else None, sys.stderr if progress else None)
+    # On a cluster tuning for a GPU, the device is the nodes': no peaks measured here.
+    here = options.ray is None or tuner.device.torch_device.type == "cpu"
+    peaks = measure_peaks(options.device) if (csv_path or report) and here else None
     start = time.perf_counter()
     tunes = tuner.tune(kernels)
     print(f"tuned {len(tunes)} kernels on {tuner.device_name} in {time.perf_counter() - start:.0f} s")
@@ -89,6 +93,10 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
         torch_us = tune.torch_us if tune.torch_us is not None else float("nan")
         print(f"{name:<58} {base:>11.1f} {winner.time_us:>10.1f} {torch_us:>10.1f} {base / winner.time_us:>8.2f}  "
               f"{winner.label}")
+    lost = [(tune, r) for tune in tunes for r in tune.results if r.error.startswith(CLUSTER_ERRORS)]
+    for tune, result in lost:  # the cluster's failures, not the candidates': a rerun tries them again
+        print(f"FAILED {tune.signature.func_name} {result.label}: " + result.error.replace("\n", "\n  "))
+    failed += len({id(tune) for tune, _ in lost if tune.winner})  # those without a winner are counted
     if csv_path:
         with open(csv_path, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(TUNE_COLUMNS), restval="")
@@ -130,7 +138,8 @@ Examples:
   boo tune -j 2 --budget 120 -- conv -n 8 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 4""", True)
     parser.add_argument("--device", default="cpu", help="device to tune on (default: cpu; cuda:0...)")
     parser.add_argument("-j", "--jobs", type=int, default=None,
-                        help="parallel compile processes (default: one per CPU)")
+                        help="parallel compile processes (default: one per CPU); with --ray, the most tasks "
+                             "submitted at once (default: no limit) and a local instance's CPUs")
     parser.add_argument("--budget", type=float, metavar="SECONDS", help="time budget per kernel (compile and measure)")
     parser.add_argument("--iter", type=int, default=20, help="timed calls per candidate (default: 20)")
     parser.add_argument("--retune", action="store_true", help="tune kernels that have a record again")
@@ -138,3 +147,12 @@ Examples:
     parser.add_argument("--report", metavar="FILE.html", help="an HTML report of the results (needs --csv)")
     parser.add_argument("--export", metavar="SPEC.mlir",
                         help="write the winners' configurations as an IREE tuning spec (BOO_TUNING_SPEC_PATH)")
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help="compile the candidates as tasks on a Ray cluster, and on a GPU verify and time them "
+                             "on its nodes with that GPU model: no ADDRESS starts a local Ray instance, 'auto' joins "
+                             'the cluster running here (ray start), HOST:PORT that one; needs pip install '
+                             '"boo-core[ray]"')
+    parser.add_argument("--shared-cache", action="store_true",
+                        help="with --ray: the cache directory is mounted at the same path on every node, and "
+                             "workers write into it directly instead of sending kernels back")
+    parser.add_argument("--cache-dir", metavar="DIR", help="the kernel cache to tune into (default: BOO_CACHE_DIR)")

@@ -6,6 +6,10 @@ A wrong candidate is recorded as such (its verdict kept in its cache entry too) 
 chosen, however fast. Progress is checkpointed per kernel (``<cache>/tuning/progress``),
 so a killed run resumes without recompiling (kernels are cached) or re-measuring finished
 candidates; a kernel with a record is not tuned again unless asked (``retune``).
+
+With ``TuneOptions.ray`` the compiles (and, on a GPU, the measurements) run as tasks on a
+Ray cluster instead (:mod:`boo_core.tune.cluster`); the caller checkpoints, chooses and
+records as it does locally.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,6 +41,8 @@ from .database import TuningRecord, read_record, record_path, tuning_dir, write_
 from .space import ResolvedCandidate, resolve
 
 PASS = verdicts.PASS
+#: The start of a candidate's compile error when the cluster, not the compiler, failed it.
+CLUSTER_FAILURE = "compile error: on the Ray cluster: "
 
 
 @dataclass
@@ -91,6 +97,12 @@ class TuneOptions:
     iterations: int = 20
     warmup: int = 3
     retune: bool = False
+    #: A Ray cluster to tune on (:mod:`boo_core.tune.cluster`): True or ``"local"`` starts a
+    #: local instance, ``"auto"`` joins the one running here, ``"HOST:PORT"`` that one, or a
+    #: :class:`~boo_core.cluster.RayCluster`. ``jobs`` is then the most tasks at once (0: no
+    #: limit) and a local instance's CPUs.
+    ray: Any = None
+    shared_cache: bool = False  # with ray: every node mounts the cache at its path; workers write into it
 
 
 def candidates_for(signature: Signature, target: Target) -> list[ResolvedCandidate]:
@@ -150,17 +162,64 @@ def _checkpoint(path: Path, result: CandidateResult) -> None:
 
 class Tuner:
     """Tunes kernels on one device. ``progress(done, total, note)`` is told of each
-    candidate finished."""
+    candidate finished; ``log`` of the Ray cluster used, if any."""
 
-    def __init__(self, options: TuneOptions, progress: Callable[[int, int, str], None] | None = None) -> None:
+    def __init__(self, options: TuneOptions, progress: Callable[[int, int, str], None] | None = None,
+                 log: TextIO | None = None) -> None:
+        if options.ray is False:
+            options = replace(options, ray=None)
+        if options.shared_cache and options.ray is None:
+            raise ValueError("shared_cache applies to a Ray cluster's workers: give ray= as well")
         self.options = options
-        self.device: BooDevice = resolve_device(options.device)
-        self.device_name = verdicts.device_identity(self.device.torch_device)
         self.progress = progress
+        self.log = log  # where a cluster is announced
+        self._placement: Any = None  # where GPU tasks run, on a cluster
+        self._total = self._done = 0
+        try:
+            self.device: BooDevice = resolve_device(options.device)
+            self.device_name = verdicts.device_identity(self.device.torch_device)
+        except BooError:
+            if options.ray is None:
+                raise
+            from ..cluster import require_ray
+            from ..tools.preload_cluster import cluster_device
+
+            require_ray()
+            self.device = cluster_device(options.device, (), "BOO_CUDA_TARGET=sm_80")  # a GPU only the cluster has
+            self.device_name = ""  # its model, from the cluster (tune)
+        if options.ray is not None:
+            from ..cluster import require_ray
+
+            require_ray()
 
     def tune(self, kernels: Sequence[tuple[str, Signature]]) -> list[KernelTune]:
         """Tune ``(command, signature)`` pairs; one :class:`KernelTune` each."""
         target = self.device.target.name
+        cluster = self._cluster()
+        try:
+            return self._tune(kernels, target, cluster)
+        finally:
+            if cluster is not None:
+                cluster.close()
+
+    def _cluster(self) -> Any:
+        """A handle on the cluster of ``options.ray`` (connected on first use), or None."""
+        if self.options.ray is None:
+            return None
+        from ..tools.preload_cluster import ClusterHandle
+
+        return ClusterHandle(self.options.ray, self.options.jobs or None, self.log)
+
+    def _on_gpus(self, cluster: Any) -> bool:
+        """Whether candidates are measured by GPU tasks of ``cluster`` (tuning for a GPU on one)."""
+        return cluster is not None and self.device.torch_device.type == "cuda"
+
+    def _tune(self, kernels: Sequence[tuple[str, Signature]], target: str, cluster: Any) -> list[KernelTune]:
+        if self._on_gpus(cluster) and self._placement is None:
+            from .cluster import place_gpu_tasks
+
+            self._placement = place_gpu_tasks(cluster, self._cuda_target(), self.device_name)
+            self.device_name = self._placement.model
         tunes, pending = [], []
         for command, signature in kernels:
             tune = KernelTune(signature, command, target, self.device_name)
@@ -176,24 +235,60 @@ class Tuner:
                 else:
                     pending.append((tune, candidate))
         self._total, self._done = len(pending), 0
-        compiled = self._compile(pending)
-        for tune in tunes:
-            if tune.reused:
-                continue
-            mine = [(candidate, compiled[id(candidate)]) for t, candidate in pending if t is tune]
+        compiled = self._compile(pending, cluster)
+        measured = [(tune, [(candidate, compiled[id(candidate)]) for t, candidate in pending if t is tune])
+                    for tune in tunes if not tune.reused]
+        if self._on_gpus(cluster):
+            self._measure_on_cluster(measured, cluster)
+            return tunes
+        for tune, mine in measured:
             self._measure(tune, mine)
             self._choose(tune)
         return tunes
 
+    def _cuda_target(self) -> str | None:
+        return self.device.target.arch if self.device.torch_device.type == "cuda" else None
+
+    def _measure_on_cluster(self, measured: list[tuple[KernelTune, list[tuple[ResolvedCandidate, tuple[float, str]]]]],
+                            cluster: Any) -> None:
+        """Each kernel measured by a GPU task; its results checkpointed here and the winner recorded."""
+        from .cluster import measure_on_cluster
+
+        kernels = [(tune, [(c.label, done) for c, done in mine if not done[1].startswith(CLUSTER_FAILURE)])
+                   for tune, mine in measured]
+        for index, torch_us, results, error in measure_on_cluster(kernels, self.options, self._placement,
+                                                                  self._cuda_target(), cluster,
+                                                                  shared=self.options.shared_cache):
+            tune, mine = measured[index]
+            tune.torch_us = torch_us
+            by_label = {r.label: r for r in results}
+            for candidate, (seconds, compile_error) in mine:
+                result = by_label.get(candidate.label)
+                if result is None:  # not compiled on the cluster, or its GPU task failed: not checkpointed
+                    result = self._result(candidate, seconds)
+                    result.verdict = "compile error" if compile_error else "error"
+                    result.error = (compile_error.removeprefix("compile error: ") if compile_error
+                                    else f"measuring on the Ray cluster: {error}")
+                elif result.verdict != "skipped":
+                    _checkpoint(_progress_path(tune.signature, tune.target, self.device_name), result)
+                self._finish(tune, result)
+            self._choose(tune)
+
     # -- phases ------------------------------------------------------------------------------
 
-    def _compile(self, pending: list[tuple[KernelTune, ResolvedCandidate]]) -> dict[int, tuple[float, str]]:
-        """Compile every pending candidate, in parallel processes; (seconds, error) by id."""
+    def _compile(self, pending: list[tuple[KernelTune, ResolvedCandidate]],
+                 cluster: Any = None) -> dict[int, tuple[float, str]]:
+        """Compile every pending candidate, in parallel processes or on ``cluster``; (seconds, error) by id."""
         from ..tools.preload import _pool
 
         results: dict[int, tuple[float, str]] = {}
         args = [(t.signature, t.target, c.formulation.name, dict(c.config) if c.config else None, c.flags)
                 for t, c in pending]
+        if cluster is not None:
+            from .cluster import compile_on_cluster
+
+            return compile_on_cluster({id(c): arguments for (_, c), arguments in zip(pending, args)}, cluster,
+                                      shared=self.options.shared_cache, max_in_flight=self.options.jobs or None)
         if self.options.jobs <= 1 or len(pending) <= 1:
             for (_, candidate), arguments in zip(pending, args):
                 results[id(candidate)] = _compile_candidate(*arguments)
@@ -208,10 +303,12 @@ class Tuner:
                     results[id(futures[future])] = (0.0, f"compile error: {type(e).__name__}: {e}")
         return results
 
-    def _measure(self, tune: KernelTune, compiled: list[tuple[ResolvedCandidate, tuple[float, str]]]) -> None:
-        """Verify and time each compiled candidate of one kernel (and PyTorch)."""
+    def _measure(self, tune: KernelTune, compiled: list[tuple[ResolvedCandidate, tuple[float, str]]],
+                 checkpoint: bool = True) -> None:
+        """Verify and time each compiled candidate of one kernel (and PyTorch); checkpoint each
+        result (a GPU task of a cluster does not: its caller does)."""
         signature, options = tune.signature, self.options
-        checkpoint = _progress_path(signature, tune.target, self.device_name)
+        progress = _progress_path(signature, tune.target, self.device_name)
         start = time.perf_counter()
         inputs = signature.get_sample_args(device=self.device.torch_device)
         timer = timer_for(self.device.torch_device)
@@ -221,9 +318,7 @@ class Tuner:
         except Exception:  # PyTorch itself may not run this (a dtype on this device): no baseline
             tune.torch_us = None
         for candidate, (seconds, error) in compiled:
-            result = CandidateResult(candidate.label, candidate.formulation.name,
-                                     dict(candidate.config) if candidate.config else None, candidate.flags,
-                                     round(seconds, 3))
+            result = self._result(candidate, seconds)
             over = options.budget_seconds is not None and time.perf_counter() - start > options.budget_seconds
             if error:
                 result.verdict, result.error = "compile error", error.removeprefix("compile error: ")
@@ -232,12 +327,23 @@ class Tuner:
                 result.error = f"the kernel's time budget ({options.budget_seconds:g} s) ran out"
             else:
                 self._verify_and_time(signature, candidate, result, inputs, timer)
-            tune.results.append(result)
-            if result.verdict != "skipped":
-                _checkpoint(checkpoint, result)
-            self._done += 1
-            if self.progress is not None:
-                self.progress(self._done, self._total, f"{signature.func_name[:40]}: {result.label} {result.verdict}")
+            # A compile the cluster lost is not the candidate's verdict: a resumed tune tries it again.
+            if checkpoint and result.verdict != "skipped" and not error.startswith(CLUSTER_FAILURE):
+                _checkpoint(progress, result)
+            self._finish(tune, result)
+
+    @staticmethod
+    def _result(candidate: ResolvedCandidate, seconds: float) -> CandidateResult:
+        return CandidateResult(candidate.label, candidate.formulation.name,
+                               dict(candidate.config) if candidate.config else None, candidate.flags,
+                               round(seconds, 3))
+
+    def _finish(self, tune: KernelTune, result: CandidateResult) -> None:
+        tune.results.append(result)
+        self._done += 1
+        if self.progress is not None:
+            self.progress(self._done, self._total,
+                          f"{tune.signature.func_name[:40]}: {result.label} {result.verdict}")
 
     def _verify_and_time(self, signature: Signature, candidate: ResolvedCandidate, result: CandidateResult,
                          inputs: Sequence[torch.Tensor], timer: Any) -> None:
