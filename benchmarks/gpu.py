@@ -297,7 +297,11 @@ def main() -> None:
         best = times[-1]
         compute = signature.flops / (best * 1e-6) / 1e12 / peak_tflops
         memory = signature.bytes_moved / (best * 1e-6) / 1e9 / peak_gbps
-        served = f"{found[-1].formulation}, {found[-1].launch}" if not isinstance(found[-1], Exception) else "-"
+        served = "-"
+        if not isinstance(found[-1], Exception):
+            substituted = found[-1].substitution
+            served = (f"{found[-1].formulation}" + (f" + {substituted.label}" if substituted is not None else "")
+                      + f", {found[-1].launch}")
         results.append((name, times[0], best, torch_us, inductor_us, max(compute, memory), served))
         print(f"  {name}: BOO {times[0]:.1f} us" + (f", tuned {best:.1f} us" if tuned else "")
               + f", torch {torch_us:.1f} us, inductor {inductor_us:.1f} us ({served})", flush=True)

@@ -9,6 +9,7 @@ import pytest
 
 from boo_core import Target
 from boo_core.errors import SubstitutionError
+from boo_core.kernels.launch_plan import LaunchPlan, plan_for_entry
 from boo_core.kernels.request import KernelRequest
 from boo_core.substitute import Substitution, dump_kernel, executables_of, external_source
 
@@ -112,6 +113,13 @@ def test_an_external_variant_sets_block_grid_and_more_than_48k_of_shared_memory(
     assert (export.workgroup_size, export.workgroup_count, export.workgroup_local_memory) == \
         ((64, 1, 1), (1, 1, 1), SHARED_BYTES)
     assert dump.index["substitution"]["label"] == "external-ptx"
+    # The direct launch path reads the same facts from its launch plan (external_source writes
+    # a public executable, which IREE keeps public).
+    plan = plan_for_entry(kernel.directory, kernel.vmfb, SIGNATURE.func_name)
+    assert isinstance(plan, LaunchPlan), plan
+    [launched] = plan.kernels
+    assert (launched.name, launched.block, launched.shared_memory) == (export.kernel_name, (64, 1, 1), SHARED_BYTES)
+    assert "boo_dynamic_smem" in plan.modules[launched.module]
 
 
 def test_an_object_a_source_refers_to_must_be_there(scale):

@@ -142,7 +142,7 @@ _FUNC = re.compile(r"^  util\.func (public|private) @(\S+?)\((.*?)\)(?: -> [^{]*
                    re.MULTILINE)
 _CONSTANT = re.compile(r"^(%[\w$.-]+) = arith\.constant (-?\d+)(?: : \w+)?$")
 _SSA = r"%[\w$.-]+"
-_BINARY = re.compile(r'^  hal\.executable private @(\S+) \{\n    hal\.executable\.binary public @(\S+) '
+_BINARY = re.compile(r'^  hal\.executable (?:public |private )?@(\S+) \{\n    hal\.executable\.binary public @(\S+) '
                      r'<format = "cuda-nvptx-fb", data = dense<"0x([0-9A-Fa-f]+)">', re.MULTILINE)
 _IGNORED = ("arith.constant", "util.global.load", "hal.buffer_view.assert", "hal.buffer.assert",
             "hal.element_type", "hal.encoding_type", "hal.device.allocator", "hal.fence.create",

@@ -1,0 +1,8 @@
+"""BOO kernel library for Hopper GPUs: bf16 matmuls built with Triton for sm_90a (wgmma),
+supplied through the ``boo_kernel_substitutions`` hook (``boo_kernels_hopper.hooks``)."""
+
+from .gemm import GemmConfig, choose_config, unavailable_reason
+
+__version__ = "0.1.0"
+
+__all__ = ["GemmConfig", "__version__", "choose_config", "unavailable_reason"]

@@ -1,0 +1,63 @@
+"""The ``boo`` entry point ``hopper_kernels``: bf16 matmul kernels for Hopper GPUs.
+
+For a CUDA target, when Triton is installed and the GPU is a Hopper (compute capability
+9.0), a matmul signature this library serves (:func:`~boo_kernels_hopper.gemm.problem_of`)
+gets one candidate substitution: an executable with no code of its own that runs Triton's
+sm_90a PTX, built only on a cache miss. BOO verifies it against PyTorch before first use
+and passes it over (IREE's kernel serves) if it fails. Anywhere else it answers None and
+says why at debug level.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from boo_core import Target, hookimpl
+from boo_core.substitute import KernelExecutables, Substitution, external_source
+
+from . import gemm
+
+logger = logging.getLogger(__name__)
+VERSION = "0.1.0"
+OBJECT = "objects/hopper_gemm.ptx"
+
+
+def _build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        if len(kernel.executables) != 1 or len(kernel.executables[0].exports) != 1:
+            raise ValueError(f"expected one executable with one export, got {kernel.names}")
+        [executable] = kernel.executables
+        [export] = executable.exports
+        expected = [(problem.m, problem.k), (problem.n, problem.k) if problem.trans_b else (problem.k, problem.n)]
+        expected += [(problem.n,)] if problem.bias else []
+        expected += [(problem.m, problem.n)]
+        types = [f"tensor<{'x'.join(map(str, shape))}xbf16>" for shape in expected]
+        found = [b.tensor for b in export.bindings]
+        if found != types or export.constants:
+            raise ValueError(f"{export.name}: bindings {found} with {export.constants} constants, expected {types}")
+        made = gemm.generate_ptx(problem, config, export.kernel_name, len(types))
+        source = external_source(executable, [OBJECT], workgroup_size=(made.block, 1, 1),
+                                 workgroup_count=(made.grid, 1, 1), workgroup_local_memory=made.shared_bytes)
+        return {f"sources/{executable.name}.mlir": source, OBJECT: made.ptx}
+
+    return build
+
+
+@hookimpl
+def boo_kernel_substitutions(signature: Any, target: Target) -> Substitution | None:
+    if target.backend != "cuda":
+        return None
+    problem = gemm.problem_of(signature)
+    if problem is None:
+        return None
+    config = gemm.choose_config(problem)
+    if config is None:
+        logger.debug("boo_kernels_hopper: %s is not a multiple of the tiles", signature.func_name)
+        return None
+    reason = gemm.unavailable_reason()
+    if reason is not None:
+        logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
+        return None
+    key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a {config}"
+    return Substitution("hopper_gemm", build=_build(problem, config), key=key)
