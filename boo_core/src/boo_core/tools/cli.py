@@ -227,13 +227,20 @@ def _ray_address(args: argparse.Namespace, extra: list[str]) -> None:
     args.ray = "local"
 
 
-def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
+def _with_cluster_options(args: argparse.Namespace, extra: Sequence[str],
+                          run: Callable[[argparse.Namespace, Sequence[str]], int]) -> int:
+    """``run`` after what preload and tune share: ``--ray``'s optional address, ``--shared-cache``
+    (only with ``--ray``) and ``--cache-dir``."""
     extra = list(extra)
     _ray_address(args, extra)
     if args.shared_cache and args.ray is None:
         raise UsageError("--shared-cache applies to the workers of a Ray cluster: give --ray as well")
     with settings_override(cache_dir=args.cache_dir) if args.cache_dir else contextlib.nullcontext():
-        return _preload(args, extra)
+        return run(args, extra)
+
+
+def _cmd_preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    return _with_cluster_options(args, extra, _preload)
 
 
 def _preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -273,12 +280,7 @@ def _preload(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    extra = list(extra)
-    _ray_address(args, extra)
-    if args.shared_cache and args.ray is None:
-        raise UsageError("--shared-cache applies to the workers of a Ray cluster: give --ray as well")
-    with settings_override(cache_dir=args.cache_dir) if args.cache_dir else contextlib.nullcontext():
-        return _tune(args, extra)
+    return _with_cluster_options(args, extra, _tune)
 
 
 def _tune(args: argparse.Namespace, extra: Sequence[str]) -> int:
