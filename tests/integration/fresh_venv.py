@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..conftest import REPO
 
-_BOO_NAMES = ("boo_core", "boo_ops", "boo-", "__editable__")
+_BOO_NAMES = ("boo_", "boo-", "__editable__")  # every BOO distribution, the examples included
 
 
 def _dependency_farm(target: Path) -> Path:
