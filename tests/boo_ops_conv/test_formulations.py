@@ -97,6 +97,24 @@ def test_which_formulations_each_kind_of_convolution_gets():
 
 
 @pytest.mark.parametrize("command", [
+    "conv -n 1 -c 3 -k 3 -m conv --spatial_dim 2 -H 1 -y 2 -p 2 -u 1 -l 2 -W 1 -x 1 -q 1 -v 3 -j 2 "
+    "--in_layout NHWC --out_layout NCHW --fil_layout CHWN -F 2",
+    "convfp16 -n 1 -c 16 -k 12 -g 4 -m conv --spatial_dim 1 -W 7 -x 1 -q 1 -v 3 -j 1 -F 2",
+    "convbfp16 -n 1 -c 2 -k 4 -m trans --spatial_dim 2 -H 4 -y 1 -p 1 -u 1 -l 3 -Y 2 -W 2 -x 2 -q 1 -v 2 -j 1 -X 1 "
+    "--in_layout CHWN --out_layout NHWC --fil_layout CHWN -F 1",
+])
+def test_padding_beyond_the_window_gets_explicit_padding_first_and_runs_right(command, private_cache):
+    # Found by benchmarks/random_commands.py (12 of 2,006 conv kernels on the CPU): a data
+    # gradient or a transposed forward whose padding exceeds what the dilated window reaches
+    # came out wrong from IREE, by every formulation but explicit padding.
+    [signature] = BooOpRegistry.parse_signatures(command)
+    assert names(signature)[0] == "explicit_pad"
+    launchable = get_launchable(signature, "cpu")
+    assert launchable.formulation == "explicit_pad"
+    assert all(c.passed for c in check_launchable(launchable))
+
+
+@pytest.mark.parametrize("command", [
     "conv -n 3 -c 1 -k 2 -m trans --spatial_dim 1 -W 11 -x 2 -q 1 -v 1 -j 3 -X 1 --fil_layout NWC -F 0",
     "convbfp16 -n 2 -c 2 -k 4 -m trans --spatial_dim 3 --in_d 4 --fil_d 3 --pad_d 2 -H 5 -y 3 -p 1 -W 1 -x 4 "
     "-j 3 -X 2 --fil_layout NDHWC -F 0",

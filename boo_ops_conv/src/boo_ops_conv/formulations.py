@@ -10,7 +10,11 @@ and ``boo tune`` times them all.
   dimension #2 to be 7, but found 5``); without the unread tail the shapes agree. Offered
   first for that class, where ``default`` would fail to compile.
 * ``default``: the export of the reference (``aten.convolution``).
-* ``explicit_pad``: the padding as its own op, then an unpadded convolution.
+* ``explicit_pad``: the padding as its own op, then an unpadded convolution. For a data
+  gradient or a transposed forward, the computation without padding (on the padded input's
+  shape), then cut back by it: first where the padding exceeds what the dilated window
+  reaches (p > d*(f-1) on some axis), whose kernels IREE 3.13 computes wrongly on the CPU
+  (12 of 2,006 random conv kernels, ``benchmarks/random_commands.py``).
 * ``im2col``: an implicit GEMM. The windows unfolded by strided slices of the channels-last
   input (one per filter tap, channels minor), then one matmul per group with 16-bit operands
   accumulating in float32: forward ``columns (N*P x T*C) @ W (T*C x K)``; weight gradient
@@ -86,6 +90,9 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
+    if ((s.mode == "bwd" and not s.transposed) or (s.mode == "fwd" and s.transposed)) and _beyond_the_window(s):
+        first.insert(0, Formulation("explicit_pad", computation=lambda *a: _padded_then_cropped(s, a),
+                                    description="computed without padding, then cut back by it"))
     if s.mode == "bwd" and not s.transposed and all(st == 1 for st in s.stride) \
             and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)):
         later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a),
@@ -162,6 +169,33 @@ def _unpadded(s: ConvSignature, args: tuple[torch.Tensor, ...], crop: bool) -> t
     logical[position] = x
     inner = _logical_signature(s, input_shape=tuple(x.shape), padding=0)
     return _store(s, inner.reference(*logical))
+
+
+def _beyond_the_window(s: ConvSignature) -> bool:
+    """Padding wider than a dilated window reaches on some axis (p > d * (f - 1)): windows
+    that read padding only. IREE's CPU kernels of the data gradient and of the transposed
+    forward come out wrong for it (benchmarks/random_commands.py: 12 of 2,006 conv kernels)."""
+    return any(p > d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window))
+
+
+def _crop_spatial(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
+    """A logical tensor with ``s.padding`` cut from both ends of every spatial axis."""
+    return x[(slice(None), slice(None), *(slice(p, x.shape[2 + i] - p) for i, p in enumerate(s.padding)))]
+
+
+def _padded_then_cropped(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``explicit_pad`` of a data gradient or a transposed forward: the same computation
+    with no padding (on the padded input's shape for a data gradient), cut back by the
+    padding, so that no window reads padding only."""
+    logical = _to_logical(s, args)
+    zero = (0,) * s.spatial_rank
+    if s.mode == "bwd":  # the gradient with respect to the padded input, then its interior
+        n, c, *spatial = s.input_shape
+        padded = tuple(size + 2 * p for size, p in zip(spatial, s.padding))
+        inner = _logical_signature(s, input_shape=(n, c, *padded), padding=zero)
+    else:  # a transposed convolution's padding cuts its output
+        inner = _logical_signature(s, padding=zero)
+    return _store(s, _crop_spatial(s, inner.reference(*logical)).contiguous())
 
 
 def _in_logical_layout(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
