@@ -12,7 +12,7 @@ import torch
 
 from boo_core import get_launchable
 from boo_core.testing import assert_numerics
-from boo_core.verify.numerics import compare
+from boo_core.verify.numerics import compare, tolerance_for
 from boo_ops_layernorm import LayerNormSignature as S
 
 from . import reference
@@ -70,8 +70,12 @@ def test_forward_kernel_matches_an_independent_reference(signature):
     outputs = get_launchable(signature)(*args)
     x, weight, bias = split_forward_args(signature, args)
     expected = reference.forward(x, len(signature.normalized_shape), weight, bias, signature.eps)
+    # A mean's rounding error scales with the mean of |x|, not with the mean itself (which
+    # may cancel to nearly 0 in a short row): its tolerance comes from that scale.
+    magnitude = reference.forward(x.abs(), len(signature.normalized_shape), eps=signature.eps)[1]
     for name, actual, ref in zip(("y", "mean", "rstd"), outputs, expected):
-        result = compare(name, actual, ref, accumulation_length=signature.row_length)
+        tolerance = tolerance_for(actual.dtype, magnitude, signature.row_length) if name == "mean" else None
+        result = compare(name, actual, ref, accumulation_length=signature.row_length, tolerance=tolerance)
         assert result.passed, str(result)
     assert outputs[1].dtype == outputs[2].dtype == f32
 
