@@ -12,11 +12,18 @@ ModuleDef: PTX image), checked by tests against the ``.maxntid`` IREE writes int
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 IDENTIFIER = b"CDA1"
 _HEADER = struct.Struct("<4sII")  # identifier, version, size of what follows
+
+
+def sanitize_symbol(name: str) -> str:
+    """The symbol IREE's GPU backends emit for an export: every character outside
+    ``[A-Za-z0-9_]`` becomes ``_`` (IREE's ``sanitizeSymbolName``), so ``f$async`` is ``f_async``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 class ExecutableFormatError(ValueError):

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .cuda_executable import CudaKernel, ExecutableFormatError, read_cuda_executable
+from .cache import COMMAND_FILE, atomic_write
+from .cuda_executable import CudaKernel, ExecutableFormatError, read_cuda_executable, sanitize_symbol
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +238,7 @@ def _commands(statements: list[str], executables: dict[str, Any]) -> tuple[_Kern
             found = executables.get(executable)
             if found is None:
                 raise PlanUnsupported(f"no CUDA binary for executable {executable}")
-            name = re.sub(r"[^A-Za-z0-9_]", "_", export)  # IREE's sanitized kernel name
+            name = sanitize_symbol(export)
             kernel = next((k for k in found.kernels if k.name == name), None)
             if kernel is None:
                 raise PlanUnsupported(f"executable {executable} has no kernel {name}")
@@ -264,7 +265,7 @@ def _commands(statements: list[str], executables: dict[str, Any]) -> tuple[_Kern
                                  Binding(_value(constants, m[3]), _value(constants, m[4]), length)))
         elif not _ignored(statement):
             raise PlanUnsupported(f"a command this plan cannot replay: {statement.split('<')[0][:80]}")
-    if not any(isinstance(c, Dispatch) for c in commands) and not commands:
+    if not commands:
         raise PlanUnsupported("the command buffer records nothing")
     return table, commands
 
@@ -363,8 +364,6 @@ def write_plan(directory: Path, hal_text: str | None, function: str, kernel: byt
     """Read the plan of ``function`` from the hal phase's text and save it in the cache entry
     at ``directory`` for the module ``kernel``, or why there is none; returns that reason
     ("" when a plan was saved). A write that fails is only logged: the plan is optional."""
-    from .cache import atomic_write
-
     digest = hashlib.sha256(kernel).hexdigest()
     try:
         if hal_text is None:
@@ -405,7 +404,7 @@ def plan_for_entry(directory: Path, kernel: bytes, function: str, timeout: float
     if found is not None:
         return found
     try:
-        line = (directory / "compile_command.txt").read_text().splitlines()[0]
+        line = (directory / COMMAND_FILE).read_text().splitlines()[0]
         tokens = shlex.split(line)
         out = tokens.index("-o")
     except (OSError, IndexError, ValueError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from ..kernels.cuda_executable import sanitize_symbol
+
 _EXECUTABLE = re.compile(r"^(\s*)hal\.executable (?:public |private )?@(\S+) \{", re.MULTILINE)
 _VARIANT = re.compile(r"hal\.executable\.variant (?:public |private )?@(\S+) target\(<\"([\w-]+)\", \"([\w-]+)\"")
 _EXPORT = re.compile(r"hal\.executable\.export (?:public |private )?@(\S+) ordinal\((\d+)\) layout\(")
@@ -21,12 +23,6 @@ _RETURN = re.compile(r"hal\.return (%\w+), (%\w+), (%\w+) :")
 _FUNC = re.compile(r"func\.func @(\S+?)\(")
 _SUBSPAN = re.compile(r"binding\((\d+)\)[^\n]*?: (!iree_tensor_ext\.dispatch\.tensor|memref)<")
 _PIPELINE = re.compile(r"translation_info = #iree_codegen\.translation_info<pipeline = (?:#[\w.]+<(\w+)>|(\w+))")
-
-
-def sanitize_symbol(name: str) -> str:
-    """The symbol IREE's GPU backends emit for an export: every character outside
-    ``[A-Za-z0-9_]`` becomes ``_`` (IREE's ``sanitizeSymbolName``), so ``f$async`` is ``f_async``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 @dataclass(frozen=True)
