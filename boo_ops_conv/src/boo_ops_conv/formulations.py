@@ -9,6 +9,8 @@ and ``boo tune`` times them all.
   short of the end of the padded input (``inferred input/output operand #1 has shape's
   dimension #2 to be 7, but found 5``); without the unread tail the shapes agree. Offered
   first for that class, where ``default`` would fail to compile.
+  For a transposed convolution's data and weight gradients (the ordinary convolution of dY
+  and its weight gradient), the same on dY: an output padding leaves a tail of dY unread.
 * ``default``: the export of the reference (``aten.convolution``).
 * ``explicit_pad``: the padding as its own op, then an unpadded convolution. For a data
   gradient or a transposed forward, the computation without padding (on the padded input's
@@ -66,6 +68,10 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if windowed and _reads_less_than_padded(s):
         first.append(Formulation("cropped", computation=lambda *a: _unpadded(s, a, crop=True),
                                  description="input padded explicitly and cut to the extent the windows read"))
+    if s.transposed and s.mode in ("bwd", "wrw") and any(s.output_padding):
+        first.append(Formulation("cropped", computation=lambda *a: _adjoint_cropped(s, a),
+                                 description="the adjoint convolution of dY, padded explicitly and cut "
+                                             "to the extent x's windows read"))
     if s.mode == "fwd" and not s.transposed:
         im2col = Formulation("im2col", computation=lambda *a: _im2col(s, a),
                              description="implicit GEMM: unfolded windows (channels minor) times the filter")
@@ -148,13 +154,19 @@ def _store(s: ConvSignature, result: torch.Tensor) -> torch.Tensor:
 
 def _pad(s: ConvSignature, x: torch.Tensor, crop: bool) -> torch.Tensor:
     """``x`` (logical) padded explicitly; with ``crop``, cut to the extent the windows read."""
+    return _pad_to(x, s.padding, _read_extents(s) if crop else None)
+
+
+def _pad_to(x: torch.Tensor, padding: tuple[int, ...], extents: tuple[int, ...] | None) -> torch.Tensor:
+    """A logical ``x`` padded by ``padding`` at both ends of each spatial axis; with
+    ``extents``, then cut (or zero-extended) to them."""
     pads: list[int] = []
-    for axis in reversed(range(s.spatial_rank)):  # F.pad lists the last dimension first
-        n, p, extent = s.input_shape[2 + axis], s.padding[axis], _read_extents(s)[axis]
-        pads += [p, max(0, extent - n - p) if crop else p]
+    for axis in reversed(range(len(padding))):  # F.pad lists the last dimension first
+        n, p = x.shape[2 + axis], padding[axis]
+        pads += [p, p if extents is None else max(0, extents[axis] - n - p)]
     padded = F.pad(x, pads) if any(pads) else x
-    if crop:
-        padded = padded[(slice(None), slice(None), *(slice(0, extent) for extent in _read_extents(s)))]
+    if extents is not None:
+        padded = padded[(slice(None), slice(None), *(slice(0, extent) for extent in extents))]
     return padded
 
 
@@ -169,6 +181,21 @@ def _unpadded(s: ConvSignature, args: tuple[torch.Tensor, ...], crop: bool) -> t
     logical[position] = x
     inner = _logical_signature(s, input_shape=tuple(x.shape), padding=0)
     return _store(s, inner.reference(*logical))
+
+
+def _adjoint_cropped(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``cropped`` for a transposed convolution's data and weight gradients: they are the
+    ordinary convolution of dY (its adjoint) and that convolution's weight gradient, with dY
+    padded explicitly and cut to what x's positions read. An output padding leaves a tail of
+    dY that no such window reads, which IREE 3.13 rejects as it does for ``cropped``."""
+    dy, other = _to_logical(s, args)
+    extents = tuple((n - 1) * st + d * (f - 1) + 1
+                    for n, st, d, f in zip(s.input_shape[2:], s.stride, s.dilation, s.window))
+    dy = _pad_to(dy, s.padding, extents)
+    adjoint = ConvSignature(tuple(dy.shape), s.kernel_shape, stride=s.stride, dilation=s.dilation,
+                            groups=s.groups, dtype=s.dtype, mode="fwd" if s.mode == "bwd" else "wrw")
+    # The adjoint's output is x: its data gradient computes x, its weight gradient takes x as dY.
+    return _store(s, adjoint.reference(dy, other) if s.mode == "bwd" else adjoint.reference(other, dy))
 
 
 def _beyond_the_window(s: ConvSignature) -> bool:
