@@ -12,7 +12,10 @@ from pathlib import Path
 
 import torch
 
-from boo_core.substitute import KernelExecutables, executables_of
+from boo_core import hookimpl
+from boo_core.substitute import KernelExecutables, Substitution, executables_of
+
+from .fake_plugins.scale_op import ScaleSignature
 
 TWO = "2.000000e+00"
 NUDGED = "2.00000024e+00"  # how IREE prints the float32 2 + 2**-22
@@ -38,3 +41,24 @@ def scale_substitution(directory: Path, signature: object, new_constant: str, ta
     """A substitution directory replacing ``signature``'s factor by ``new_constant``."""
     name, text = edited_source(executables_of(signature, target), new_constant)
     return write_source(directory, name, text)
+
+
+class ScaleLibrary:
+    """Kernels for the scale op's factor-2 signatures on the CPU: its executable with another
+    constant, built only when a kernel is compiled."""
+
+    def __init__(self, constant: str = NUDGED, *, fail: bool = False) -> None:
+        self.constant, self.fail, self.builds = constant, fail, []
+
+    @hookimpl
+    def boo_kernel_substitutions(self, signature, target):
+        if not isinstance(signature, ScaleSignature) or signature.factor != 2.0 or target.backend != "llvm-cpu":
+            return None
+        return [Substitution(f"times{self.constant}", build=self.build, key=f"scale-library {self.constant}")]
+
+    def build(self, kernel):
+        if self.fail:
+            raise RuntimeError("the library's generator crashed")
+        self.builds.append(kernel)
+        name, text = edited_source(kernel, self.constant)
+        return {f"sources/{name}.mlir": text}

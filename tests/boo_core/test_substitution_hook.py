@@ -9,35 +9,13 @@ import pytest
 import torch
 
 from boo_core import PluginError, clear_launchables, get_launchable, hookimpl
-from boo_core.substitute import Substitution
 from boo_core.testing import isolated_registry
 
 from .fake_plugins import scale_op
 from .fake_plugins.scale_op import ScaleSignature
-from .substitutions import NUDGED, NUDGED_VALUE, edited_source
+from .substitutions import NUDGED, NUDGED_VALUE, ScaleLibrary
 
 SIGNATURE = ScaleSignature(size=21, factor=2.0)
-
-
-class ScaleLibrary:
-    """Kernels for the scale op's factor-2 signatures on the CPU: its executable with another
-    constant, built only when a kernel is compiled."""
-
-    def __init__(self, constant: str = NUDGED, *, fail: bool = False) -> None:
-        self.constant, self.fail, self.builds = constant, fail, []
-
-    @hookimpl
-    def boo_kernel_substitutions(self, signature, target):
-        if not isinstance(signature, ScaleSignature) or signature.factor != 2.0 or target.backend != "llvm-cpu":
-            return None
-        return [Substitution(f"times{self.constant}", build=self.build, key=f"scale-library {self.constant}")]
-
-    def build(self, kernel):
-        if self.fail:
-            raise RuntimeError("the library's generator crashed")
-        self.builds.append(kernel)
-        name, text = edited_source(kernel, self.constant)
-        return {f"sources/{name}.mlir": text}
 
 
 class Broken:

@@ -27,6 +27,7 @@ from boo_core.verify.verdicts import device_identity
 from ..conftest import REPO
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 from .fake_plugins.wrong_kernel import TRIPLE
+from .substitutions import NUDGED, ScaleLibrary
 
 CPU = Target.parse("cpu")
 DEVICE = device_identity(torch.device("cpu"))
@@ -73,6 +74,52 @@ def test_the_fastest_verified_candidate_wins_and_a_wrong_one_never_does(private_
         torch.testing.assert_close(launchable(x), x * 2)
         with settings_override(use_tuned=False):
             assert get_launchable(signature).formulation == "default"
+
+
+def test_a_kernel_librarys_kernel_is_a_candidate_and_a_wrong_one_never_wins(private_cache):
+    signature = ScaleSignature(4096)
+    library = ScaleLibrary("3.000000e+00")  # a library kernel computing x * 3: wrong
+    with isolated_registry({"scale": PLUGIN, "library": library}):
+        [result] = tune(signature)
+        wrong = result.result("default with times3.000000e+00")
+        assert wrong.verdict.startswith("fail:") and wrong.substitution and result.winner != wrong.label
+        assert result.baseline == "default"  # what an untuned launch ends up with: the library's kernel fails
+        record = read_record(signature, "cpu", DEVICE)
+        assert record.library == (wrong.substitution,) and record.substitution == ""
+        # The record was timed against this library: it goes first, and the wrong kernel is not even tried.
+        clear_launchables()
+        launchable = get_launchable(signature)
+        assert launchable.substitution is None and launchable.passed_over == ()
+        x = torch.randn(4096)
+        torch.testing.assert_close(launchable(x), x * 2)
+
+
+def test_a_right_library_kernel_is_timed_and_the_faster_serves(private_cache):
+    signature = ScaleSignature(4096)
+    with isolated_registry({"scale": PLUGIN, "library": ScaleLibrary(NUDGED)}):
+        [result] = tune(signature)
+        mine = result.result(f"default with times{NUDGED}")
+        assert mine.verdict == "pass" and mine.time_us > 0
+        assert result.baseline == mine.label  # an untuned launch uses the library's kernel
+        record = read_record(signature, "cpu", DEVICE)
+        assert record.library == (mine.substitution,)
+        assert record.substitution == (mine.substitution if result.winner == mine.label else "")
+        clear_launchables()
+        launchable = get_launchable(signature)
+        assert (launchable.substitution is not None) == (result.winner == mine.label)
+        assert launchable.verified and launchable.passed_over == ()
+
+
+def test_a_record_made_without_a_library_does_not_displace_it(private_cache):
+    # Tuned before the library was installed: the record never timed the library's kernel,
+    # so the library's kernel keeps its place first.
+    signature = ScaleSignature(512)
+    with isolated_registry({"scale": PLUGIN}):
+        tune(signature)
+    with isolated_registry({"scale": PLUGIN, "library": ScaleLibrary(NUDGED)}):
+        clear_launchables()
+        launchable = get_launchable(signature)
+        assert launchable.substitution is not None and launchable.verified
 
 
 def test_a_tuned_record_never_runs_a_wrong_kernel(private_cache):

@@ -6,8 +6,9 @@ BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY
 default) it reads the verdict recorded for this device model, or checks the kernel against
 PyTorch now and records the verdict. The first candidate that compiles and passes serves.
 
-Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first; a user's
-replaces the chain (applied to each formulation in turn). A substituted candidate is always
+Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first (after a
+tuned winner that was timed against them all); a user's replaces the chain (applied to each
+formulation in turn). A substituted candidate is always
 verified, whatever ``BOO_VERIFY`` says; a user's that fails raises
 :class:`~boo_core.errors.SubstitutionError` instead of falling back.
 
@@ -98,9 +99,12 @@ def candidates(signature: Signature, device: BooDevice, only: str | None = None,
     if settings.use_tuned:
         from ..tune.database import tuned_candidate
 
-        tuned = tuned_candidate(signature, device, formulations)
+        tuned = tuned_candidate(signature, device, formulations, library)
         if tuned is not None:
-            found.insert(len(library), tuned)
+            candidate, before_library = tuned
+            if candidate.substitution is not None:  # the library's own candidate, now first
+                found = [c for c in found if c.substitution is not candidate.substitution]
+            found.insert(0 if before_library else len(library), candidate)
     return found
 
 

@@ -23,9 +23,7 @@ import torch
 
 from ..cluster import ClusterError, Task, TaskContext
 from ..kernels.cache import CacheEntry, CacheKey, integrity_key
-from ..kernels.request import KernelRequest
 from ..kernels.target import Target
-from ..plugins.registry import BooOpRegistry
 from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
 from ..tools.preload_cluster import ClusterHandle
@@ -36,13 +34,11 @@ from . import tuner as tuner_module
 Compiled = tuple[float, str]
 
 
-def candidate_key(signature: Signature, target: str, formulation: str, config: Mapping[str, Any] | None,
-                  flags: tuple[str, ...]) -> CacheKey | None:
-    """The cache key of one candidate's kernel (nothing is exported), or None if it has none."""
+def candidate_key(*arguments: Any) -> CacheKey | None:
+    """The cache key of one candidate's kernel (``compile_arguments``; nothing is exported),
+    or None if it has none."""
     try:
-        parsed = Target.parse(target)
-        chosen = next(f for f in BooOpRegistry.default().formulations(signature, parsed) if f.name == formulation)
-        return KernelRequest.create(signature, parsed, chosen, config=config, extra_flags=flags).key
+        return tuner_module.candidate_request(*arguments).key
     except Exception:  # compile_candidate, run here, reports it as a local tune does
         return None
 
@@ -65,7 +61,8 @@ def compile_on_cluster(arguments: Mapping[int, tuple[Any, ...]], cluster: Cluste
         if key is None or _settled(key):
             results[ident] = tuner_module._compile_candidate(*args)
             continue
-        label = f"compile {args[0].func_name} {args[2]}" + (" (configured)" if args[3] or args[4] else "")
+        label = f"compile {args[0].func_name} {args[2]}" + (" (configured)" if args[3] or args[4] else "") \
+            + (" (substituted)" if args[5] else "")
         tasks.append(Task(ident, _compile_task, args, expect=(key,), label=label))
     for result in cluster.get().run(tasks, shared=shared, max_in_flight=max_in_flight) if tasks else ():
         results[result.key] = result.value if result.ok else (0.0, tuner_module.CLUSTER_FAILURE + result.error)
@@ -122,9 +119,8 @@ def measure_on_cluster(kernels: Sequence[tuple[Any, list[tuple[str, Compiled]]]]
         for label, (_, error) in compiled:
             candidate = next(c for c in tuner_module.candidates_for(tune.signature, Target.parse(tune.target))
                              if c.label == label)
-            key = None if error else candidate_key(tune.signature, tune.target, candidate.formulation.name,
-                                                   dict(candidate.config) if candidate.config else None,
-                                                   candidate.flags)
+            key = None if error else candidate_key(*tuner_module.compile_arguments(tune.signature, tune.target,
+                                                                                   candidate))
             seed += [key] if key is not None else []
         tasks.append(Task(index, _measure_task, (worker_options, placement.model, cuda_target, tune.signature,
                                                  tune.target, compiled),

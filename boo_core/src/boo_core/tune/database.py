@@ -1,10 +1,11 @@
 """The tuning database: one record per (signature, target, compiler version, device model),
 in the cache directory (``<cache>/tuning/<func_name>-<digest>.json``), written atomically.
 
-A record names the winning candidate (formulation, configuration, flags) and the times it
-was chosen by. :func:`tuned_candidate` is what kernel selection asks; a record made by
-another compiler, for another device model, or naming a formulation the op no longer offers
-is not used.
+A record names the winning candidate (formulation, configuration, flags, or a kernel
+library's substitution) and the times it was chosen by, and which library substitutions
+were among the candidates. :func:`tuned_candidate` is what kernel selection asks; a record
+made by another compiler, for another device model, or naming a formulation or substitution
+no longer offered is not used.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from ..runtime.devices import BooDevice
     from ..runtime.selection import Candidate
     from ..signatures.signature import Signature
+    from ..substitute.substitution import Substitution
 
 TUNING_DIR = "tuning"
 RECORD_FORMAT = 1
@@ -48,12 +50,15 @@ class TuningRecord:
     time_us: float = 0.0
     default_time_us: float = 0.0
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    substitution: str = ""  # the winner's library substitution, by digest ("": IREE's own kernels)
+    library: tuple[str, ...] = ()  # every library substitution the tune timed, by digest
 
     def to_json(self) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "func_name": self.func_name, "signature": self.signature,
                 "target": self.target, "compiler": self.compiler, "device": self.device,
                 "winner": {"formulation": self.formulation, "config": self.config, "flags": list(self.flags),
-                           "label": self.label},
+                           "label": self.label, "substitution": self.substitution},
+                "library": list(self.library),
                 "time_us": self.time_us, "default_time_us": self.default_time_us, "created": self.created}
 
     @classmethod
@@ -67,7 +72,8 @@ class TuningRecord:
                        str(data["device"]), str(winner["formulation"]), dict(config) if config else None,
                        tuple(str(f) for f in winner.get("flags", ())), str(winner.get("label", "")),
                        float(data.get("time_us", 0.0)), float(data.get("default_time_us", 0.0)),
-                       str(data.get("created", "")))
+                       str(data.get("created", "")), str(winner.get("substitution", "")),
+                       tuple(str(d) for d in data.get("library", ())))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -112,8 +118,11 @@ def all_records(cache_dir: Path | None = None) -> list[TuningRecord]:
     return records
 
 
-def tuned_candidate(signature: Signature, device: BooDevice, formulations: Sequence[Formulation]) -> Candidate | None:
-    """The recorded winner for ``signature`` on ``device`` as a selection candidate, or None."""
+def tuned_candidate(signature: Signature, device: BooDevice, formulations: Sequence[Formulation],
+                    library: Sequence[Substitution] = ()) -> tuple[Candidate, bool] | None:
+    """The recorded winner for ``signature`` on ``device`` as a selection candidate, and
+    whether it goes before the ``library`` substitutions (those the tune timed it against:
+    all of them), or None."""
     if not get_settings().cache_enabled:
         return None
     record = read_record(signature, device.target.name, device_identity(device.torch_device))
@@ -123,7 +132,13 @@ def tuned_candidate(signature: Signature, device: BooDevice, formulations: Seque
     formulation = by_name.get(record.formulation)
     if formulation is None:
         return None
+    substitution = None
+    if record.substitution:
+        substitution = next((s for s in library if s.digest == record.substitution), None)
+        if substitution is None:  # the library, or its kernel, changed since the tune
+            return None
     from ..runtime.selection import Candidate
 
-    return Candidate(formulation, record.config, record.flags, f"tuned {record.label or record.formulation}",
-                     always_verify=True)
+    candidate = Candidate(formulation, record.config, record.flags, f"tuned {record.label or record.formulation}",
+                          always_verify=True, substitution=substitution)
+    return candidate, {s.digest for s in library} <= set(record.library)

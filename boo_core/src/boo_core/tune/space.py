@@ -41,17 +41,25 @@ class TuningCandidate:
 
 @dataclass(frozen=True)
 class ResolvedCandidate:
-    """A candidate with its formulation object, ready to build."""
+    """A candidate with its formulation object, ready to build; ``substitution`` is a
+    kernel library's (:mod:`boo_core.substitute`), which replaces IREE's executables."""
 
     label: str
     formulation: Formulation
     config: Mapping[str, Any] | None = None
     flags: tuple[str, ...] = field(default=())
+    substitution: Any = None
 
     @property
     def plain(self) -> bool:
-        """A formulation as the op offers it (no configuration, no extra flags)."""
+        """What an untuned launch may use: a formulation as the op offers it (no
+        configuration, no extra flags), maybe with a library's kernel."""
         return self.config is None and not self.flags
+
+    @property
+    def substitution_digest(self) -> str:
+        """The library substitution's digest ("" for IREE's own kernels)."""
+        return self.substitution.digest if self.substitution is not None else ""
 
 
 def describe(formulation: str, config: Mapping[str, Any] | None, flags: Sequence[str]) -> str:
@@ -75,10 +83,17 @@ def describe(formulation: str, config: Mapping[str, Any] | None, flags: Sequence
 
 
 def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate],
-            where: str) -> list[ResolvedCandidate]:
-    """Every formulation as it is, then the op's extra candidates, labels unique."""
+            where: str, library: Sequence[Any] = ()) -> list[ResolvedCandidate]:
+    """Kernel libraries' substitutions (each on the formulation it names, or the first: as
+    launches try them), every formulation as it is, then the op's extra candidates; labels
+    unique."""
     by_name = {f.name: f for f in formulations}
-    found = [ResolvedCandidate(f.name, f) for f in formulations]
+    found = []
+    for substitution in library:
+        formulation = by_name.get(substitution.formulation or "", formulations[0])
+        found.append(ResolvedCandidate(f"{formulation.name} with {substitution.name}", formulation,
+                                       substitution=substitution))
+    found += [ResolvedCandidate(f.name, f) for f in formulations]
     labels = {c.label for c in found}
     for candidate in extra:
         if not isinstance(candidate, TuningCandidate):

@@ -36,6 +36,7 @@ from ..runtime.launchable import Launchable
 from ..runtime.timing import timer_for
 from ..settings import get_settings
 from ..signatures.signature import Signature
+from ..substitute.candidates import library_substitutions
 from ..verify import verdicts
 from .database import TuningRecord, read_record, record_path, tuning_dir, write_record
 from .space import ResolvedCandidate, resolve
@@ -58,17 +59,18 @@ class CandidateResult:
     verdict: str = ""
     time_us: float | None = None
     error: str = ""
+    substitution: str = ""  # a kernel library's substitution, by digest ("": IREE's own kernels)
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "formulation": self.formulation, "config": self.config, "flags": list(self.flags),
                 "compile_seconds": self.compile_seconds, "verdict": self.verdict, "time_us": self.time_us,
-                "error": self.error}
+                "error": self.error, "substitution": self.substitution}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CandidateResult:
         return cls(str(data["label"]), str(data["formulation"]), data.get("config"),
                    tuple(data.get("flags", ())), float(data.get("compile_seconds", 0.0)), str(data["verdict"]),
-                   data.get("time_us"), str(data.get("error", "")))
+                   data.get("time_us"), str(data.get("error", "")), str(data.get("substitution", "")))
 
 
 @dataclass
@@ -106,26 +108,47 @@ class TuneOptions:
 
 
 def candidates_for(signature: Signature, target: Target) -> list[ResolvedCandidate]:
-    """The op's formulations, then its tuning space's extra candidates."""
+    """Installed kernel libraries' substitutions, the op's formulations, then its tuning
+    space's extra candidates."""
     registry = BooOpRegistry.default()
     formulations = registry.formulations(signature, target)
+    library = library_substitutions(signature, target)
     entry = registry.op_for_signature(signature)
     extra: Sequence[Any] = ()
     if entry is not None and entry.spec.tuning_space is not None:
         where = f"op {entry.name!r} tuning_space"
         extra = call_blamed(entry.plugin, where, entry.spec.tuning_space, signature, target) or ()
-        return resolve(formulations, extra, f"plugin {entry.plugin.label}: {where}")
-    return resolve(formulations, extra, "tuning space")
+        return resolve(formulations, extra, f"plugin {entry.plugin.label}: {where}", library)
+    return resolve(formulations, extra, "tuning space", library)
+
+
+def compile_arguments(signature: Signature, target: str, candidate: ResolvedCandidate) -> tuple[Any, ...]:
+    """What :func:`_compile_candidate` takes for ``candidate`` (plain data: it crosses processes)."""
+    return (signature, target, candidate.formulation.name, dict(candidate.config) if candidate.config else None,
+            candidate.flags, candidate.substitution_digest)
+
+
+def candidate_request(signature: Signature, target: str, formulation: str, config: Mapping[str, Any] | None,
+                      flags: tuple[str, ...], substitution: str = "") -> KernelRequest:
+    """The kernel request of a candidate given as :func:`compile_arguments` gives it; a
+    library substitution is found again by its digest."""
+    parsed = Target.parse(target)
+    chosen = next(f for f in BooOpRegistry.default().formulations(signature, parsed) if f.name == formulation)
+    found = None
+    if substitution:
+        found = next((s for s in library_substitutions(signature, parsed) if s.digest == substitution), None)
+        if found is None:
+            raise BooError(f"no installed kernel library offers substitution {substitution} for "
+                           f"{signature.func_name} here")
+    return KernelRequest.create(signature, parsed, chosen, config=config, extra_flags=flags, substitution=found)
 
 
 def _compile_candidate(signature: Signature, target: str, formulation: str, config: Mapping[str, Any] | None,
-                       flags: tuple[str, ...]) -> tuple[float, str]:
+                       flags: tuple[str, ...], substitution: str = "") -> tuple[float, str]:
     """Compile one candidate into the cache (runs in a worker); (seconds, error text)."""
     start = time.perf_counter()
     try:
-        parsed = Target.parse(target)
-        chosen = next(f for f in BooOpRegistry.default().formulations(signature, parsed) if f.name == formulation)
-        KernelRequest.create(signature, parsed, chosen, config=config, extra_flags=flags).fetch()
+        candidate_request(signature, target, formulation, config, flags, substitution).fetch()
     except CompileError as e:
         return time.perf_counter() - start, f"compile error: {str(e).splitlines()[0]}"
     except Exception as e:  # a plugin's failure is this candidate's, not the run's
@@ -282,8 +305,7 @@ class Tuner:
         from ..tools.preload import _pool
 
         results: dict[int, tuple[float, str]] = {}
-        args = [(t.signature, t.target, c.formulation.name, dict(c.config) if c.config else None, c.flags)
-                for t, c in pending]
+        args = [compile_arguments(t.signature, t.target, c) for t, c in pending]
         if cluster is not None:
             from .cluster import compile_on_cluster
 
@@ -336,7 +358,7 @@ class Tuner:
     def _result(candidate: ResolvedCandidate, seconds: float) -> CandidateResult:
         return CandidateResult(candidate.label, candidate.formulation.name,
                                dict(candidate.config) if candidate.config else None, candidate.flags,
-                               round(seconds, 3))
+                               round(seconds, 3), substitution=candidate.substitution_digest)
 
     def _finish(self, tune: KernelTune, result: CandidateResult) -> None:
         tune.results.append(result)
@@ -349,7 +371,8 @@ class Tuner:
                          inputs: Sequence[torch.Tensor], timer: Any) -> None:
         driver = self.device.driver_for(signature.flops, get_settings().cpu_driver)
         request = KernelRequest.create(signature, self.device.target, candidate.formulation,
-                                       config=candidate.config, extra_flags=candidate.flags)
+                                       config=candidate.config, extra_flags=candidate.flags,
+                                       substitution=candidate.substitution)
         try:
             launchable = Launchable(signature, self.device, request, driver)
         except BooError as e:
@@ -367,7 +390,8 @@ class Tuner:
         """The fastest verified candidate wins; the record is written atomically."""
         passing = [r for r in tune.results if r.verdict == PASS and r.time_us is not None]
         plain = [r for r in passing if r.config is None and not r.flags]
-        order = [c.label for c in candidates_for(tune.signature, self.device.target)]
+        candidates = candidates_for(tune.signature, self.device.target)
+        order = [c.label for c in candidates]
         plain.sort(key=lambda r: order.index(r.label) if r.label in order else math.inf)
         if not passing:
             return
@@ -375,9 +399,11 @@ class Tuner:
         tune.winner = winner.label
         tune.baseline = plain[0].label if plain else ""
         baseline = tune.result(tune.baseline)
+        library = tuple(c.substitution_digest for c in candidates if c.substitution is not None)
         record = TuningRecord(tune.signature.func_name, tune.signature.canonical(), tune.target,
                               _compiler(), self.device_name, winner.formulation, winner.config, winner.flags,
-                              winner.label, winner.time_us, baseline.time_us if baseline else 0.0)
+                              winner.label, winner.time_us, baseline.time_us if baseline else 0.0,
+                              substitution=winner.substitution, library=library)
         write_record(record, tune.signature)
 
 
