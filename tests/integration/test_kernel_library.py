@@ -9,12 +9,21 @@ import torch
 
 from boo_core import Target, get_launchable
 from boo_core.plugins.registry import BooOpRegistry
+from boo_core.substitute import executables_of
+from boo_ops_conv import ConvSignature
 from boo_ops_matmul import MatmulSignature
 
 gemm = pytest.importorskip("boo_kernels_hopper.gemm")
+conv = pytest.importorskip("boo_kernels_hopper.conv")
 hooks = pytest.importorskip("boo_kernels_hopper.hooks")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
+
+
+def resnet_conv(c: int, k: int, window: int, stride: int, size: int, mode: str) -> ConvSignature:
+    """A ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32)."""
+    return ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                         dtype=torch.bfloat16, shared_layout="NHWC", mode=mode)
 
 
 def test_it_knows_which_matmuls_it_serves():
@@ -34,3 +43,35 @@ def test_without_triton_or_a_hopper_gpu_it_supplies_nothing(private_cache):
     # BOO's own kernel serves, unchanged, on the CPU.
     launchable = get_launchable(MatmulSignature(m=8, n=8, k=8, dtype=torch.bfloat16), "cpu")
     assert launchable.substitution is None and launchable.formulation == "default"
+
+
+def test_it_knows_which_convolutions_it_serves():
+    assert conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "fwd")) is not None
+    assert conv.problem_of(resnet_conv(128, 128, 3, 2, 56, "bwd")) is not None
+    for other in (resnet_conv(3, 64, 7, 2, 224, "bwd"),  # 3 output channels
+                  resnet_conv(64, 64, 3, 1, 56, "wrw"),
+                  ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC")):  # float32
+        assert conv.problem_of(other) is None
+
+
+# Each shape of IREE's module conv.plan knows: one executable, pad + conv, pad + filter copy + conv.
+@pytest.mark.parametrize(("row", "kernels"), [((64, 256, 1, 1, 56, "fwd"), ["conv"]),
+                                              ((64, 64, 3, 1, 56, "fwd"), ["pad", "conv"]),
+                                              ((64, 64, 3, 1, 56, "bwd"), ["pad", "copy", "conv"]),
+                                              ((256, 512, 1, 2, 56, "bwd"), ["pad", "conv"])])
+def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache, row, kernels):
+    signature = resnet_conv(*row)
+    found = executables_of(signature, "cuda:sm_80", "default")  # cross-compiled: no GPU needed
+    launches = conv.plan(conv.problem_of(signature), found.executables)
+    assert [launch.kernel for launch in launches] == kernels
+    assert [launch.executable.name for launch in launches] == found.names
+    # The same module does not fit a problem of another size: BOO would pass the substitution over.
+    other = conv.problem_of(resnet_conv(row[0], row[1], row[2], row[3], row[4] // 2, row[5]))
+    with pytest.raises(ValueError):
+        conv.plan(other, found.executables)
+
+
+@pytest.mark.skipif(gemm.unavailable_reason() is None, reason="this machine can build the library's kernels")
+def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
+    assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None
+    assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cpu")) is None

@@ -1,4 +1,4 @@
-"""BOO kernel library for Hopper GPUs: bf16 matmuls built with Triton for sm_90a (wgmma),
+"""BOO kernel library for Hopper GPUs: bf16 matmuls and convolutions built with Triton for sm_90a (wgmma),
 supplied through the ``boo_kernel_substitutions`` hook (``boo_kernels_hopper.hooks``)."""
 
 from .gemm import GemmConfig, choose_config, unavailable_reason

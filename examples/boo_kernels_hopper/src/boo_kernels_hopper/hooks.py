@@ -1,9 +1,10 @@
-"""The ``boo`` entry point ``hopper_kernels``: bf16 matmul kernels for Hopper GPUs.
+"""The ``boo`` entry point ``hopper_kernels``: bf16 matmuls and convolutions for Hopper GPUs.
 
 For a CUDA target, when Triton is installed and the GPU is a Hopper (compute capability
-9.0), a matmul signature this library serves (:func:`~boo_kernels_hopper.gemm.problem_of`)
-gets one candidate substitution: an executable with no code of its own that runs Triton's
-sm_90a PTX, built only on a cache miss. BOO verifies it against PyTorch before first use
+9.0), a matmul or conv signature this library serves (``gemm.problem_of``,
+``conv.problem_of``) gets one candidate substitution: executables with no code of their own
+that run Triton's sm_90a PTX, built only on a cache miss (a conv replaces every executable of
+the ``default`` formulation's module: ``conv.plan``). BOO verifies it against PyTorch before first use
 and passes it over (IREE's kernel serves) if it fails. Anywhere else it answers None and
 says why at debug level.
 """
@@ -16,11 +17,12 @@ from typing import Any
 from boo_core import Target, hookimpl
 from boo_core.substitute import KernelExecutables, Substitution, external_source
 
-from . import gemm
+from . import conv, gemm
 
 logger = logging.getLogger(__name__)
 VERSION = "0.1.0"
 OBJECT = "objects/hopper_gemm.ptx"
+CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan knows
 
 
 def _build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
@@ -44,10 +46,41 @@ def _build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
     return build
 
 
+def _build_conv(problem: conv.ConvProblem, config: conv.ConvConfig):
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        files: dict[str, str] = {}
+        for launch in conv.plan(problem, kernel.executables):  # ValueError: a module it does not know
+            executable = launch.executable
+            made = conv.generate(problem, config, launch, executable.exports[0].kernel_name)
+            obj = f"objects/hopper_conv_{launch.kernel}.ptx"
+            files[f"sources/{executable.name}.mlir"] = external_source(
+                executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=(made.grid, 1, 1),
+                workgroup_local_memory=made.shared_bytes)
+            files[obj] = made.ptx
+        return files
+
+    return build
+
+
+def _conv_substitution(signature: Any) -> Substitution | None:
+    problem = conv.problem_of(signature)
+    if problem is None:
+        return None
+    reason = gemm.unavailable_reason()
+    if reason is not None:
+        logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
+        return None
+    config = conv.choose_config(problem)
+    key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a conv {problem} {config}"
+    return Substitution("hopper_conv", build=_build_conv(problem, config), key=key, formulation=CONV_FORMULATION)
+
+
 @hookimpl
 def boo_kernel_substitutions(signature: Any, target: Target) -> Substitution | None:
     if target.backend != "cuda":
         return None
+    if getattr(signature, "op_name", None) == "conv":
+        return _conv_substitution(signature)
     problem = gemm.problem_of(signature)
     if problem is None:
         return None

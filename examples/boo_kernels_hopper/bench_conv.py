@@ -1,0 +1,115 @@
+"""The library's convolution kernels through Triton's own launcher, against cuDNN.
+
+For each ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32; fwd and bwd): the pad
+kernel (where the row needs one) and the convolution kernel, as BOO's module runs them,
+checked against float64 PyTorch and timed (CUDA events) against torch's convolution
+(cuDNN). ``--sweep`` also times other tile configurations on a few rows.
+
+    python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from boo_kernels_hopper import conv
+from boo_kernels_hopper._triton_conv import boo_hopper_conv, boo_hopper_pad
+
+from boo_ops_conv import ConvSignature
+
+BF16 = torch.bfloat16
+RESNET50 = [  # as benchmarks/gpu.py: (input channels, output channels, window, stride, input size)
+    (3, 64, 7, 2, 224),
+    (64, 64, 1, 1, 56), (64, 64, 3, 1, 56), (64, 256, 1, 1, 56), (256, 64, 1, 1, 56),
+    (256, 128, 1, 1, 56), (128, 128, 3, 2, 56), (128, 512, 1, 1, 28), (512, 128, 1, 1, 28),
+    (128, 128, 3, 1, 28), (256, 512, 1, 2, 56),
+    (512, 256, 1, 1, 28), (256, 256, 3, 2, 28), (256, 1024, 1, 1, 14), (1024, 256, 1, 1, 14),
+    (256, 256, 3, 1, 14), (512, 1024, 1, 2, 28),
+    (1024, 512, 1, 1, 14), (512, 512, 3, 2, 14), (512, 2048, 1, 1, 7), (2048, 512, 1, 1, 7),
+    (512, 512, 3, 1, 7), (1024, 2048, 1, 2, 14),
+]
+SWEEP = [conv.ConvConfig(128, 64, 64, 8, 4, 4), conv.ConvConfig(128, 128, 64, 8, 4, 4),
+         conv.ConvConfig(128, 128, 64, 8, 8, 4), conv.ConvConfig(128, 256, 64, 8, 8, 3),
+         conv.ConvConfig(64, 128, 64, 8, 4, 4), conv.ConvConfig(256, 128, 64, 8, 8, 3)]
+
+
+def events_us(fn, iters: int = 20) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(3):
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / iters)
+    return min(samples)
+
+
+def runner(problem: conv.ConvProblem, config: conv.ConvConfig, source: torch.Tensor, w: torch.Tensor):
+    """A function running the library's kernels as BOO's module does, returning the output."""
+    p = problem
+    out = torch.empty(p.n, p.p, p.q, p.cout, device=source.device, dtype=BF16)
+    image = source
+    pad_args = None
+    if not p.direct:
+        image = torch.empty(p.n, p.hp, p.wp, p.c, device=source.device, dtype=BF16)
+        constants, grid = conv.pad_constants(p.n, p.h, p.w, p.c, p.hp, p.wp, p.lo_h, p.lo_w, p.dh, p.dw, 0)
+        pad_args = (grid, constants)
+    constants = conv.conv_constants(p, config, 0, 0, False)
+    grid = conv.conv_grid(p, config)
+
+    def run() -> torch.Tensor:
+        if pad_args is not None:
+            boo_hopper_pad[(pad_args[0],)](source, image, **pad_args[1], num_warps=4, num_stages=1)
+        boo_hopper_conv[(grid,)](image, w, out, **constants, num_warps=config.num_warps,
+                                 num_stages=config.num_stages)
+        return out
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="rows whose name contains this text ('|' separates several)")
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--modes", default="fwd,bwd")
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    device = "cuda:0"
+    print(f"{'row':<44} {'err':>8} {'ours us':>9} {'cudnn us':>9} {'ratio':>6}  config", flush=True)
+    for c, k, window, stride, size in RESNET50:
+        for mode in args.modes.split(","):
+            name = f"{c}->{k} {window}x{window}/{stride} @{size} {mode}"
+            if not any(part in name for part in args.only.split("|")):
+                continue
+            signature = ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                                      dtype=BF16, shared_layout="NHWC", mode=mode)
+            problem = conv.problem_of(signature)
+            if problem is None:
+                print(f"{name:<44} not served")
+                continue
+            inputs = signature.get_sample_args(device=device)
+            reference = signature.reference(*[t.double() for t in inputs])
+            torch_us = events_us(lambda signature=signature, inputs=inputs: signature.reference(*inputs))
+            configs = [conv.choose_config(problem)]
+            if args.sweep:
+                configs += [cfg for cfg in SWEEP if problem.cout % cfg.bn == 0 and cfg not in configs
+                            and problem.cin % 64 == 0]
+            for config in configs:
+                try:
+                    run = runner(problem, config, *inputs)
+                    out = run().double()
+                    error = float((out - reference).norm() / reference.norm())
+                    ours = events_us(run)
+                    print(f"{name:<44} {error:8.1e} {ours:9.1f} {torch_us:9.1f} {ours / torch_us:6.2f}  {config}",
+                          flush=True)
+                except Exception as e:  # one config failing must not stop the table
+                    print(f"{name:<44} {config}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

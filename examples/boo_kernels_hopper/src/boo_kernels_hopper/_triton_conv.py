@@ -1,0 +1,123 @@
+"""The Triton convolution kernels (imported only where Triton is installed).
+
+Two kernels, every size a compile-time constant, every tensor a pointer plus a constant
+element offset (IREE's ABI passes one pointer per binding; a binding may hold several
+tensors at fixed offsets):
+
+* ``boo_hopper_conv``: an implicit-GEMM convolution with no padding logic, over a channels-last
+  input that already holds its padding (or needs none): ``y[m, co] = sum_{r, s, ci}
+  x[n, p*SH + r, q*SW + s, ci] * W(co, r, s, ci)`` for output pixel ``m = (n, p, q)``; M = N*P*Q
+  pixels by COUT channels, reduced over R*S*CIN. ``W`` is the filter as stored: ``(COUT, R,
+  S, CIN)`` (a forward filter), or ``(CIN, R, S, COUT)`` read with its taps flipped when
+  ``IN_MAJOR`` and ``FLIP`` (a forward filter seen by the data gradient, which is the forward
+  convolution of dY, zero-inserted and padded, with the flipped, transposed filter). Float32
+  accumulation, one rounding to bf16. Where CIN is a multiple of BK each step of BK reads
+  one tap's contiguous channels (16-byte loads, pipelined ``num_stages`` deep; ``tl.dot`` is
+  wgmma on sm_90a); otherwise (the 3-channel stem) the reduction index is unfolded into
+  (r, s, ci) per element, masked past R*S*CIN. Rows past M repeat the last pixel and are not
+  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse.
+* ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
+  that is a source element (the offset divisible by the dilation, inside the source), else
+  0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
+  channels-last in and out, over a whole ``(N, HP, WP, C)`` destination. Also a plain copy.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def boo_hopper_conv(x, w, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_FROM_X: tl.constexpr,
+                    N: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr, CIN: tl.constexpr, COUT: tl.constexpr,
+                    R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, P: tl.constexpr,
+                    Q: tl.constexpr, IN_MAJOR: tl.constexpr, FLIP: tl.constexpr, BM: tl.constexpr,
+                    BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    M: tl.constexpr = N * P * Q
+    tiles_m: tl.constexpr = (M + BM - 1) // BM
+    tiles_n: tl.constexpr = COUT // BN
+    per_group: tl.constexpr = GROUP * tiles_n
+    pid = tl.program_id(0)
+    first_m = (pid // per_group) * GROUP
+    rows = min(tiles_m - first_m, GROUP)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    pixel = tl.minimum(offs_m, M - 1)
+    n = pixel // (P * Q)
+    p = (pixel // Q) % P
+    q = pixel % Q
+    x_rows = x + X_OFF + ((n * HP + p * SH) * WP + q * SW) * CIN  # (BM,) pointers to each window's corner
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    if W_FROM_X:
+        w_base = x + W_OFF
+    else:
+        w_base = w + W_OFF
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if CIN % BK == 0:
+        blocks: tl.constexpr = CIN // BK
+        for t in range(R * S * blocks):
+            tap = t // blocks
+            c0 = (t % blocks) * BK
+            r = tap // S
+            s = tap % S
+            a = tl.load(x_rows[:, None] + ((r * WP + s) * CIN + c0) + offs_k[None, :])
+            if IN_MAJOR:
+                wtap = tap
+                if FLIP:
+                    wtap = R * S - 1 - tap
+                b = tl.load(w_base + ((c0 + offs_k[:, None]) * (R * S) + wtap) * COUT + offs_n[None, :])
+            else:
+                b = tl.load(w_base + offs_n[None, :] * (R * S * CIN) + tap * CIN + c0 + offs_k[:, None])
+            acc = tl.dot(a, b, acc)
+    else:
+        KRED: tl.constexpr = R * S * CIN
+        for k0 in range(0, KRED, BK):
+            kk = k0 + offs_k
+            valid = kk < KRED
+            tap = kk // CIN
+            ci = kk % CIN
+            r = tap // S
+            s = tap % S
+            a = tl.load(x_rows[:, None] + ((r * WP + s) * CIN + ci)[None, :], mask=valid[None, :], other=0.0)
+            if IN_MAJOR:
+                wtap = tap
+                if FLIP:
+                    wtap = R * S - 1 - tap
+                b = tl.load(w_base + (ci[:, None] * (R * S) + wtap[:, None]) * COUT + offs_n[None, :],
+                            mask=valid[:, None], other=0.0)
+            else:
+                b = tl.load(w_base + offs_n[None, :] * KRED + kk[:, None], mask=valid[:, None], other=0.0)
+            acc = tl.dot(a, b, acc)
+    tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=(offs_m < M)[:, None])
+
+
+@triton.jit
+def boo_hopper_pad(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                   C: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr, LO_H: tl.constexpr, LO_W: tl.constexpr,
+                   DH: tl.constexpr, DW: tl.constexpr, BP: tl.constexpr, BC: tl.constexpr):
+    blocks_c: tl.constexpr = (C + BC - 1) // BC
+    pid = tl.program_id(0)
+    offs_p = (pid // blocks_c) * BP + tl.arange(0, BP)  # destination pixels (n, i, j)
+    offs_c = (pid % blocks_c) * BC + tl.arange(0, BC)
+    inside = offs_p < N * HP * WP
+    j = offs_p % WP
+    i = (offs_p // WP) % HP
+    n = offs_p // (WP * HP)
+    di = i - LO_H
+    dj = j - LO_W
+    found = inside & (di >= 0) & (dj >= 0) & (di < H * DH) & (dj < W * DW)
+    if DH > 1:
+        found = found & (di % DH == 0)
+    if DW > 1:
+        found = found & (dj % DW == 0)
+    si = tl.where(found, di // DH, 0)
+    sj = tl.where(found, dj // DW, 0)
+    channel_ok = offs_c < C
+    value = tl.load(src + (((n * H + si) * W + sj) * C)[:, None] + offs_c[None, :],
+                    mask=found[:, None] & channel_ok[None, :], other=0.0)
+    tl.store(dst + DST_OFF + (offs_p * C)[:, None] + offs_c[None, :], value,
+             mask=inside[:, None] & channel_ok[None, :])

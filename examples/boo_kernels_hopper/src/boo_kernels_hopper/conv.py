@@ -1,0 +1,349 @@
+"""Which convolutions this library serves, how IREE's module for them is replaced, and PTX.
+
+A served convolution (:func:`problem_of`): bf16, 2-D, channels-last (NHWC input and output,
+KRSC filter), one group, no dilation, not transposed, no bias or activation; the forward
+(``fwd``) or the data gradient (``bwd``), with a multiple of 64 output channels.
+
+Both are computed as one forward convolution, :class:`ConvProblem`: an implicit GEMM over a
+channels-last image that already holds its padding. The forward's image is x padded by the
+convolution's padding; the data gradient's is dY with ``stride - 1`` zeros inserted between
+its pixels and padded by ``window - 1 - padding``, convolved at stride 1 with the filter
+flipped and read input-channel-major (dx[c] = sum over k of dY[k] * w[k, flipped tap, c]).
+
+IREE's module for the op's ``default`` formulation on CUDA has, per row of benchmarks/gpu.py:
+
+* one executable (unpadded 1x1 rows): the convolution of the op's own tensors (x or dY, w,
+  y or dx; some flattened to 2-D). Replaced by the convolution kernel on them.
+* two (padded forward; strided 1x1 data gradient): a transpose writing a transient (x or dY
+  in NCHW, padded or zero-inserted), then the convolution reading it with w. Both are
+  replaced: the first by ``boo_hopper_pad`` writing the transient as the padded image in
+  NHWC (the same number of elements), the second by the convolution reading that.
+* three (padded data gradient): the transpose, a copy of the filter flipped into the same
+  transient buffer at an offset, and the convolution with two bindings (the transient, dx).
+  Replaced by the pad, a plain copy of the filter into its slot, and the convolution reading
+  both from the one binding (at the offsets IREE's own executables use).
+
+:func:`plan` matches what it finds against this, by binding sizes and offsets, and raises
+ValueError on anything else (BOO then passes the substitution over and IREE's kernels
+serve). Everything here but :func:`generate` runs without Triton or a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import gemm
+
+BF16 = torch.bfloat16
+ELEMENT = 2  # bytes per bf16
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    """Tiles of the convolution kernel: BM output pixels by BN output channels, BK of the
+    reduction per step; GROUP rows of tiles per L2 group; Triton's warps and stages."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    group: int = 8
+    num_warps: int = 8
+    num_stages: int = 4
+
+    def __str__(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
+                f"stages {self.num_stages}")
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A served convolution as the forward kernel computes it.
+
+    The source image ``(n, h, w, c)`` (x, or dY for the data gradient) becomes the image the
+    kernel reads, ``(n, hp, wp, cin)`` with ``cin == c``: source pixel (i, j) at
+    ``(lo_h + i*dh, lo_w + j*dw)``, zeros elsewhere. The kernel's window is ``r x s`` at
+    stride ``(sh, sw)`` with no padding, giving ``(n, p, q, cout)``.
+    """
+
+    mode: str
+    n: int
+    h: int
+    w: int
+    c: int
+    hp: int
+    wp: int
+    lo_h: int
+    lo_w: int
+    dh: int
+    dw: int
+    r: int
+    s: int
+    sh: int
+    sw: int
+    p: int
+    q: int
+    cout: int
+    in_major: bool  # the filter is (cin, r, s, cout) as stored (and read flipped): the data gradient
+
+    @property
+    def cin(self) -> int:
+        return self.c
+
+    @property
+    def direct(self) -> bool:
+        """The kernel can read the source itself: no padding, no zeros inserted."""
+        return (self.lo_h == self.lo_w == 0 and self.dh == self.dw == 1 and self.hp == self.h and self.wp == self.w)
+
+    @property
+    def source_numel(self) -> int:
+        return self.n * self.h * self.w * self.c
+
+    @property
+    def padded_numel(self) -> int:
+        return self.n * self.hp * self.wp * self.c
+
+    @property
+    def weight_numel(self) -> int:
+        return self.cout * self.r * self.s * self.cin
+
+    @property
+    def output_numel(self) -> int:
+        return self.n * self.p * self.q * self.cout
+
+
+def problem_of(signature: Any) -> ConvProblem | None:
+    """The problem for a BOO ``conv`` signature this library serves (module docstring), else
+    None. Duck-typed so that the library needs no op package."""
+    if getattr(signature, "op_name", None) != "conv":
+        return None
+    s = signature
+    try:
+        if (s.dtype != BF16 or s.spatial_rank != 2 or s.groups != 1 or s.transposed or s.bias
+                or s.activation is not None or any(d != 1 for d in s.dilation)
+                or (s.input_layout, s.kernel_layout, s.output_layout) != ("NHWC", "NHWC", "NHWC")):
+            return None
+        n, c, h, w = s.input_shape
+        k, _, r, sw_ = s.kernel_shape
+        p, q = s.output_spatial
+        (sh, sw), (ph, pw) = s.stride, s.padding
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if s.mode == "fwd":
+        problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, r, sw_, sh, sw, p, q, k, False)
+    elif s.mode == "bwd":
+        lo_h, lo_w = r - 1 - ph, sw_ - 1 - pw
+        if lo_h < 0 or lo_w < 0:  # padding beyond the window: windows that read padding only
+            return None
+        problem = ConvProblem("bwd", n, p, q, k, h + r - 1, w + sw_ - 1, lo_h, lo_w, sh, sw, r, sw_, 1, 1, h, w, c,
+                              True)
+        if lo_h + (p - 1) * sh >= problem.hp or lo_w + (q - 1) * sw >= problem.wp:
+            return None
+    else:
+        return None
+    if problem.cout % 64 or min(problem.p, problem.q) < 1:
+        return None
+    if (problem.p - 1) * problem.sh + problem.r > problem.hp or (problem.q - 1) * problem.sw + problem.s > problem.wp:
+        return None
+    return problem
+
+
+def choose_config(problem: ConvProblem) -> ConvConfig:
+    """The tiles for ``problem`` (README.md: measured on an H100)."""
+    if problem.cin % 64:  # the stem: 3 channels, a short gathered reduction
+        return ConvConfig(128, 64, 32, 8, 4, 2)
+    if problem.cout == 64:
+        return ConvConfig(128, 64, 64, 8, 4, 4)
+    return ConvConfig(128, 128, 64, 8, 8, 4)
+
+
+# -- IREE's module --------------------------------------------------------------------------------
+
+_SUBSPAN = re.compile(r"hal\.interface\.binding\.subspan [^\n]*?binding\((\d+)\)[^\n]*?offset\((%\w+)\)[^\n]*?"
+                      r": !iree_tensor_ext\.dispatch\.tensor<(\w+):tensor<([0-9x]+)xbf16>>")
+_INDEX_CONSTANT = re.compile(r"(%\w+) = arith\.constant (\d+) : index")
+
+
+@dataclass(frozen=True)
+class Subspan:
+    binding: int
+    offset: int  # bytes
+    numel: int
+    access: str  # readonly, writeonly, readwrite
+
+
+def subspans(executable: Any) -> list[Subspan]:
+    """Every bf16 tensor an executable's function reads or writes: binding, byte offset, size."""
+    text = executable.text
+    constants = {name: int(value) for name, value in _INDEX_CONSTANT.findall(text)}
+    found = []
+    for binding, offset, access, shape in _SUBSPAN.findall(text):
+        if offset not in constants:
+            raise ValueError(f"{executable.name}: binding {binding} at a dynamic offset {offset}")
+        found.append(Subspan(int(binding), constants[offset], math.prod(int(d) for d in shape.split("x")), access))
+    return found
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One replaced executable: which kernel, its pointers and constant offsets."""
+
+    executable: Any
+    kernel: str  # "conv", "pad" or "copy"
+    offsets: tuple[int, ...]  # element offsets: conv (x, w) ; pad/copy (dst,)
+    w_from_x: bool = False
+
+
+def _only_export(executable: Any) -> Any:
+    if len(executable.exports) != 1 or executable.exports[0].constants:
+        raise ValueError(f"{executable.name}: expected one export with no constants")
+    return executable.exports[0]
+
+
+def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
+    """What replaces each of IREE's executables (module docstring); ValueError if the
+    module is not one of the shapes this library knows."""
+    names = [e.name for e in executables]
+    spans = {e.name: subspans(e) for e in executables}
+    for e in executables:
+        _only_export(e)
+
+    def expect(name: str, found: list[Subspan], wanted: list[tuple[int, int, str]]) -> None:
+        # what a kernel writes IREE may declare readwrite (a transient filled, then written into)
+        got = [(sp.binding, sp.numel, "readonly" if sp.access == "readonly" else "writeonly") for sp in found]
+        if sorted(got) != sorted(wanted):
+            raise ValueError(f"{name}: tensors (binding, elements, access) {got}, expected {wanted}")
+
+    def at_start(name: str, *bindings: int) -> None:  # tensors the kernels read or write from the pointer itself
+        if any(sp.offset for sp in spans[name] if sp.binding in bindings):
+            raise ValueError(f"{name}: a tensor of binding {bindings} is at an offset")
+
+    conv = executables[-1]
+    if len(executables) == 1:
+        if not problem.direct:
+            raise ValueError(f"one executable {names}, but the {problem.mode} convolution needs padding")
+        expect(conv.name, spans[conv.name], [(0, problem.source_numel, "readonly"),
+                                             (1, problem.weight_numel, "readonly"),
+                                             (2, problem.output_numel, "writeonly")])
+        at_start(conv.name, 0, 1, 2)
+        return [Launch(conv, "conv", (0, 0))]
+    pad = executables[0]
+    expect(pad.name, spans[pad.name], [(0, problem.source_numel, "readonly"), (1, problem.padded_numel, "writeonly")])
+    at_start(pad.name, 0)
+    pad_to = next(sp for sp in spans[pad.name] if sp.binding == 1).offset
+    if len(executables) == 2:
+        expect(conv.name, spans[conv.name], [(0, problem.padded_numel, "readonly"),
+                                             (1, problem.weight_numel, "readonly"),
+                                             (2, problem.output_numel, "writeonly")])
+        at_start(conv.name, 1, 2)
+        x_at = next(sp for sp in spans[conv.name] if sp.binding == 0).offset
+        if x_at != pad_to:
+            raise ValueError(f"{names}: the transient is written at byte {pad_to} and read at {x_at}")
+        return [Launch(pad, "pad", (pad_to // ELEMENT,)), Launch(conv, "conv", (x_at // ELEMENT, 0))]
+    if len(executables) == 3 and problem.in_major:
+        copy = executables[1]
+        expect(copy.name, spans[copy.name], [(0, problem.weight_numel, "readonly"),
+                                             (1, problem.weight_numel, "writeonly")])
+        at_start(copy.name, 0)
+        at_start(conv.name, 1)
+        copy_to = next(sp for sp in spans[copy.name] if sp.binding == 1).offset
+        expect(conv.name, spans[conv.name], [(0, problem.padded_numel, "readonly"),
+                                             (0, problem.weight_numel, "readonly"),
+                                             (1, problem.output_numel, "writeonly")])
+        reads = {sp.numel: sp.offset for sp in spans[conv.name] if sp.binding == 0}
+        if problem.padded_numel == problem.weight_numel:
+            raise ValueError(f"{conv.name}: the image and the filter have the same size: cannot tell them apart")
+        x_at, w_at = reads[problem.padded_numel], reads[problem.weight_numel]
+        if (x_at, w_at) != (pad_to, copy_to) or any(o % 16 for o in (x_at, w_at)):
+            raise ValueError(f"{names}: transient written at bytes {pad_to}, {copy_to}, read at {x_at}, {w_at}")
+        return [Launch(pad, "pad", (pad_to // ELEMENT,)), Launch(copy, "copy", (copy_to // ELEMENT,)),
+                Launch(conv, "conv", (x_at // ELEMENT, w_at // ELEMENT), w_from_x=True)]
+    raise ValueError(f"{len(executables)} executables {names}: not a module shape this library knows")
+
+
+# -- PTX ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    ptx: str
+    block: int
+    grid: int
+    shared_bytes: int
+
+
+def _compile(fn: Any, pointers: list[str], constants: dict[str, Any], order: list[str], num_warps: int,
+             num_stages: int, entry: str) -> tuple[Any, str]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    signature: dict[str, str] = {name: "constexpr" for name in constants}
+    signature.update({name: "*bf16" for name in pointers})
+    source = triton.compiler.ASTSource(
+        fn, signature={name: signature[name] for name in order}, constexprs=constants,
+        attrs={(order.index(name),): [["tt.divisibility", 16]] for name in pointers})
+    with gemm._compile_lock:
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": num_warps, "num_stages": num_stages})
+    metadata = compiled.metadata
+    if metadata.num_ctas != 1 or getattr(metadata, "global_scratch_size", 0) or \
+            getattr(metadata, "profile_scratch_size", 0):
+        raise RuntimeError(f"Triton's kernel needs what IREE cannot give it: {metadata}")
+    return compiled, gemm.to_iree_abi(compiled.asm["ptx"], metadata.name, entry, len(pointers))
+
+
+def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
+                   ) -> dict[str, Any]:
+    return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n,
+            "HP": problem.hp, "WP": problem.wp,
+            "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "SH": problem.sh,
+            "SW": problem.sw, "P": problem.p, "Q": problem.q, "IN_MAJOR": problem.in_major,
+            "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group}
+
+
+CONV_ORDER = ["x", "w", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT", "R", "S", "SH", "SW", "P",
+              "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP"]
+PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
+
+
+def conv_grid(problem: ConvProblem, config: ConvConfig) -> int:
+    return -(-problem.n * problem.p * problem.q // config.bm) * (problem.cout // config.bn)
+
+
+def pad_constants(n: int, h: int, w: int, c: int, hp: int, wp: int, lo_h: int, lo_w: int, dh: int, dw: int,
+                  dst_off: int) -> tuple[dict[str, Any], int]:
+    """The pad kernel's constants and its grid."""
+    bc = min(64, 1 << (c - 1).bit_length())
+    bp = 4096 // bc
+    constants = {"DST_OFF": dst_off, "N": n, "H": h, "W": w, "C": c, "HP": hp, "WP": wp, "LO_H": lo_h, "LO_W": lo_w,
+                 "DH": dh, "DW": dw, "BP": bp, "BC": bc}
+    return constants, -(-n * hp * wp // bp) * -(-c // bc)
+
+
+def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: str) -> Kernel:
+    """Compile the kernel of one replaced executable to sm_90a PTX named ``entry``."""
+    from ._triton_conv import boo_hopper_conv, boo_hopper_pad
+
+    if launch.kernel == "conv":
+        constants = conv_constants(problem, config, launch.offsets[0], launch.offsets[1], launch.w_from_x)
+        pointers = ["x", "y"] if launch.w_from_x else ["x", "w", "y"]
+        if launch.w_from_x:
+            constants["w"] = None
+        compiled, ptx = _compile(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
+                                 config.num_stages, entry)
+        grid = conv_grid(problem, config)
+    else:
+        p = problem
+        if launch.kernel == "pad":
+            constants, grid = pad_constants(p.n, p.h, p.w, p.c, p.hp, p.wp, p.lo_h, p.lo_w, p.dh, p.dw,
+                                            launch.offsets[0])
+        else:  # the filter (cout... ) copied as it is: rows of its last dimension
+            last = p.cout if p.in_major else p.cin
+            rows = p.weight_numel // last
+            constants, grid = pad_constants(rows, 1, 1, last, 1, 1, 0, 0, 1, 1, launch.offsets[0])
+        compiled, ptx = _compile(boo_hopper_pad, ["src", "dst"], constants, PAD_ORDER, 4, 1, entry)
+    return Kernel(ptx, compiled.metadata.num_warps * 32, grid, int(compiled.metadata.shared))

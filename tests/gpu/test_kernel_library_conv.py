@@ -1,0 +1,67 @@
+"""The Hopper kernel library's convolutions (examples/boo_kernels_hopper) on a Hopper GPU:
+ResNet-50 rows of benchmarks/gpu.py (bf16, NHWC, batch 32), forward and data gradient, are
+served by its Triton-built sm_90a kernels substituted into IREE's module (every module shape:
+one executable, pad + conv, pad + filter copy + conv), verified by BOO, and right against
+float64. Skipped without the library, Triton or a GPU of compute capability 9.0.
+Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library_conv.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_core import get_launchable
+from boo_ops_conv import ConvSignature
+
+pytestmark = pytest.mark.gpu
+gemm = pytest.importorskip("boo_kernels_hopper.gemm")
+conv = pytest.importorskip("boo_kernels_hopper.conv")
+
+DEVICE = "cuda:0"
+BF16 = torch.bfloat16
+ROWS = [  # (input channels, output channels, window, stride, input size, mode)
+    (64, 64, 3, 1, 56, "fwd"),  # padded: pad + conv
+    (3, 64, 7, 2, 224, "fwd"),  # the stem: 3 channels, a gathered reduction
+    (128, 128, 3, 2, 56, "fwd"),  # padded, strided
+    (64, 256, 1, 1, 56, "fwd"),  # one executable (a flattened matmul)
+    (512, 1024, 1, 2, 28, "fwd"),  # one executable, strided
+    (512, 2048, 1, 1, 7, "fwd"),  # M = 1568: a partial last row of tiles
+    (64, 64, 3, 1, 56, "bwd"),  # pad + filter copy + conv (flipped, input-channel-major filter)
+    (256, 256, 3, 2, 28, "bwd"),  # zero-inserted dY
+    (256, 64, 1, 1, 56, "bwd"),  # one executable
+    (256, 512, 1, 2, 56, "bwd"),  # pad (zero insertion) + conv
+]
+
+
+@pytest.fixture(autouse=True)
+def hopper():
+    reason = gemm.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def signature_of(c: int, k: int, window: int, stride: int, size: int, mode: str) -> ConvSignature:
+    return ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                         dtype=BF16, shared_layout="NHWC", mode=mode)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}to{}_{}x{}_s{}_at{}_{}".format(r[0], r[1], r[2], r[2], *r[3:]))
+def test_a_resnet_conv_is_served_by_the_library_kernel(private_cache, row):
+    signature = signature_of(*row)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
+    assert launchable.formulation == "default"
+    assert launchable.verified and not launchable.passed_over
+    assert launchable.launch == "direct"
+    inputs = signature.get_sample_args(device=DEVICE)
+    reference = signature.reference(*[t.double() for t in inputs])
+    for _ in range(2):  # a second call: the transient is reused, padding must be rewritten
+        out = launchable(*inputs)
+        assert float((out.double() - reference).norm() / reference.norm()) < 1e-2
+
+
+def test_convs_it_does_not_serve_get_nothing_from_it():
+    assert conv.problem_of(signature_of(3, 64, 7, 2, 224, "bwd")) is None  # 3 output channels
+    assert conv.problem_of(signature_of(64, 64, 3, 1, 56, "wrw")) is None
+    float32 = ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC")
+    assert conv.problem_of(float32) is None
