@@ -21,6 +21,8 @@ import torch
 
 from boo_core import BooOpRegistry, clear_launchables, get_launchable
 from boo_core.settings import settings_override
+from boo_core.tune.database import read_record
+from boo_core.verify.verdicts import device_identity
 
 COMMANDS = {
     "conv 3x3 fwd": "conv -n 8 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 1",
@@ -74,14 +76,16 @@ def main() -> None:
         ratio = statistics.median(r["tuned"] / r["torch"] for r in rounds)
         untuned_ratio = statistics.median(r["untuned"] / r["torch"] for r in rounds)
         median = {way: statistics.median(r[way] for r in rounds) for way in ways}
-        results.append((name, median, untuned_ratio, ratio, untuned.formulation, tuned.formulation,
-                        getattr(tuned.request, "config", None)))
+        record = read_record(signature, tuned.request.target.name, device_identity(torch.device("cpu")))
+        results.append((name, median, untuned_ratio, ratio, untuned.formulation,
+                        record.label if record is not None and tuned.formulation == record.formulation
+                        else tuned.formulation))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians over {args.rounds} rounds")
     print(f"{'kernel':<22} {'untuned us':>11} {'tuned us':>10} {'torch us':>10} {'untuned/torch':>14} "
           f"{'tuned/torch':>12}  served by (tuned)")
-    for name, median, untuned_ratio, ratio, before, after, config in results:
+    for name, median, untuned_ratio, ratio, before, after in results:
         print(f"{name:<22} {median['untuned']:>11.0f} {median['tuned']:>10.0f} {median['torch']:>10.0f} "
-              f"{untuned_ratio:>14.2f} {ratio:>12.2f}  {before} -> {after}{' ' + str(config) if config else ''}")
+              f"{untuned_ratio:>14.2f} {ratio:>12.2f}  {before} -> {after}")
     print(f"geometric mean BOO/torch: untuned {statistics.geometric_mean(r[2] for r in results):.2f}, "
           f"tuned {statistics.geometric_mean(r[3] for r in results):.2f}; worst tuned row "
           f"{max(r[3] for r in results):.2f}")
