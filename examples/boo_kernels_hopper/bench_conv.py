@@ -11,24 +11,19 @@ checked against float64 PyTorch and timed (CUDA events) against torch's convolut
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
-from boo_kernels_hopper import conv
-from boo_kernels_hopper._triton_conv import boo_hopper_conv, boo_hopper_pad
 
-from boo_ops_conv import ConvSignature
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from boo_kernels_hopper import conv  # noqa: E402
+from boo_kernels_hopper._triton_conv import boo_hopper_conv, boo_hopper_pad  # noqa: E402
+from gpu import RESNET50  # noqa: E402  (the rows of benchmarks/gpu.py)
+
+from boo_ops_conv import ConvSignature  # noqa: E402
 
 BF16 = torch.bfloat16
-RESNET50 = [  # as benchmarks/gpu.py: (input channels, output channels, window, stride, input size)
-    (3, 64, 7, 2, 224),
-    (64, 64, 1, 1, 56), (64, 64, 3, 1, 56), (64, 256, 1, 1, 56), (256, 64, 1, 1, 56),
-    (256, 128, 1, 1, 56), (128, 128, 3, 2, 56), (128, 512, 1, 1, 28), (512, 128, 1, 1, 28),
-    (128, 128, 3, 1, 28), (256, 512, 1, 2, 56),
-    (512, 256, 1, 1, 28), (256, 256, 3, 2, 28), (256, 1024, 1, 1, 14), (1024, 256, 1, 1, 14),
-    (256, 256, 3, 1, 14), (512, 1024, 1, 2, 28),
-    (1024, 512, 1, 1, 14), (512, 512, 3, 2, 14), (512, 2048, 1, 1, 7), (2048, 512, 1, 1, 7),
-    (512, 512, 3, 1, 7), (1024, 2048, 1, 2, 14),
-]
 SWEEP = [conv.ConvConfig(128, 64, 64, 8, 4, 4), conv.ConvConfig(128, 128, 64, 8, 4, 4),
          conv.ConvConfig(128, 128, 64, 8, 8, 4), conv.ConvConfig(128, 256, 64, 8, 8, 3),
          conv.ConvConfig(64, 128, 64, 8, 4, 4), conv.ConvConfig(256, 128, 64, 8, 8, 3)]

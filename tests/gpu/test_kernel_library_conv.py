@@ -1,7 +1,8 @@
 """The Hopper kernel library's convolutions (examples/boo_kernels_hopper) on a Hopper GPU:
-ResNet-50 rows of benchmarks/gpu.py (bf16, NHWC, batch 32), forward and data gradient, are
-served by its Triton-built sm_90a kernels substituted into IREE's module (every module shape:
-one executable, pad + conv, pad + filter copy + conv), verified by BOO, and right against
+ResNet-50 rows of benchmarks/gpu.py (bf16, NHWC, batch 32), forward, data gradient and 1x1
+weight gradient, are served by its Triton-built sm_90a kernels substituted into IREE's module
+(every module shape: one executable, pad + conv, pad + filter copy + conv; for the weight
+gradient, [subsample +] split-K products + sum), verified by BOO, and right against
 float64. Skipped without the library, Triton or a GPU of compute capability 9.0.
 Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library_conv.py``."""
 
@@ -16,6 +17,7 @@ from boo_ops_conv import ConvSignature
 pytestmark = pytest.mark.gpu
 gemm = pytest.importorskip("boo_kernels_hopper.gemm")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
+wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 
 DEVICE = "cuda:0"
 BF16 = torch.bfloat16
@@ -65,3 +67,32 @@ def test_convs_it_does_not_serve_get_nothing_from_it():
     assert conv.problem_of(signature_of(64, 64, 3, 1, 56, "wrw")) is None
     float32 = ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC")
     assert conv.problem_of(float32) is None
+
+
+WGRAD_ROWS = [  # 1x1 weight gradients: (input channels, output channels, 1, stride, input size, "wrw")
+    (64, 64, 1, 1, 56, "wrw"),  # im2col_split32: 32 parts read the op's own tensors; a 64x64 output
+    (256, 128, 1, 1, 56, "wrw"),
+    (512, 128, 1, 1, 28, "wrw"),  # im2col_split128: 98 parts, 33 of them written, the last split masked
+    (256, 512, 1, 2, 56, "wrw"),  # strided: subsample + products + sum
+    (2048, 512, 1, 1, 7, "wrw"),  # 1568 pixels: IREE pads dY and x into a transient first
+    (1024, 2048, 1, 2, 14, "wrw"),  # strided, one split
+]
+
+
+@pytest.mark.parametrize("row", WGRAD_ROWS, ids=lambda r: f"{r[0]}to{r[1]}_s{r[3]}_at{r[4]}_wrw")
+def test_a_resnet_weight_gradient_is_served_by_the_library_kernels(private_cache, row):
+    signature = signature_of(*row)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
+    assert launchable.formulation == wgrad.formulation_of(wgrad.problem_of(signature))
+    assert launchable.verified and not launchable.passed_over
+    inputs = signature.get_sample_args(device=DEVICE)
+    reference = signature.reference(*[t.double() for t in inputs])
+    for _ in range(2):
+        out = launchable(*inputs)
+        assert float((out.double() - reference).norm() / reference.norm()) < 1e-2
+
+
+def test_weight_gradients_it_does_not_serve_get_nothing_from_it():
+    assert wgrad.problem_of(signature_of(64, 64, 3, 1, 56, "wrw")) is None  # 3x3
+    assert wgrad.problem_of(signature_of(3, 64, 7, 2, 224, "wrw")) is None  # the stem

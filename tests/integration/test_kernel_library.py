@@ -16,6 +16,7 @@ from boo_ops_matmul import MatmulSignature
 gemm = pytest.importorskip("boo_kernels_hopper.gemm")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
 hooks = pytest.importorskip("boo_kernels_hopper.hooks")
+wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
 
@@ -75,3 +76,32 @@ def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache,
 def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cpu")) is None
+
+
+def test_it_knows_which_weight_gradients_it_serves():
+    assert wgrad.problem_of(resnet_conv(256, 512, 1, 2, 56, "wrw")) is not None
+    for other in (resnet_conv(64, 64, 3, 1, 56, "wrw"),  # 3x3
+                  resnet_conv(3, 64, 7, 2, 224, "wrw"),  # the stem
+                  resnet_conv(64, 256, 1, 1, 56, "fwd")):
+        assert wgrad.problem_of(other) is None
+
+
+# Each shape of IREE's im2col_splitN module wgrad.plan knows: products + sum on the op's own
+# tensors (split32 at 56x56, split128 at 28x28), strided (subsample + products + sum), and dY
+# and x padded into one transient by IREE (1568 pixels).
+@pytest.mark.parametrize(("row", "kernels"), [((64, 256, 1, 1, 56, "wrw"), ["wgrad", "sum"]),
+                                              ((512, 128, 1, 1, 28, "wrw"), ["wgrad", "sum"]),
+                                              ((256, 512, 1, 2, 56, "wrw"), ["subsample", "wgrad", "sum"]),
+                                              ((2048, 512, 1, 1, 7, "wrw"), ["wgrad", "sum"])])
+def test_it_recognizes_the_weight_gradient_modules_iree_makes_for_the_resnet_rows(private_cache, row, kernels):
+    signature = resnet_conv(*row)
+    problem = wgrad.problem_of(signature)
+    config = wgrad.choose_config(problem)
+    found = executables_of(signature, "cuda:sm_80", wgrad.formulation_of(problem))  # cross-compiled
+    launches = wgrad.plan(problem, config, found.executables)
+    assert [launch.kernel for launch in launches] == kernels
+    assert [launch.executable.name for launch in launches] == found.names
+    # The same module does not fit a problem of other channels: BOO would pass the substitution over.
+    other = wgrad.problem_of(resnet_conv(row[0] * 2, row[1], *row[2:]))
+    with pytest.raises(ValueError):
+        wgrad.plan(other, wgrad.choose_config(other), found.executables)

@@ -121,3 +121,78 @@ def boo_hopper_pad(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl.const
                     mask=found[:, None] & channel_ok[None, :], other=0.0)
     tl.store(dst + DST_OFF + (offs_p * C)[:, None] + offs_c[None, :], value,
              mask=inside[:, None] & channel_ok[None, :])
+
+
+# -- the weight gradient (wgrad.py) ---------------------------------------------------------------
+
+
+@triton.jit
+def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART_OFF: tl.constexpr,
+                     DY_IN_B: tl.constexpr, X_IN_B: tl.constexpr, M: tl.constexpr, K: tl.constexpr,
+                     C: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr,
+                     MASKED: tl.constexpr):
+    """One split of the weight gradient's reduction: ``part[split, k, c] = sum over the split's
+    pixels m of dy[m, k] * x[m, c]`` (dy: (M, K), x: (M, C), both channels minor), float32.
+    Program ``pid`` is tile ``pid % tiles`` of split ``pid // tiles``: the programs of one
+    split run together and read the same pixels (L2). Pixels past M read as zeros."""
+    tiles_n: tl.constexpr = C // BN
+    tiles: tl.constexpr = (K // BM) * tiles_n
+    pid = tl.program_id(0)
+    split = pid // tiles
+    tile = pid % tiles
+    offs_k = (tile // tiles_n) * BM + tl.arange(0, BM)
+    offs_c = (tile % tiles_n) * BN + tl.arange(0, BN)
+    offs_p = tl.arange(0, BK)
+    if DY_IN_B:
+        dy = b + DY_OFF
+    else:
+        dy = a + DY_OFF
+    if X_IN_B:
+        x = b + X_OFF
+    else:
+        x = a + X_OFF
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    first = split * (STEPS * BK)
+    for i in range(STEPS):
+        pix = first + i * BK + offs_p
+        if MASKED:
+            ok = (pix < M)[:, None]
+            g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
+            v = tl.load(x + pix[:, None] * C + offs_c[None, :], mask=ok, other=0.0)
+        else:
+            g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
+            v = tl.load(x + pix[:, None] * C + offs_c[None, :])
+        acc = tl.dot(tl.trans(g), v, acc)
+    tl.store(part + PART_OFF + split * (K * C) + offs_k[:, None] * C + offs_c[None, :], acc)
+
+
+@triton.jit
+def boo_hopper_sum(part, out, PART_OFF: tl.constexpr, OUT_OFF: tl.constexpr, NUMEL: tl.constexpr,
+                   SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[i] = bf16(sum over s < SPLITS of part[s, i])``: the split reduction's partial sums
+    added in float32 and rounded once."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < NUMEL
+    total = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLITS):
+        total += tl.load(part + PART_OFF + s * NUMEL + offs, mask=ok, other=0.0)
+    tl.store(out + OUT_OFF + offs, total.to(tl.bfloat16), mask=ok)
+
+
+@triton.jit
+def boo_hopper_subsample(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                         C: tl.constexpr, P: tl.constexpr, Q: tl.constexpr, U: tl.constexpr, V: tl.constexpr,
+                         BP: tl.constexpr, BC: tl.constexpr):
+    """``dst[n, i, j, c] = src[n, i*U, j*V, c]``: the pixels a strided 1x1 window reads,
+    channels-last in and out, over a whole ``(N, P, Q, C)`` destination."""
+    blocks_c: tl.constexpr = (C + BC - 1) // BC
+    pid = tl.program_id(0)
+    offs_p = (pid // blocks_c) * BP + tl.arange(0, BP)
+    offs_c = (pid % blocks_c) * BC + tl.arange(0, BC)
+    inside = offs_p < N * P * Q
+    j = offs_p % Q
+    i = (offs_p // Q) % P
+    n = offs_p // (Q * P)
+    mask = inside[:, None] & (offs_c < C)[None, :]
+    value = tl.load(src + (((n * H + i * U) * W + j * V) * C)[:, None] + offs_c[None, :], mask=mask, other=0.0)
+    tl.store(dst + DST_OFF + (offs_p * C)[:, None] + offs_c[None, :], value, mask=mask)

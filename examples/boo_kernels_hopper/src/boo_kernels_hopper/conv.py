@@ -44,20 +44,11 @@ ELEMENT = 2  # bytes per bf16
 
 
 @dataclass(frozen=True)
-class ConvConfig:
+class ConvConfig(gemm.GemmConfig):
     """Tiles of the convolution kernel: BM output pixels by BN output channels, BK of the
     reduction per step; GROUP rows of tiles per L2 group; Triton's warps and stages."""
 
-    bm: int = 128
     bn: int = 128
-    bk: int = 64
-    group: int = 8
-    num_warps: int = 8
-    num_stages: int = 4
-
-    def __str__(self) -> str:
-        return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
-                f"stages {self.num_stages}")
 
 
 @dataclass(frozen=True)
@@ -277,12 +268,13 @@ class Kernel:
 
 
 def _compile(fn: Any, pointers: list[str], constants: dict[str, Any], order: list[str], num_warps: int,
-             num_stages: int, entry: str) -> tuple[Any, str]:
+             num_stages: int, entry: str, types: dict[str, str] | None = None) -> tuple[Any, str]:
+    """Triton's sm_90a build of ``fn`` with IREE's ABI; ``types``: pointers that are not ``*bf16``."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     signature: dict[str, str] = {name: "constexpr" for name in constants}
-    signature.update({name: "*bf16" for name in pointers})
+    signature.update({name: (types or {}).get(name, "*bf16") for name in pointers})
     source = triton.compiler.ASTSource(
         fn, signature={name: signature[name] for name in order}, constexprs=constants,
         attrs={(order.index(name),): [["tt.divisibility", 16]] for name in pointers})

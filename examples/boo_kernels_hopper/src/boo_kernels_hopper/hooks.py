@@ -4,20 +4,22 @@ For a CUDA target, when Triton is installed and the GPU is a Hopper (compute cap
 9.0), a matmul or conv signature this library serves (``gemm.problem_of``,
 ``conv.problem_of``) gets one candidate substitution: executables with no code of their own
 that run Triton's sm_90a PTX, built only on a cache miss (a conv replaces every executable of
-the ``default`` formulation's module: ``conv.plan``). BOO verifies it against PyTorch before first use
-and passes it over (IREE's kernel serves) if it fails. Anywhere else it answers None and
-says why at debug level.
+the ``default`` formulation's module: ``conv.plan``; a 1x1 weight gradient replaces every
+executable of an ``im2col_splitN`` formulation's module: ``wgrad.plan``). BOO verifies it
+against PyTorch before first use and passes it over (IREE's kernel serves) if it fails.
+Anywhere else it answers None and says why at debug level.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from boo_core import Target, hookimpl
 from boo_core.substitute import KernelExecutables, Substitution, external_source
 
-from . import conv, gemm
+from . import conv, gemm, wgrad
 
 logger = logging.getLogger(__name__)
 VERSION = "0.1.0"
@@ -46,13 +48,16 @@ def _build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
     return build
 
 
-def _build_conv(problem: conv.ConvProblem, config: conv.ConvConfig):
+def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callable[[Any, str], Any], prefix: str):
+    """A build replacing every executable of the module: ``plan(executables)`` gives one
+    launch per executable (ValueError for a module it does not know), ``generate(launch,
+    kernel_name)`` its PTX and geometry."""
     def build(kernel: KernelExecutables) -> dict[str, str]:
         files: dict[str, str] = {}
-        for launch in conv.plan(problem, kernel.executables):  # ValueError: a module it does not know
+        for launch in plan(kernel.executables):
             executable = launch.executable
-            made = conv.generate(problem, config, launch, executable.exports[0].kernel_name)
-            obj = f"objects/hopper_conv_{launch.kernel}.ptx"
+            made = generate(launch, executable.exports[0].kernel_name)
+            obj = f"objects/{prefix}_{launch.kernel}.ptx"
             files[f"sources/{executable.name}.mlir"] = external_source(
                 executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=(made.grid, 1, 1),
                 workgroup_local_memory=made.shared_bytes)
@@ -62,7 +67,25 @@ def _build_conv(problem: conv.ConvProblem, config: conv.ConvConfig):
     return build
 
 
+def _wgrad_substitution(signature: Any) -> Substitution | None:
+    problem = wgrad.problem_of(signature)
+    if problem is None:
+        return None
+    reason = gemm.unavailable_reason()
+    if reason is not None:
+        logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
+        return None
+    config = wgrad.choose_config(problem)
+    formulation = wgrad.formulation_of(problem)
+    key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a wgrad {problem} {config} {formulation}"
+    build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
+                            "hopper_wgrad")
+    return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
+
+
 def _conv_substitution(signature: Any) -> Substitution | None:
+    if getattr(signature, "mode", None) == "wrw":
+        return _wgrad_substitution(signature)
     problem = conv.problem_of(signature)
     if problem is None:
         return None
@@ -72,7 +95,9 @@ def _conv_substitution(signature: Any) -> Substitution | None:
         return None
     config = conv.choose_config(problem)
     key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a conv {problem} {config}"
-    return Substitution("hopper_conv", build=_build_conv(problem, config), key=key, formulation=CONV_FORMULATION)
+    build = _build_launches(lambda executables: conv.plan(problem, executables),
+                            lambda launch, name: conv.generate(problem, config, launch, name), "hopper_conv")
+    return Substitution("hopper_conv", build=build, key=key, formulation=CONV_FORMULATION)
 
 
 @hookimpl
