@@ -194,7 +194,7 @@ def _adjoint_cropped(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.
     dy = _pad_to(dy, s.padding, extents)
     adjoint = ConvSignature(tuple(dy.shape), s.kernel_shape, stride=s.stride, dilation=s.dilation,
                             groups=s.groups, dtype=s.dtype, mode="fwd" if s.mode == "bwd" else "wrw")
-    # The adjoint's output is x: its data gradient computes x, its weight gradient takes x as dY.
+    # The adjoint conv's output has x's shape: its forward gives dx; its weight gradient takes x as its dY.
     return _store(s, adjoint.reference(dy, other) if s.mode == "bwd" else adjoint.reference(other, dy))
 
 

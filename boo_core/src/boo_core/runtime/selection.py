@@ -8,9 +8,9 @@ PyTorch now and records the verdict. The first candidate that compiles and passe
 
 Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first (after a
 tuned winner that was timed against them all); a user's replaces the chain (applied to each
-formulation in turn). A substituted candidate is always
-verified, whatever ``BOO_VERIFY`` says; a user's that fails raises
-:class:`~boo_core.errors.SubstitutionError` instead of falling back.
+formulation in turn). A substituted candidate is always verified, whatever ``BOO_VERIFY``
+says; a user's that fails raises :class:`~boo_core.errors.SubstitutionError` instead of
+falling back.
 
 Recorded outcomes are read before any work: a formulation whose compile failed before
 (``failed.json``) or whose kernel failed verification on this device model is skipped
