@@ -107,17 +107,24 @@ class ConvProblem:
         return self.n * self.p * self.q * self.cout
 
 
+def is_plain_channels_last(s: Any) -> bool:
+    """Whether ``s`` is a conv signature of the kind this library's kernels take: bf16, 2-D,
+    NHWC input and output and KRSC filter, one group, no dilation, not transposed, no bias
+    or activation. Duck-typed so that the library needs no op package."""
+    try:
+        return (getattr(s, "op_name", None) == "conv" and s.dtype == BF16 and s.spatial_rank == 2 and s.groups == 1
+                and not s.transposed and not s.bias and s.activation is None and all(d == 1 for d in s.dilation)
+                and (s.input_layout, s.kernel_layout, s.output_layout) == ("NHWC", "NHWC", "NHWC"))
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 def problem_of(signature: Any) -> ConvProblem | None:
-    """The problem for a BOO ``conv`` signature this library serves (module docstring), else
-    None. Duck-typed so that the library needs no op package."""
-    if getattr(signature, "op_name", None) != "conv":
+    """The problem for a BOO ``conv`` signature this library serves (module docstring), else None."""
+    if not is_plain_channels_last(signature):
         return None
     s = signature
     try:
-        if (s.dtype != BF16 or s.spatial_rank != 2 or s.groups != 1 or s.transposed or s.bias
-                or s.activation is not None or any(d != 1 for d in s.dilation)
-                or (s.input_layout, s.kernel_layout, s.output_layout) != ("NHWC", "NHWC", "NHWC")):
-            return None
         n, c, h, w = s.input_shape
         k, _, r, sw_ = s.kernel_shape
         p, q = s.output_spatial

@@ -67,14 +67,7 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
     return build
 
 
-def _wgrad_substitution(signature: Any) -> Substitution | None:
-    problem = wgrad.problem_of(signature)
-    if problem is None:
-        return None
-    reason = gemm.unavailable_reason()
-    if reason is not None:
-        logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
-        return None
+def _wgrad_substitution(problem: wgrad.WgradProblem) -> Substitution:
     config = wgrad.choose_config(problem)
     formulation = wgrad.formulation_of(problem)
     key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a wgrad {problem} {config} {formulation}"
@@ -84,15 +77,16 @@ def _wgrad_substitution(signature: Any) -> Substitution | None:
 
 
 def _conv_substitution(signature: Any) -> Substitution | None:
-    if getattr(signature, "mode", None) == "wrw":
-        return _wgrad_substitution(signature)
-    problem = conv.problem_of(signature)
+    weight_gradient = getattr(signature, "mode", None) == "wrw"
+    problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
     if problem is None:
         return None
     reason = gemm.unavailable_reason()
     if reason is not None:
         logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
         return None
+    if weight_gradient:
+        return _wgrad_substitution(problem)
     config = conv.choose_config(problem)
     key = f"boo_kernels_hopper {VERSION} triton {gemm.triton_version()} sm_90a conv {problem} {config}"
     build = _build_launches(lambda executables: conv.plan(problem, executables),

@@ -36,11 +36,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from . import conv
 
-BF16 = torch.bfloat16
 SMS = 132  # an H100 SXM's multiprocessors
 SPLITS = (32, 128)  # the op's im2col_splitN formulations
 
@@ -86,14 +83,10 @@ class WgradConfig:
 
 def problem_of(signature: Any) -> WgradProblem | None:
     """The problem for a BOO ``conv`` signature this module serves (module docstring), else None."""
-    if getattr(signature, "op_name", None) != "conv" or getattr(signature, "mode", None) != "wrw":
+    if getattr(signature, "mode", None) != "wrw" or not conv.is_plain_channels_last(signature):
         return None
     s = signature
     try:
-        if (s.dtype != BF16 or s.spatial_rank != 2 or s.groups != 1 or s.transposed or s.bias
-                or s.activation is not None or any(d != 1 for d in s.dilation)
-                or (s.input_layout, s.kernel_layout, s.output_layout) != ("NHWC", "NHWC", "NHWC")):
-            return None
         n, c, h, w = s.input_shape
         k, _, r, t = s.kernel_shape
         p, q = s.output_spatial
