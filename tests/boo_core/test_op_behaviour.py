@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from boo_core import CompileError, Formulation, PluginError, Target, get_launchable
+from boo_core import CompileError, Formulation, PluginError, Target, get_launchable, launchable_for
 from boo_core.kernels import export
 from boo_core.kernels.request import KernelRequest
 from boo_core.testing import isolated_registry
@@ -51,6 +51,19 @@ def test_an_mlir_formulation_replaces_the_export(private_cache):
         torch.testing.assert_close(get_launchable(ScaleSignature(9))(torch.ones(9)), torch.full((9,), 2.0))
 
 
+def test_a_kernel_chosen_under_other_plugins_is_not_served_from_memory(private_cache):
+    signature = ScaleSignature(7)
+    tripled = ScalePlugin(formulations=lambda s, t: (triple(s),))
+    with isolated_registry({"scale": tripled}):
+        assert get_launchable(signature).formulation == "triple"
+        assert launchable_for(("scale", 7), lambda: signature).formulation == "triple"
+    with isolated_registry({"scale": scale_op}):  # same signature, same settings, other plugins
+        x = torch.randn(7)
+        torch.testing.assert_close(get_launchable(signature)(x), x * 2)
+        torch.testing.assert_close(launchable_for(("scale", 7), lambda: signature)(x), x * 2)
+        assert get_launchable(signature).formulation == "default"
+
+
 def test_a_computation_formulation_is_exported_instead_of_the_reference(private_cache):
     doubled_twice = Formulation("halves", computation=lambda x: (x * 0.5) * 4.0)
     with isolated_registry({"scale": ScalePlugin(formulations=lambda s, t: (doubled_twice,))}):
@@ -72,6 +85,37 @@ def test_a_formulation_that_does_not_compile_gives_way_to_the_next(private_cache
         assert attempt.formulation == "broken" and attempt.stage == "compile"
         assert attempt.detail.endswith("compile_log.txt")
         assert "iree-compile failed" in open(attempt.detail).read()
+
+
+def foreign_cpu() -> Formulation:
+    """A formulation compiled for another CPU architecture: iree-compile takes it, this
+    machine's runtime refuses to load it."""
+    import platform
+
+    triple = "x86_64-unknown-linux-gnu" if platform.machine() in ("aarch64", "arm64") else "aarch64-unknown-linux-gnu"
+    return Formulation("foreign", flags=(f"--iree-llvmcpu-target-triple={triple}",))
+
+
+def test_a_kernel_the_device_will_not_load_gives_way_to_the_next(private_cache):
+    with isolated_registry({"scale": ScalePlugin(formulations=lambda s, t: (foreign_cpu(), Formulation("default")))}):
+        launchable = get_launchable(ScaleSignature(7))
+        x = torch.randn(7)
+        torch.testing.assert_close(launchable(x), x * 2)
+        assert launchable.formulation == "default"
+        [attempt] = launchable.passed_over
+        assert attempt.formulation == "foreign" and attempt.stage == "load"
+        assert str(attempt).startswith("foreign: did not load (kernel module does not load:")
+
+
+def test_when_no_kernel_loads_calls_compute_with_pytorch_and_say_why(private_cache):
+    from boo_core import BooFallbackWarning
+
+    with isolated_registry({"scale": ScalePlugin(formulations=lambda s, t: (foreign_cpu(),))}):
+        with pytest.warns(BooFallbackWarning, match=r"(?s)scale_fwd_f32_n4_f2 that loads.*foreign: did not load"):
+            launchable = get_launchable(ScaleSignature(4))
+        x = torch.randn(4)
+        torch.testing.assert_close(launchable(x), x * 2)
+        assert launchable.formulation == "pytorch"
 
 
 def test_a_recorded_compile_failure_is_not_compiled_again(private_cache, monkeypatch):

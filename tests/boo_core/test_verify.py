@@ -54,7 +54,7 @@ def test_a_wrong_kernel_gives_way_to_the_next_formulation(private_cache):
 
 def test_a_wrong_kernel_with_nothing_better_falls_back_to_pytorch_with_one_warning(private_cache):
     with isolated_registry({"scale": wrong_kernel}), settings_override(verify=True):
-        with pytest.warns(BooFallbackWarning, match=r"BOO has no kernel for scale_fwd_f32_n8_f2 that passes "
+        with pytest.warns(BooFallbackWarning, match=r"BOO has no kernel for scale_fwd_f32_n8_f2 that loads and passes "
                                                     r"verification on cpu \w+; it computes with PyTorch instead. "
                                                     r"Tried:\n  - triple: failed verification \(fail: y: max abs"):
             launchable = get_launchable(ScaleSignature(8))

@@ -41,7 +41,7 @@ def test_a_planted_wrong_kernel_is_refused_and_the_next_formulation_serves(priva
 
 def test_a_wrong_kernel_with_nothing_better_falls_back_to_pytorch_with_one_warning(private_cache):
     with isolated_registry({"scale": wrong_kernel}):
-        with pytest.warns(BooFallbackWarning, match=r"(?s)no kernel for scale_fwd_f32_n512_f2 that passes "
+        with pytest.warns(BooFallbackWarning, match=r"(?s)no kernel for scale_fwd_f32_n512_f2 that loads and passes "
                                                     r"verification on cuda .*- triple: failed verification"):
             launchable = get_launchable(ScaleSignature(512), DEVICE)
         x = torch.randn(512, device=DEVICE)
@@ -102,10 +102,15 @@ def test_the_matmuls_a_new_user_found_wrong_are_right_with_default_settings(comm
     "convbfp16 -n 32 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -F 1 -I NHWC -f NHWC -O NHWC",
 ])
 def test_the_batch_32_conv_classes_are_right_with_default_settings(command, private_cache):
+    from boo_ops_conv import hooks
+
     signature = BooOpRegistry.parse_command(command)
-    launchable = get_launchable(signature, DEVICE)
-    assert launchable.verified and launchable.formulation in ("im2col", "im2col_split32", "f32_compute")
-    assert all(c.passed for c in check_launchable(launchable))
+    launchable = get_launchable(signature, DEVICE)  # an installed kernel library's, where one serves the class
+    assert launchable.verified and all(c.passed for c in check_launchable(launchable))
+    with isolated_registry({"conv": hooks}):  # the op's own chain: no library
+        launchable = get_launchable(signature, DEVICE)
+        assert launchable.verified and launchable.formulation in ("im2col", "im2col_split32", "f32_compute")
+        assert launchable.substitution is None and all(c.passed for c in check_launchable(launchable))
     with settings_override(verify=False):  # the plain export of the class really is wrong
         raw = get_launchable(signature, DEVICE, formulation="default")
     assert not all(all(c.passed for c in check_launchable(raw)) for _ in range(2))

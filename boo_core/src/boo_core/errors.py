@@ -74,6 +74,11 @@ class LaunchError(BooError, RuntimeError):
     """A kernel failed while running on its device."""
 
 
+class KernelLoadError(BooError, RuntimeError):
+    """A compiled kernel the device's runtime refuses to load, rebuilt once and refused
+    again (compiled for another target, or a substituted executable the device rejects)."""
+
+
 class DeviceError(BooError, RuntimeError):
     """A device string cannot be used: unknown, absent, or not targetable by IREE."""
 

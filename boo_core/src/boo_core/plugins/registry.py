@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import itertools
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -142,11 +143,19 @@ class BaseArg:
     dtype: torch.dtype
 
 
+_revisions = itertools.count(1)
+
+
 class OpRegistry:
-    """Ops registered by a set of plugins, and command parsing over them."""
+    """Ops registered by a set of plugins, and command parsing over them.
+
+    ``revision`` is unique to this registry and its set of plugins: it changes whenever a
+    plugin is added, so memoized kernels chosen under another set are not served.
+    """
 
     def __init__(self, plugins: BooPlugins) -> None:
         self.plugins = plugins
+        self.revision = next(_revisions)
         self._ops: dict[str, list[OpEntry]] = {}
         self._keywords: dict[str, list[OpEntry]] = {}
         self._by_signature_class: dict[type, list[OpEntry]] = {}
@@ -176,6 +185,7 @@ class OpRegistry:
                 self._keywords.setdefault(keyword, []).append(entry)
             self._by_signature_class.setdefault(spec.signature_class, []).append(entry)
             added.append(entry)
+        self.revision = next(_revisions)
         if self.plugins.strict:
             conflicts = self.conflicts()
             if conflicts:

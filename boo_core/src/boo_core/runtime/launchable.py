@@ -27,9 +27,10 @@ import torch
 from iree.runtime import HalFence, VmVariantList
 from torch.utils.dlpack import to_dlpack
 
-from ..errors import ArgumentError, DeviceError, LaunchError
+from ..errors import ArgumentError, DeviceError, KernelLoadError, LaunchError
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
+from ..plugins.registry import BooOpRegistry
 from ..settings import get_settings
 from ..signatures.signature import Signature, TensorSpec, has_empty_tensor, tensor_size_problem
 from . import hal
@@ -103,7 +104,11 @@ class Launchable:
             logger.info("%s: cached kernel at %s unusable (%s); recompiling", self.signature.func_name,
                         kernel.directory, e)
             kernel = self.request.fetch(rebuild=True)
-            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+            try:
+                loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+            except ValueError as again:
+                raise KernelLoadError(f"{self.signature.func_name} ({self.request.formulation.name}) does not load "
+                                      f"on {self.device.key}, rebuilt or not: {again}") from again
         self.cache_hit = kernel.hit
         self.compile_seconds = kernel.compile_seconds
         self.cache_directory = kernel.directory
@@ -380,8 +385,6 @@ def _as_signature(signature: object) -> Signature:
     if isinstance(signature, Signature):
         return signature
     if isinstance(signature, str):
-        from ..plugins.registry import BooOpRegistry
-
         return BooOpRegistry.parse_command(signature)
     raise ArgumentError(f"get_launchable takes a Signature or a command string, got {type(signature).__name__}")
 
@@ -424,7 +427,8 @@ def get_launchable(signature: Signature | str, device: str | torch.device | BooD
         from ..substitute.substitution import Substitution
 
         substitutions = Substitution.from_directory(substitutions)
-    memory_key = (signature, boo_device.key, boo_device.target, driver, formulation, settings.extra_compile_flags,
+    memory_key = (_registry_revision(), signature, boo_device.key, boo_device.target, driver, formulation,
+                  settings.extra_compile_flags,
                   settings.tuning_spec, settings.verify, settings.use_tuned, settings.cache_enabled,
                   settings.substitutions, substitutions.digest if substitutions is not None else None)
     launchable = _launchables.get(memory_key)
@@ -449,6 +453,11 @@ def get_launchable(signature: Signature | str, device: str | torch.device | BooD
 _by_eager_key: dict[Hashable, Launchable] = {}
 
 
+def _registry_revision() -> int:
+    """The default registry's revision: kernels memoized under other plugins are not reused."""
+    return BooOpRegistry.default().revision
+
+
 def launchable_for(key: Hashable, make_signature: Callable[[], Signature],
                    device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
     """:func:`get_launchable` for eager entry points, memoized on a cheap ``key``.
@@ -456,7 +465,7 @@ def launchable_for(key: Hashable, make_signature: Callable[[], Signature],
     ``key`` must determine the signature (shapes, dtypes, attributes); ``make_signature``
     builds it only on the first call, so a repeated eager call costs one dict lookup.
     """
-    full_key = (key, str(device), get_settings())
+    full_key = (key, str(device), get_settings(), _registry_revision())
     launchable = _by_eager_key.get(full_key)
     if launchable is None or launchable.stale:
         launchable = _by_eager_key[full_key] = get_launchable(make_signature(), device)

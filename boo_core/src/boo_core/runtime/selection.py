@@ -14,10 +14,11 @@ falling back.
 
 Recorded outcomes are read before any work: a formulation whose compile failed before
 (``failed.json``) or whose kernel failed verification on this device model is skipped
-without compiling or loading it. When every formulation fails to compile, the call raises a
-:class:`CompileError` naming each formulation and its compiler log; when some compiled but
-none passed verification, calls compute with PyTorch, with one warning naming the
-signature and the verdicts.
+without compiling or loading it. A kernel the device's runtime refuses to load (rebuilt
+once first) is passed over too, in this process only. When every formulation fails to
+compile, the call raises a :class:`CompileError` naming each formulation and its compiler
+log; when some compiled but none loaded and passed verification, calls compute with
+PyTorch, with one warning naming the signature and each outcome.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BooError, BooFallbackWarning, CompileError
+from ..errors import BooError, BooFallbackWarning, CompileError, KernelLoadError
 from ..kernels.formulation import Formulation
 from ..kernels.request import KernelRequest
 from ..plugins.registry import BooOpRegistry
@@ -43,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Attempt:
-    """A formulation that did not serve, and why: ``compile`` (with the compiler log) or
+    """A formulation that did not serve, and why: ``compile`` (with the compiler log),
+    ``load`` (the device's runtime refused the kernel: with its message) or
     ``verification`` (with the verdict)."""
 
     formulation: str
@@ -51,7 +53,7 @@ class Attempt:
     detail: str
 
     def __str__(self) -> str:
-        what = "did not compile" if self.stage == "compile" else "failed verification"
+        what = {"compile": "did not compile", "load": "did not load"}.get(self.stage, "failed verification")
         return f"{self.formulation}: {what} ({self.detail})"
 
 
@@ -130,6 +132,12 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
             attempts.append(Attempt(candidate.name, "compile", e.log_path or str(e).splitlines()[0]))
             _log(candidate, "%s: %s did not compile; trying the next", signature.func_name, candidate.name)
             continue
+        except KernelLoadError as e:  # not remembered: a device may refuse for a reason of the moment
+            refuse_if_user(candidate.substitution, signature, "it did not load", e)
+            attempts.append(Attempt(candidate.name, "load", _shortened(str(e.__cause__ or e))))
+            _log(candidate, "%s: %s did not load on %s; trying the next", signature.func_name, candidate.name,
+                 device.key)
+            continue
         if checked:
             verdict = _verdict(launchable)
             if verdict != verdicts.PASS:
@@ -165,12 +173,18 @@ def _verdict(launchable: Launchable) -> str:
     return verdict
 
 
+def _shortened(message: str, limit: int = 300) -> str:
+    """A runtime's message on one line, cut to ``limit`` characters (IREE's name whole targets)."""
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 def _nothing_served(signature: Signature, device: BooDevice, attempts: list[Attempt]) -> Launchable:
     tried = "\n".join(f"  - {attempt}" for attempt in attempts)
-    if not any(a.stage == "verification" for a in attempts):
+    if all(a.stage == "compile" for a in attempts):
         raise CompileError(f"no formulation of {signature.func_name} compiles for {device.target.name}:\n{tried}\n"
                            f"  command: {_command(signature)}")
-    warnings.warn(f"BOO has no kernel for {signature.func_name} that passes verification on "
+    warnings.warn(f"BOO has no kernel for {signature.func_name} that loads and passes verification on "
                   f"{verdicts.device_identity(device.torch_device)}; it computes with PyTorch instead. Tried:\n{tried}",
                   BooFallbackWarning, stacklevel=4)
     return ReferenceLaunchable(signature, device, tuple(attempts))
