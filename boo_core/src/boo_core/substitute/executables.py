@@ -8,6 +8,7 @@ runs only when a substituted kernel is built.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +39,17 @@ class KernelExecutables:
         return next((e for e in self.executables if e.name == name), None)
 
 
+def _module_order(path: Path) -> list[Any]:
+    """Sort key: numbers in a name compared as numbers (``dispatch_2`` before ``dispatch_10``),
+    so that executables come in the order of the module's dispatches."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
 def read_dumped_sources(directory: Path) -> dict[str, Executable]:
-    """The executables IREE dumped into ``directory`` (``--iree-hal-dump-executable-*-to``)."""
+    """The executables IREE dumped into ``directory`` (``--iree-hal-dump-executable-*-to``),
+    in the module's order."""
     found = {}
-    for path in sorted(directory.glob("*.mlir")):
+    for path in sorted(directory.glob("*.mlir"), key=_module_order):
         executable = parse_executable(path.read_text())
         found[executable.name] = executable
     return found

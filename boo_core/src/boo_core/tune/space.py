@@ -120,14 +120,16 @@ def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 32
     """Configurations of IREE's TileAndFuse pipeline for an ``m x n x k`` contraction with
     ``dtype`` operands on an NVIDIA GPU (mma.sync 16x8x16): workgroup tiles that divide the
     problem, 4 or 8 warps, warp tiles of at most 32 intrinsics (more spill registers: on an
-    H100 such tiles ran 10-20x slower), K steps of 32 to 128, at most 160 KB of shared
-    memory; the ``limit`` with the fullest waves on 132 multiprocessors first."""
+    H100 such tiles ran 10-20x slower), K steps of 32 to 128, 2 to 4 pipeline stages, at
+    most 160 KB of shared memory. The ``limit`` kept is spread over the workgroup tiles (one
+    configuration of each in turn), taking the tiles with the fullest waves on 132
+    multiprocessors (to a tenth) first, then those that reuse each loaded byte most."""
     mma = NV_MMA.get(dtype)
     if mma is None:
         return []
     configs = []
-    for tile_m, tile_n, k_steps, stages, (warps_m, warps_n) in itertools.product(
-            (128, 256, 64), (128, 256, 64), (4, 2, 8), (2, 3), ((2, 2), (4, 2), (2, 4))):
+    for tile_m, tile_n, (warps_m, warps_n), k_steps, stages in itertools.product(
+            (128, 256, 64), (128, 256, 64), ((2, 2), (4, 2), (2, 4)), (4, 2, 8), (3, 2, 4)):
         if m % tile_m or n % tile_n or k % (k_steps * _MMA_K):
             continue
         if tile_m % (warps_m * _MMA_M) or tile_n % (warps_n * _MMA_N):
@@ -140,11 +142,17 @@ def tile_and_fuse_configs(m: int, n: int, k: int, dtype: str, *, limit: int = 32
                         "mma_kind": mma, "workgroup_size": [32 * warps_m * warps_n, 1, 1],
                         "prefetch_num_stages": stages})
 
-    def waves(config: dict[str, Any]) -> float:
-        tiles = (m // config["workgroup"][0]) * (n // config["workgroup"][1])
-        return tiles / (-(-tiles // 132) * 132)
+    def rank(shape: tuple[int, int]) -> tuple[float, float]:
+        tiles = (m // shape[0]) * (n // shape[1])
+        waves = tiles / (-(-tiles // 132) * 132)
+        return -round(waves, 1), -(shape[0] * shape[1]) / (shape[0] + shape[1])
 
-    return sorted(configs, key=lambda c: -waves(c))[:limit]
+    by_shape: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for config in configs:
+        by_shape.setdefault(tuple(config["workgroup"]), []).append(config)
+    ranked = [by_shape[shape] for shape in sorted(by_shape, key=rank)]
+    interleaved = [c for round_ in itertools.zip_longest(*ranked) for c in round_ if c is not None]
+    return interleaved[:limit]
 
 
 def cpu_contraction_configs(m: int, n: int, k: int, *, limit: int = 12) -> list[dict[str, Any]]:
