@@ -52,3 +52,12 @@ def test_exports_bindings_and_launch_geometry_are_read():
 
 def test_symbols_are_sanitized_as_iree_does():
     assert sanitize_symbol("conv$async_dispatch_0.x-y") == "conv_async_dispatch_0_x_y"
+
+
+def test_dumped_executables_are_read_in_the_modules_order(tmp_path):
+    from boo_core.substitute.executables import read_dumped_sources
+
+    for index in (10, 2, 1):
+        name = f"module_main_dispatch_{index}"
+        (tmp_path / f"module_{name}.mlir").write_text(f"hal.executable public @{name} {{\n}}\n")
+    assert list(read_dumped_sources(tmp_path)) == [f"module_main_dispatch_{i}" for i in (1, 2, 10)]
