@@ -80,19 +80,31 @@ def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
 
 def test_it_knows_which_weight_gradients_it_serves():
     assert wgrad.problem_of(resnet_conv(256, 512, 1, 2, 56, "wrw")) is not None
-    for other in (resnet_conv(64, 64, 3, 1, 56, "wrw"),  # 3x3
-                  resnet_conv(3, 64, 7, 2, 224, "wrw"),  # the stem
+    three = wgrad.problem_of(resnet_conv(128, 128, 3, 2, 56, "wrw"))
+    assert (three.taps, three.columns, three.hp, three.wp) == (9, 1152, 57, 57)  # the extent the windows read
+    for other in (resnet_conv(3, 64, 7, 2, 224, "wrw"),  # the stem: 3 channels
+                  ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=3, dtype=torch.bfloat16,
+                                shared_layout="NHWC", mode="wrw"),  # padding beyond the window
+                  ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC", mode="wrw"),
                   resnet_conv(64, 256, 1, 1, 56, "fwd")):
         assert wgrad.problem_of(other) is None
 
 
+IMAGE = ["pad", "copy"] + ["copy"] * 9  # a 3x3 window's columns, made the padded image
+
+
 # Each shape of IREE's im2col_splitN module wgrad.plan knows: products + sum on the op's own
-# tensors (split32 at 56x56, split128 at 28x28), strided (subsample + products + sum), and dY
-# and x padded into one transient by IREE (1568 pixels).
+# tensors (split32 at 56x56, split128 at 28x28), strided (subsample + products + sum), dY
+# and x padded into one transient by IREE (1568 pixels), and a 3x3 window's columns (two
+# transposes and a copy per tap before the products) on the op's own dY, strided, and
+# through IREE's transient.
 @pytest.mark.parametrize(("row", "kernels"), [((64, 256, 1, 1, 56, "wrw"), ["wgrad", "sum"]),
                                               ((512, 128, 1, 1, 28, "wrw"), ["wgrad", "sum"]),
                                               ((256, 512, 1, 2, 56, "wrw"), ["subsample", "wgrad", "sum"]),
-                                              ((2048, 512, 1, 1, 7, "wrw"), ["wgrad", "sum"])])
+                                              ((2048, 512, 1, 1, 7, "wrw"), ["wgrad", "sum"]),
+                                              ((64, 64, 3, 1, 56, "wrw"), IMAGE + ["wgrad", "sum"]),
+                                              ((128, 128, 3, 2, 56, "wrw"), IMAGE + ["wgrad", "sum"]),
+                                              ((512, 512, 3, 1, 7, "wrw"), IMAGE + ["wgrad", "sum"])])
 def test_it_recognizes_the_weight_gradient_modules_iree_makes_for_the_resnet_rows(private_cache, row, kernels):
     signature = resnet_conv(*row)
     problem = wgrad.problem_of(signature)
@@ -100,8 +112,30 @@ def test_it_recognizes_the_weight_gradient_modules_iree_makes_for_the_resnet_row
     found = executables_of(signature, "cuda:sm_80", wgrad.formulation_of(problem))  # cross-compiled
     launches = wgrad.plan(problem, config, found.executables)
     assert [launch.kernel for launch in launches] == kernels
-    assert [launch.executable.name for launch in launches] == found.names
+    assert [launch.executable.name for launch in launches] == found.names  # in the module's order
+    copies = [launch.constants for launch in launches if launch.kernel == "copy"][1:]
+    # The taps' copies move the whole image, chunk after chunk, each once.
+    assert sum(c["COUNT"] for c in copies) == (problem.image_numel if copies else 0)
+    assert [c["START"] for c in copies] == sorted(c["START"] for c in copies)
     # The same module does not fit a problem of other channels: BOO would pass the substitution over.
     other = wgrad.problem_of(resnet_conv(row[0] * 2, row[1], *row[2:]))
     with pytest.raises(ValueError):
         wgrad.plan(other, wgrad.choose_config(other), found.executables)
+
+
+def test_each_replaced_executable_runs_its_own_object(private_cache):
+    """A module whose executables share a kernel (a 3x3 weight gradient's ten copies) still
+    gets one object per executable, each holding that executable's entry: the PTX compiler is
+    stood in for by a text naming the entry (building PTX needs Triton and a Hopper GPU)."""
+    signature = resnet_conv(64, 64, 3, 1, 56, "wrw")
+    problem = wgrad.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", wgrad.formulation_of(problem))
+    build = hooks._build_launches(lambda executables: wgrad.plan(problem, wgrad.choose_config(problem), executables),
+                                  lambda launch, entry: conv.Kernel(f".entry {entry}", 128, 1, 0), "hopper_wgrad")
+    files = build(found)
+    objects = {name: text for name, text in files.items() if name.startswith("objects/")}
+    assert len(objects) == len(found.executables) == 13
+    for executable in found.executables:
+        source = files[f"sources/{executable.name}.mlir"]
+        [obj] = [name for name in objects if f'"{name}"' in source]
+        assert objects[obj] == f".entry {executable.exports[0].kernel_name}"

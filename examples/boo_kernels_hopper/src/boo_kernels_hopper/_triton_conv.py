@@ -1,6 +1,6 @@
 """The Triton convolution kernels (imported only where Triton is installed).
 
-Two kernels, every size a compile-time constant, every tensor a pointer plus a constant
+Every size a compile-time constant, every tensor a pointer plus a constant
 element offset (IREE's ABI passes one pointer per binding; a binding may hold several
 tensors at fixed offsets):
 
@@ -20,6 +20,11 @@ tensors at fixed offsets):
   that is a source element (the offset divisible by the dilation, inside the source), else
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
   channels-last in and out, over a whole ``(N, HP, WP, C)`` destination. Also a plain copy.
+
+The weight gradient's (wgrad.py): ``boo_hopper_wgrad`` (split-K partial products over the
+pixels, a 1x1 window's or, as an implicit GEMM, a padded image's), ``boo_hopper_sum`` (the
+partial sums added), ``boo_hopper_subsample`` (a strided 1x1 window's pixels) and
+``boo_hopper_copy`` (a flat copy, or a chunk of one).
 """
 
 from __future__ import annotations
@@ -130,18 +135,31 @@ def boo_hopper_pad(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl.const
 def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART_OFF: tl.constexpr,
                      DY_IN_B: tl.constexpr, X_IN_B: tl.constexpr, M: tl.constexpr, K: tl.constexpr,
                      C: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr,
-                     MASKED: tl.constexpr):
-    """One split of the weight gradient's reduction: ``part[split, k, c] = sum over the split's
-    pixels m of dy[m, k] * x[m, c]`` (dy: (M, K), x: (M, C), both channels minor), float32.
-    Program ``pid`` is tile ``pid % tiles`` of split ``pid // tiles``: the programs of one
-    split run together and read the same pixels (L2). Pixels past M read as zeros."""
-    tiles_n: tl.constexpr = C // BN
+                     MASKED: tl.constexpr, R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                     P: tl.constexpr, Q: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr):
+    """One split of the weight gradient's reduction, float32: ``part[split, k, (r, s, c)] = sum
+    over the split's pixels m = (n, p, q) of dy[m, k] * x[m, (r, s, c)]``. dy is (M, K),
+    channels minor. With a 1x1 window (R = S = 1) x is (M, C), the pixels the window reads;
+    otherwise x is a padded channels-last image (N, HP, WP, C) read through an R x S window
+    at stride (SH, SW) over a P x Q output, its columns (r, s, c) never materialized (BN
+    divides C: a tile's columns are one tap's channels). Program ``pid`` is tile ``pid %
+    tiles`` of split ``pid // tiles``: the programs of one split run together and read the
+    same pixels (L2). Pixels past M read as zeros."""
+    TC: tl.constexpr = R * S * C
+    tiles_n: tl.constexpr = TC // BN
     tiles: tl.constexpr = (K // BM) * tiles_n
     pid = tl.program_id(0)
     split = pid // tiles
     tile = pid % tiles
     offs_k = (tile // tiles_n) * BM + tl.arange(0, BM)
-    offs_c = (tile % tiles_n) * BN + tl.arange(0, BN)
+    tile_n = tile % tiles_n
+    offs_c = tile_n * BN + tl.arange(0, BN)  # the tile's (r, s, c) columns
+    if R * S == 1:
+        offs_x = offs_c
+    else:  # one tap's channels: their offset from a window's corner in the image
+        per_tap: tl.constexpr = C // BN
+        tap = tile_n // per_tap
+        offs_x = ((tap // S) * WP + tap % S) * C + (tile_n % per_tap) * BN + tl.arange(0, BN)
     offs_p = tl.arange(0, BK)
     if DY_IN_B:
         dy = b + DY_OFF
@@ -155,15 +173,21 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     first = split * (STEPS * BK)
     for i in range(STEPS):
         pix = first + i * BK + offs_p
+        if R * S == 1:
+            corner = pix * C
+        else:
+            inside = tl.minimum(pix, M - 1)
+            corner = ((inside // (P * Q) * HP + (inside // Q) % P * SH) * WP + inside % Q * SW) * C
+            corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
         if MASKED:
             ok = (pix < M)[:, None]
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
-            v = tl.load(x + pix[:, None] * C + offs_c[None, :], mask=ok, other=0.0)
+            v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok, other=0.0)
         else:
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
-            v = tl.load(x + pix[:, None] * C + offs_c[None, :])
+            v = tl.load(x + corner[:, None] + offs_x[None, :])
         acc = tl.dot(tl.trans(g), v, acc)
-    tl.store(part + PART_OFF + split * (K * C) + offs_k[:, None] * C + offs_c[None, :], acc)
+    tl.store(part + PART_OFF + split * (K * TC) + offs_k[:, None] * TC + offs_c[None, :], acc)
 
 
 @triton.jit
@@ -196,3 +220,13 @@ def boo_hopper_subsample(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl
     mask = inside[:, None] & (offs_c < C)[None, :]
     value = tl.load(src + (((n * H + i * U) * W + j * V) * C)[:, None] + offs_c[None, :], mask=mask, other=0.0)
     tl.store(dst + DST_OFF + (offs_p * C)[:, None] + offs_c[None, :], value, mask=mask)
+
+
+@triton.jit
+def boo_hopper_copy(src, dst, SRC_OFF: tl.constexpr, DST_OFF: tl.constexpr, START: tl.constexpr,
+                    COUNT: tl.constexpr, BLOCK: tl.constexpr):
+    """``dst[DST_OFF + i] = src[SRC_OFF + i]`` for ``START <= i < START + COUNT``: a flat copy,
+    or one chunk of one."""
+    offs = START + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < START + COUNT
+    tl.store(dst + DST_OFF + offs, tl.load(src + SRC_OFF + offs, mask=ok), mask=ok)

@@ -4,7 +4,7 @@ For a CUDA target, when Triton is installed and the GPU is a Hopper (compute cap
 9.0), a matmul or conv signature this library serves (``gemm.problem_of``,
 ``conv.problem_of``) gets one candidate substitution: executables with no code of their own
 that run Triton's sm_90a PTX, built only on a cache miss (a conv replaces every executable of
-the ``default`` formulation's module: ``conv.plan``; a 1x1 weight gradient replaces every
+the ``default`` formulation's module: ``conv.plan``; a weight gradient replaces every
 executable of an ``im2col_splitN`` formulation's module: ``wgrad.plan``). BOO verifies it
 against PyTorch before first use and passes it over (IREE's kernel serves) if it fails.
 Anywhere else it answers None and says why at debug level.
@@ -19,10 +19,10 @@ from typing import Any
 from boo_core import Target, hookimpl
 from boo_core.substitute import KernelExecutables, Substitution, external_source
 
+from . import __version__ as VERSION
 from . import conv, gemm, wgrad
 
 logger = logging.getLogger(__name__)
-VERSION = "0.1.0"
 OBJECT = "objects/hopper_gemm.ptx"
 CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan knows
 
@@ -54,10 +54,10 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
     kernel_name)`` its PTX and geometry."""
     def build(kernel: KernelExecutables) -> dict[str, str]:
         files: dict[str, str] = {}
-        for launch in plan(kernel.executables):
+        for index, launch in enumerate(plan(kernel.executables)):
             executable = launch.executable
             made = generate(launch, executable.exports[0].kernel_name)
-            obj = f"objects/{prefix}_{launch.kernel}.ptx"
+            obj = f"objects/{prefix}_{index}_{launch.kernel}.ptx"  # one per executable: each names its own entry
             files[f"sources/{executable.name}.mlir"] = external_source(
                 executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=(made.grid, 1, 1),
                 workgroup_local_memory=made.shared_bytes)

@@ -1,31 +1,40 @@
-"""The weight gradient (conv mode ``wrw``) of 1x1 convolutions: which it serves, how IREE's
-module for it is replaced, and PTX.
+"""The weight gradient (conv mode ``wrw``): which it serves, how IREE's module for it is
+replaced, and PTX.
 
 A served weight gradient (:func:`problem_of`): bf16, 2-D, channels-last (NHWC x and dY, KRSC
-filter), one group, no dilation, not transposed, a 1x1 window with no padding (any stride),
-multiples of 64 input and output channels. Then ``dw[k, c] = sum over pixels m of dY[m, k] *
-x'[m, c]``, x' the pixels the strided window reads: a GEMM with M = K, N = C and a long
-reduction over N*P*Q pixels (up to 100352), whose output is small: the reduction is split
-(split-K) into float32 partial sums, added and rounded once to bf16 by a second kernel.
+filter), one group, no dilation, not transposed, padding smaller than the window, multiples
+of 64 input and output channels. Then ``dw[k, (r, s, c)] = sum over pixels m of dY[m, k] *
+X[m, (r, s, c)]``, X the windows' columns (for a 1x1 window, the pixels it reads): a GEMM
+with M = K, N = R*S*C and a long reduction over N*P*Q pixels (up to 100352), whose output is
+small: the reduction is split (split-K) into float32 partial sums, added and rounded once to
+bf16 by a second kernel.
 
 The float32 workspace comes from IREE's module of the op's ``im2col_splitN`` formulation
 (boo_ops_conv ``_im2col_weight_gradient``: ``parts`` products of ``rows`` pixels each, then
 their sum), which on CUDA has, per ResNet row (cross-compiled with ``boo dump``):
 
-* (strided rows only) a copy of the pixels the window reads, x (N, H, W, C) -> a transient
-  (N, P, Q, C): replaced by ``boo_hopper_subsample``;
-* the partial products: a batch matmul of dY (parts, rows, K) and x' (parts, rows, C) into a
-  float32 (parts, K, C) transient: replaced by ``boo_hopper_wgrad``, which writes the first
-  ``splits`` (at most ``parts``) of those slices;
-* their sum, (parts, K*C) float32 -> (K*C) bf16: replaced by ``boo_hopper_sum`` over the
-  ``splits`` slices written.
+* how X is made. A 1x1 window: nothing (X is x), or for a strided one a copy of the pixels it
+  reads, x (N, H, W, C) -> a transient (N, P, Q, C), replaced by ``boo_hopper_subsample``.
+  A larger window: x transposed into a padded channels-first transient (N, C, HP, WP) (the
+  padded extent the windows read), transposed again to (N, HP*WP, C), then one copy per tap
+  of its strided pixels into the columns (N, P, Q, R*S, C). Replaced by ``boo_hopper_pad``
+  writing the first transient as the padded channels-last image (the same number of
+  elements), ``boo_hopper_copy`` copying it to the second, and the taps' copies each moving
+  one chunk of it to the start of the columns' buffer: the products then read the image
+  where IREE's read the columns, R*S times smaller (an implicit GEMM);
+* the partial products: a batch matmul of dY (parts, rows, K) and X (parts, rows, R*S*C)
+  into a float32 (parts, K, R*S*C) transient: replaced by ``boo_hopper_wgrad``, which writes
+  the first ``splits`` (at most ``parts``) of those slices;
+* their sum, (parts, K*R*S*C) float32 -> (K*R*S*C) bf16 (= KRSC dw): replaced by
+  ``boo_hopper_sum`` over the ``splits`` slices written.
 
-Where parts * rows exceeds the pixels, IREE copies dY and x' into a transient padded with
+Where parts * rows exceeds the pixels, IREE copies dY and X into a transient padded with
 zero rows before the matmul (stream copies and fills, no executables); the kernel reads the
-pixels only. :func:`formulation_of` names the split whose rows tile the pixels exactly where
-one does, so that the matmul reads the op's own tensors. :func:`plan` matches what it finds
-(binding sizes, offsets, the matmul's operand order) and raises ValueError on anything else
-(BOO then passes the substitution over and IREE's kernels serve). Everything here but
+pixels only (and the image, copied there as the columns would have been).
+:func:`formulation_of` names the split whose rows tile the pixels exactly where one does, so
+that the matmul reads the op's own tensors. :func:`plan` matches what it finds (binding
+sizes, offsets, the matmul's operand order) and raises ValueError on anything else (BOO then
+passes the substitution over and IREE's kernels serve). Everything here but
 :func:`generate` runs without Triton or a GPU.
 """
 
@@ -44,7 +53,8 @@ SPLITS = (32, 128)  # the op's im2col_splitN formulations
 
 @dataclass(frozen=True)
 class WgradProblem:
-    """A served 1x1 weight gradient: x (n, h, w, c), dY (n, p, q, k), stride (u, v)."""
+    """A served weight gradient: x (n, h, w, c), dY (n, p, q, k), stride (u, v), an r x s
+    window with padding (ph, pw)."""
 
     n: int
     h: int
@@ -55,6 +65,10 @@ class WgradProblem:
     v: int
     p: int
     q: int
+    r: int = 1
+    s: int = 1
+    ph: int = 0
+    pw: int = 0
 
     @property
     def pixels(self) -> int:
@@ -63,6 +77,28 @@ class WgradProblem:
     @property
     def strided(self) -> bool:
         return (self.u, self.v) != (1, 1)
+
+    @property
+    def taps(self) -> int:
+        return self.r * self.s
+
+    @property
+    def columns(self) -> int:
+        """The GEMM's N: dw's elements per output channel, (r, s, c)."""
+        return self.taps * self.c
+
+    @property
+    def hp(self) -> int:
+        """Rows of the padded image the windows read (padding above, none past the last window)."""
+        return (self.p - 1) * self.u + self.r
+
+    @property
+    def wp(self) -> int:
+        return (self.q - 1) * self.v + self.s
+
+    @property
+    def image_numel(self) -> int:
+        return self.n * self.hp * self.wp * self.c
 
 
 @dataclass(frozen=True)
@@ -90,14 +126,15 @@ def problem_of(signature: Any) -> WgradProblem | None:
         n, c, h, w = s.input_shape
         k, _, r, t = s.kernel_shape
         p, q = s.output_spatial
-        (u, v), padding = s.stride, s.padding
+        (u, v), (ph, pw) = s.stride, s.padding
     except (AttributeError, TypeError, ValueError):
         return None
-    if (r, t) != (1, 1) or any(padding) or c % 64 or k % 64:
+    if c % 64 or k % 64 or ph >= r or pw >= t or min(p, q) < 1:
         return None
-    if (p - 1) * u >= h or (q - 1) * v >= w:
+    problem = WgradProblem(n, h, w, c, k, u, v, p, q, r, t, ph, pw)
+    if problem.taps == 1 and (problem.hp > h or problem.wp > w):
         return None
-    return WgradProblem(n, h, w, c, k, u, v, p, q)
+    return problem
 
 
 def _parts(pixels: int, splits: int) -> tuple[int, int]:
@@ -118,12 +155,13 @@ def formulation_of(problem: WgradProblem) -> str:
 
 def choose_config(problem: WgradProblem) -> WgradConfig:
     """The tiles (the largest that, with as many splits as the workspace holds, fill the
-    GPU) and the splits (about one wave of programs)."""
+    GPU; a tile's columns within one tap) and the splits (about one wave of programs)."""
     parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
     options = [(bm, bn, warps) for bm, bn, warps in ((128, 128, 8), (128, 64, 4), (64, 64, 4))
                if problem.k % bm == 0 and problem.c % bn == 0]
-    bm, bn, warps = next((o for o in options if (problem.k // o[0]) * (problem.c // o[1]) * parts >= SMS), options[-1])
-    tiles = (problem.k // bm) * (problem.c // bn)
+    bm, bn, warps = next((o for o in options if (problem.k // o[0]) * (problem.columns // o[1]) * parts >= SMS),
+                         options[-1])
+    tiles = (problem.k // bm) * (problem.columns // bn)
     return WgradConfig(bm, bn, 64, warps, 4, max(1, min(parts, SMS // tiles)))
 
 
@@ -175,7 +213,7 @@ class Launch:
     compile-time constants, grid, warps and stages."""
 
     executable: Any
-    kernel: str  # "wgrad", "sum" or "subsample"
+    kernel: str  # "wgrad", "sum", "subsample", "pad" or "copy"
     pointers: tuple[str, ...]
     constants: dict[str, Any] = field(hash=False)
     grid: int
@@ -195,23 +233,100 @@ def _bindings(executable: Any, found: list[Span]) -> list[int]:
 
 
 WGRAD_ORDER = ["a", "b", "part", "DY_OFF", "X_OFF", "PART_OFF", "DY_IN_B", "X_IN_B", "M", "K", "C", "BM", "BN", "BK",
-               "STEPS", "MASKED"]
+               "STEPS", "MASKED", "R", "S", "SH", "SW", "P", "Q", "HP", "WP"]
 SUM_ORDER = ["part", "out", "PART_OFF", "OUT_OFF", "NUMEL", "SPLITS", "BLOCK"]
 SUBSAMPLE_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "P", "Q", "U", "V", "BP", "BC"]
+COPY_ORDER = ["src", "dst", "SRC_OFF", "DST_OFF", "START", "COUNT", "BLOCK"]
 SUM_BLOCK = 1024
+COPY_BLOCK = 4096
+
+
+def _expect(executable: Any, found: list[Span], wanted: list[tuple[int, tuple[int, ...], str]]) -> None:
+    """The executable's tensors are ``wanted`` (binding, shape, readonly or written), all bf16."""
+    got = [(sp.binding, sp.shape, "readonly" if sp.access == "readonly" else "written") for sp in found]
+    if got != wanted or any(sp.dtype != "bf16" for sp in found):
+        raise ValueError(f"{executable.name}: tensors {got}, expected {wanted} (bf16)")
+
+
+def _copy(executable: Any, src: Span, dst: Span, start: int, count: int) -> Launch:
+    return Launch(executable, "copy", ("src", "dst"),
+                  {"SRC_OFF": src.element_offset, "DST_OFF": dst.element_offset, "START": start, "COUNT": count,
+                   "BLOCK": COPY_BLOCK}, max(1, -(-count // COPY_BLOCK)), 4, 1)
+
+
+def _subsample_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span) -> list[Launch]:
+    """A strided 1x1 window's pixels, copied by IREE into X: the same copy, in channels-last blocks."""
+    [gather] = movers
+    found = spans(gather)
+    _bindings(gather, found)
+    expected = [(0, 0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, x.offset, (pb.n, pb.p, pb.q, pb.c), "writeonly")]
+    got = [(sp.binding, sp.offset if sp.binding else 0, sp.shape, "readonly" if sp.access == "readonly"
+            else "writeonly") for sp in found]
+    if got != expected or any(sp.dtype != "bf16" for sp in found) or found[0].offset:
+        raise ValueError(f"{gather.name}: tensors {got}, expected {expected}")
+    bc = min(64, pb.c)
+    bp = 4096 // bc
+    return [Launch(gather, "subsample", ("src", "dst"),
+                   {"DST_OFF": found[1].element_offset, "N": pb.n, "H": pb.h, "W": pb.w, "C": pb.c, "P": pb.p,
+                    "Q": pb.q, "U": pb.u, "V": pb.v, "BP": bp, "BC": bc},
+                   -(-pb.pixels // bp) * (pb.c // bc), 4, 1)]
+
+
+def _image_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span, direct: bool) -> list[Launch]:
+    """IREE's columns of a larger window (module docstring) become the padded channels-last
+    image at the start of the columns' buffer: pad x into the first transient, copy that to
+    the second, each tap's copy moves one chunk of it. ``direct``: the products read the
+    columns where the taps' copies write them (else through a copy IREE makes)."""
+    pad, flatten, *taps = movers
+    image = (pb.n, pb.hp, pb.wp, pb.c)
+    found = spans(pad)
+    _bindings(pad, found)
+    _expect(pad, found, [(0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, (pb.n, pb.c, pb.hp, pb.wp), "written")])
+    if found[0].offset:
+        raise ValueError(f"{pad.name}: x at byte {found[0].offset}, expected 0")
+    padded = found[1]
+    found = spans(flatten)
+    _bindings(flatten, found)
+    _expect(flatten, found, [(0, (pb.n, pb.c, pb.hp * pb.wp), "readonly"), (1, (pb.n, pb.hp * pb.wp, pb.c), "written")])
+    if found[0].offset != padded.offset:
+        raise ValueError(f"{flatten.name}: reads byte {found[0].offset}, the padded transient is at {padded.offset}")
+    first, flat = found
+    numel = math.prod(image)
+    if numel > x.numel:
+        raise ValueError(f"the image ({numel} elements) does not fit in the columns ({x.numel})")
+    chunk = -(-numel // (len(taps) * 64)) * 64
+    launches = [Launch(pad, "pad", ("src", "dst"),
+                       *_pad(pb, padded.element_offset), 4, 1),
+                _copy(flatten, first, flat, 0, numel)]
+    targets = set()
+    for i, tap in enumerate(taps):
+        found = spans(tap)
+        _bindings(tap, found)
+        _expect(tap, found, [(0, image, "readonly"), (1, (pb.n, pb.p, pb.q, pb.taps, pb.c), "written")])
+        if found[0].offset != flat.offset:
+            raise ValueError(f"{tap.name}: reads byte {found[0].offset}, the image is at {flat.offset}")
+        targets.add(found[1].offset)
+        launches.append(_copy(tap, found[0], found[1], i * chunk, max(0, min(chunk, numel - i * chunk))))
+    if len(targets) != 1 or (direct and targets != {x.offset}):
+        raise ValueError(f"the taps' copies write bytes {sorted(targets)}, the products read byte {x.offset}")
+    return launches
+
+
+def _pad(pb: WgradProblem, dst_off: int) -> tuple[dict[str, Any], int]:
+    return conv.pad_constants(pb.n, pb.h, pb.w, pb.c, pb.hp, pb.wp, pb.ph, pb.pw, 1, 1, dst_off)
 
 
 def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...]) -> list[Launch]:
     """What replaces each of IREE's executables (module docstring); ValueError if the module
     is not one this library knows."""
     names = [e.name for e in executables]
-    if len(executables) != (3 if problem.strided else 2):
-        raise ValueError(f"{len(executables)} executables {names}: not a module shape this library knows")
     pb = problem
-    kc = pb.k * pb.c
-    launches: list[Launch] = []
+    movers = pb.taps + 2 if pb.taps > 1 else int(pb.strided)  # executables that make X
+    if len(executables) != movers + 2:
+        raise ValueError(f"{len(executables)} executables {names}: not a module shape this library knows")
+    kc = pb.k * pb.columns
 
-    # The sum: (parts, K*C) float32 -> (K*C) bf16.
+    # The sum: (parts, K*R*S*C) float32 -> (K*R*S*C) bf16.
     total = executables[-1]
     found = spans(total)
     _bindings(total, found)
@@ -222,7 +337,7 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
         raise ValueError(f"{total.name}: tensors {part_in.shape} -> {out.shape}, expected (parts, {kc}) -> ({kc},)")
     parts = part_in.shape[0]
 
-    # The partial products: dY (parts, rows, K) and x' (parts, rows, C) -> (parts, K, C) float32.
+    # The partial products: dY (parts, rows, K) and X (parts, rows, R*S*C) -> (parts, K, R*S*C) float32.
     mm = executables[-2]
     found = spans(mm)
     _bindings(mm, found)
@@ -235,9 +350,10 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     [part] = [sp for sp in found if sp not in (dy, x)]
     rows = dy.shape[1] if len(dy.shape) == 3 else 0
     if (dy.dtype, x.dtype, part.dtype) != ("bf16", "bf16", "f32") or dy.shape != (parts, rows, pb.k) \
-            or x.shape != (parts, rows, pb.c) or part.shape != (parts, pb.k, pb.c) or part.access == "readonly":
+            or x.shape != (parts, rows, pb.columns) or part.shape != (parts, pb.k, pb.columns) \
+            or part.access == "readonly":
         raise ValueError(f"{mm.name}: {dy.shape} x {x.shape} -> {part.shape} is not this problem's "
-                         f"({parts}, rows, {pb.k}) x ({parts}, rows, {pb.c}) -> ({parts}, {pb.k}, {pb.c})")
+                         f"({parts}, rows, {pb.k}) x ({parts}, rows, {pb.columns}) -> ({parts}, {pb.k}, {pb.columns})")
     if not (parts * rows >= pb.pixels > (parts - 1) * rows):
         raise ValueError(f"{mm.name}: {parts} parts of {rows} rows for {pb.pixels} pixels")
     if part.offset != part_in.offset:
@@ -249,28 +365,20 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     blocks = -(-pb.pixels // config.bk)
     steps = -(-blocks // splits)
     splits = -(-blocks // steps)
-    tiles = (pb.k // config.bm) * (pb.c // config.bn)
+    tiles = (pb.k // config.bm) * (pb.columns // config.bn)
 
-    if problem.strided:
-        gather = executables[0]
-        found = spans(gather)
-        _bindings(gather, found)
-        expected = [(0, 0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, x.offset, (pb.n, pb.p, pb.q, pb.c), "writeonly")]
-        got = [(sp.binding, sp.offset if sp.binding else 0, sp.shape, "readonly" if sp.access == "readonly"
-                else "writeonly") for sp in found]
-        if got != expected or any(sp.dtype != "bf16" for sp in found) or found[0].offset:
-            raise ValueError(f"{gather.name}: tensors {got}, expected {expected}")
-        bc = min(64, pb.c)
-        bp = 4096 // bc
-        launches.append(Launch(gather, "subsample", ("src", "dst"),
-                               {"DST_OFF": found[1].element_offset, "N": pb.n, "H": pb.h, "W": pb.w, "C": pb.c,
-                                "P": pb.p, "Q": pb.q, "U": pb.u, "V": pb.v, "BP": bp, "BC": bc},
-                               -(-pb.pixels // bp) * (pb.c // bc), 4, 1))
-
+    launches: list[Launch] = []
+    if pb.taps > 1:
+        launches += _image_launches(pb, executables[:-2], x, direct=len(inputs) == 2)
+        geometry = {"R": pb.r, "S": pb.s, "SH": pb.u, "SW": pb.v, "P": pb.p, "Q": pb.q, "HP": pb.hp, "WP": pb.wp}
+    else:
+        if pb.strided:
+            launches += _subsample_launches(pb, executables[:-2], x)
+        geometry = {"R": 1, "S": 1, "SH": 1, "SW": 1, "P": 1, "Q": 1, "HP": 1, "WP": 1}  # X is (pixels, C)
     constants = {"DY_OFF": dy.element_offset, "X_OFF": x.element_offset, "PART_OFF": part.element_offset,
                  "DY_IN_B": dy.binding != inputs[0], "X_IN_B": x.binding != inputs[0], "M": pb.pixels, "K": pb.k,
                  "C": pb.c, "BM": config.bm, "BN": config.bn, "BK": config.bk, "STEPS": steps,
-                 "MASKED": splits * steps * config.bk != pb.pixels}
+                 "MASKED": splits * steps * config.bk != pb.pixels, **geometry}
     pointers = ("a", "b", "part") if len(inputs) == 2 else ("a", "part")
     if len(inputs) == 1:
         constants["b"] = None
@@ -287,10 +395,11 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
 
 def generate(launch: Launch, entry: str) -> conv.Kernel:
     """Compile the kernel of one replaced executable to sm_90a PTX named ``entry``."""
-    from ._triton_conv import boo_hopper_subsample, boo_hopper_sum, boo_hopper_wgrad
+    from ._triton_conv import boo_hopper_copy, boo_hopper_pad, boo_hopper_subsample, boo_hopper_sum, boo_hopper_wgrad
 
     fn, order = {"wgrad": (boo_hopper_wgrad, WGRAD_ORDER), "sum": (boo_hopper_sum, SUM_ORDER),
-                 "subsample": (boo_hopper_subsample, SUBSAMPLE_ORDER)}[launch.kernel]
+                 "subsample": (boo_hopper_subsample, SUBSAMPLE_ORDER), "copy": (boo_hopper_copy, COPY_ORDER),
+                 "pad": (boo_hopper_pad, conv.PAD_ORDER)}[launch.kernel]
     compiled, ptx = conv._compile(fn, list(launch.pointers), dict(launch.constants), order, launch.num_warps,
                                   launch.num_stages, entry, launch.types)
     return conv.Kernel(ptx, compiled.metadata.num_warps * 32, launch.grid, int(compiled.metadata.shared))
