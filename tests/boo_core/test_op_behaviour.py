@@ -74,19 +74,6 @@ def test_a_computation_formulation_is_exported_instead_of_the_reference(private_
     torch.testing.assert_close(launchable(x), x * 2)
 
 
-def test_a_formulation_that_does_not_compile_gives_way_to_the_next(private_cache):
-    chain = lambda s, t: (Formulation("broken", mlir=lambda: NONSENSE), Formulation("default"))  # noqa: E731
-    with isolated_registry({"scale": ScalePlugin(formulations=chain)}):
-        launchable = get_launchable(ScaleSignature(5))
-        x = torch.randn(5)
-        torch.testing.assert_close(launchable(x), x * 2)
-        assert launchable.formulation == "default"
-        [attempt] = launchable.passed_over
-        assert attempt.formulation == "broken" and attempt.stage == "compile"
-        assert attempt.detail.endswith("compile_log.txt")
-        assert "iree-compile failed" in open(attempt.detail).read()
-
-
 def foreign_cpu() -> Formulation:
     """A formulation compiled for another CPU architecture: iree-compile takes it, this
     machine's runtime refuses to load it."""
@@ -96,14 +83,23 @@ def foreign_cpu() -> Formulation:
     return Formulation("foreign", flags=(f"--iree-llvmcpu-target-triple={triple}",))
 
 
-def test_a_kernel_the_device_will_not_load_gives_way_to_the_next(private_cache):
-    with isolated_registry({"scale": ScalePlugin(formulations=lambda s, t: (foreign_cpu(), Formulation("default")))}):
-        launchable = get_launchable(ScaleSignature(7))
-        x = torch.randn(7)
+def broken() -> Formulation:
+    return Formulation("broken", mlir=lambda: NONSENSE)
+
+
+@pytest.mark.parametrize("failing, stage", [(broken, "compile"), (foreign_cpu, "load")], ids=["compile", "load"])
+def test_a_formulation_that_fails_to_compile_or_load_gives_way_to_the_next(failing, stage, private_cache):
+    with isolated_registry({"scale": ScalePlugin(formulations=lambda s, t: (failing(), Formulation("default")))}):
+        launchable = get_launchable(ScaleSignature(5))
+        x = torch.randn(5)
         torch.testing.assert_close(launchable(x), x * 2)
         assert launchable.formulation == "default"
         [attempt] = launchable.passed_over
-        assert attempt.formulation == "foreign" and attempt.stage == "load"
+        assert attempt.formulation == failing().name and attempt.stage == stage
+    if stage == "compile":
+        assert attempt.detail.endswith("compile_log.txt")
+        assert "iree-compile failed" in open(attempt.detail).read()
+    else:
         assert str(attempt).startswith("foreign: did not load (kernel module does not load:")
 
 
