@@ -241,11 +241,15 @@ SUM_BLOCK = 1024
 COPY_BLOCK = 4096
 
 
-def _expect(executable: Any, found: list[Span], wanted: list[tuple[int, tuple[int, ...], str]]) -> None:
-    """The executable's tensors are ``wanted`` (binding, shape, readonly or written), all bf16."""
+def _expect(executable: Any, wanted: list[tuple[int, tuple[int, ...], str]]) -> list[Span]:
+    """The executable's tensors, which must be ``wanted`` (binding, shape, readonly or
+    written), all bf16."""
+    found = spans(executable)
+    _bindings(executable, found)
     got = [(sp.binding, sp.shape, "readonly" if sp.access == "readonly" else "written") for sp in found]
     if got != wanted or any(sp.dtype != "bf16" for sp in found):
         raise ValueError(f"{executable.name}: tensors {got}, expected {wanted} (bf16)")
+    return found
 
 
 def _copy(executable: Any, src: Span, dst: Span, start: int, count: int) -> Launch:
@@ -257,13 +261,10 @@ def _copy(executable: Any, src: Span, dst: Span, start: int, count: int) -> Laun
 def _subsample_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span) -> list[Launch]:
     """A strided 1x1 window's pixels, copied by IREE into X: the same copy, in channels-last blocks."""
     [gather] = movers
-    found = spans(gather)
-    _bindings(gather, found)
-    expected = [(0, 0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, x.offset, (pb.n, pb.p, pb.q, pb.c), "writeonly")]
-    got = [(sp.binding, sp.offset if sp.binding else 0, sp.shape, "readonly" if sp.access == "readonly"
-            else "writeonly") for sp in found]
-    if got != expected or any(sp.dtype != "bf16" for sp in found) or found[0].offset:
-        raise ValueError(f"{gather.name}: tensors {got}, expected {expected}")
+    found = _expect(gather, [(0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, (pb.n, pb.p, pb.q, pb.c), "written")])
+    if found[0].offset or found[1].offset != x.offset:
+        raise ValueError(f"{gather.name}: reads byte {found[0].offset} and writes byte {found[1].offset}, "
+                         f"expected 0 and {x.offset} (the products' X)")
     bc = min(64, pb.c)
     bp = 4096 // bc
     return [Launch(gather, "subsample", ("src", "dst"),
@@ -279,30 +280,25 @@ def _image_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span, direct: 
     columns where the taps' copies write them (else through a copy IREE makes)."""
     pad, flatten, *taps = movers
     image = (pb.n, pb.hp, pb.wp, pb.c)
-    found = spans(pad)
-    _bindings(pad, found)
-    _expect(pad, found, [(0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, (pb.n, pb.c, pb.hp, pb.wp), "written")])
+    found = _expect(pad, [(0, (pb.n, pb.h, pb.w, pb.c), "readonly"), (1, (pb.n, pb.c, pb.hp, pb.wp), "written")])
     if found[0].offset:
         raise ValueError(f"{pad.name}: x at byte {found[0].offset}, expected 0")
     padded = found[1]
-    found = spans(flatten)
-    _bindings(flatten, found)
-    _expect(flatten, found, [(0, (pb.n, pb.c, pb.hp * pb.wp), "readonly"), (1, (pb.n, pb.hp * pb.wp, pb.c), "written")])
+    pixels = pb.hp * pb.wp
+    found = _expect(flatten, [(0, (pb.n, pb.c, pixels), "readonly"), (1, (pb.n, pixels, pb.c), "written")])
     if found[0].offset != padded.offset:
         raise ValueError(f"{flatten.name}: reads byte {found[0].offset}, the padded transient is at {padded.offset}")
     first, flat = found
-    numel = math.prod(image)
+    numel = pb.image_numel
     if numel > x.numel:
         raise ValueError(f"the image ({numel} elements) does not fit in the columns ({x.numel})")
     chunk = -(-numel // (len(taps) * 64)) * 64
-    launches = [Launch(pad, "pad", ("src", "dst"),
-                       *_pad(pb, padded.element_offset), 4, 1),
-                _copy(flatten, first, flat, 0, numel)]
+    pad_constants = conv.pad_constants(pb.n, pb.h, pb.w, pb.c, pb.hp, pb.wp, pb.ph, pb.pw, 1, 1,
+                                       padded.element_offset)
+    launches = [Launch(pad, "pad", ("src", "dst"), *pad_constants, 4, 1), _copy(flatten, first, flat, 0, numel)]
     targets = set()
     for i, tap in enumerate(taps):
-        found = spans(tap)
-        _bindings(tap, found)
-        _expect(tap, found, [(0, image, "readonly"), (1, (pb.n, pb.p, pb.q, pb.taps, pb.c), "written")])
+        found = _expect(tap, [(0, image, "readonly"), (1, (pb.n, pb.p, pb.q, pb.taps, pb.c), "written")])
         if found[0].offset != flat.offset:
             raise ValueError(f"{tap.name}: reads byte {found[0].offset}, the image is at {flat.offset}")
         targets.add(found[1].offset)
@@ -310,10 +306,6 @@ def _image_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span, direct: 
     if len(targets) != 1 or (direct and targets != {x.offset}):
         raise ValueError(f"the taps' copies write bytes {sorted(targets)}, the products read byte {x.offset}")
     return launches
-
-
-def _pad(pb: WgradProblem, dst_off: int) -> tuple[dict[str, Any], int]:
-    return conv.pad_constants(pb.n, pb.h, pb.w, pb.c, pb.hp, pb.wp, pb.ph, pb.pw, 1, 1, dst_off)
 
 
 def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...]) -> list[Launch]:
