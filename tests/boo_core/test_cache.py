@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -196,6 +197,54 @@ def test_runtime_only_launch_from_a_populated_cache(scale_registry, private_cach
     assert "runtime-only ok" in result.stdout
     assert "uncached: no formulation of scale_fwd_f32_n16_f2 compiles" in result.stdout
     assert "scale_fwd_f32_n16_f2 is not in the kernel cache and the IREE compiler is not installed" in result.stdout
+
+
+RUNTIME_ONLY_PLANTED = """
+import sys, warnings
+sys.modules["iree.compiler"] = None  # as if iree-base-compiler were not installed
+import torch
+from boo_core import get_launchable
+from boo_core.testing import isolated_registry
+from tests.boo_core.fake_plugins import scale_op
+from tests.boo_core.fake_plugins.scale_op import ScaleSignature
+
+with isolated_registry({"scale": scale_op}), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    launchable = get_launchable(ScaleSignature(18))
+    x = torch.randn(18)
+    print("right" if torch.equal(launchable(x), x * 2) else "WRONG", type(launchable).__name__)
+    print("\\n".join(str(w.message) for w in caught))
+"""
+
+
+def test_runtime_only_never_serves_nor_signs_a_kernel_it_cannot_prove(scale_registry, private_cache):
+    """A kernel swapped in with its checksum (here: one computing x * 3 for x * 2) runs fine in
+    a child process; without a compiler to rebuild it, it is verified against PyTorch in the
+    process, refused, and left unsigned, with no verdict recorded for anyone else."""
+    from boo_core.kernels import cache
+    from boo_core.testing import isolated_registry
+
+    from .fake_plugins import wrong_kernel
+
+    right = launch_fresh(ScaleSignature(18)).cache_directory
+    with isolated_registry({"scale": wrong_kernel}):
+        clear_launchables()
+        wrong = get_launchable(ScaleSignature(18)).cache_directory  # CPU kernels are not verified by default
+    assert right != wrong
+    planted = (wrong / cache.KERNEL_FILE).read_bytes()
+    meta = json.loads((right / cache.META_FILE).read_text())
+    meta.update(kernel_size=len(planted), kernel_sha256=hashlib.sha256(planted).hexdigest())
+    (right / cache.KERNEL_FILE).write_bytes(planted)
+    (right / cache.META_FILE).write_text(json.dumps(meta))
+    before = (right / cache.META_FILE).read_bytes()
+    env = {**os.environ, "BOO_CACHE_DIR": str(private_cache), "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", RUNTIME_ONLY_PLANTED], env=env, cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("right ReferenceLaunchable"), result.stdout
+    assert "unproven cached kernel: fail" in result.stdout
+    assert (right / cache.META_FILE).read_bytes() == before  # not signed
+    assert not (right / cache.VERDICTS_FILE).exists()  # nothing vouched for to other processes
 
 
 def test_uncached_compile_error_without_compiler_is_clear(scale_registry, private_cache, monkeypatch):

@@ -350,7 +350,7 @@ def test_a_verdicts_file_of_any_shape_is_rechecked_and_rewritten(damaged_cache):
         with settings_override(verify=True):
             assert launch().verified
         verdicts = json.loads((entry / cache.VERDICTS_FILE).read_text())
-        assert list(verdicts.values()) == ["pass"] or "pass" in verdicts.values()
+        assert [sealed["verdict"] for sealed in verdicts.values() if isinstance(sealed, dict)] == ["pass"]
 
 
 def test_a_key_another_process_replaced_is_read_again_not_fought(damaged_cache):

@@ -33,7 +33,7 @@ from boo_core.tools.cli import main
 from boo_core.tune.database import read_record
 from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.numerics import check_launchable
-from boo_core.verify.verdicts import VERDICTS_FILE, device_identity
+from boo_core.verify.verdicts import VERDICTS_FILE, device_identity, read_verdict
 
 from ..conftest import REPO
 from ..local_ray import local_ray_cluster
@@ -194,7 +194,8 @@ def test_verification_runs_on_the_cluster_and_the_verdict_comes_back(cluster, ra
         [outcome] = CachePopulator(commands=["scale -n 10"], device="cpu", ray=cluster).run()
         assert (outcome.status, outcome.formulation, outcome.verified) == ("compiled", "default", True)
         verdicts = json.loads((Path(outcome.directory) / VERDICTS_FILE).read_text())
-        assert list(verdicts.values()) == ["pass"] and list(verdicts)[0].startswith("cpu ")
+        assert [v["verdict"] for v in verdicts.values()] == ["pass"] and list(verdicts)[0].startswith("cpu ")
+        assert read_verdict(Path(outcome.directory), torch.device("cpu")) == "pass"  # sealed by this cache
         written = (Path(outcome.directory) / VERDICTS_FILE).stat().st_mtime_ns
         assert get_launchable(ScaleSignature(10)).verified  # the recorded verdict: not checked again
         assert (Path(outcome.directory) / VERDICTS_FILE).stat().st_mtime_ns == written

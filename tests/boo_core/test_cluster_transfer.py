@@ -17,11 +17,12 @@ from boo_core.cluster import CacheFiles, ClusterError, install, key_mismatch
 from boo_core.cluster.tasks import TaskCall, execute
 from boo_core.cluster.transfer import collect, pack, relocate_file, snapshot
 from boo_core.kernels import cache
+from boo_core.kernels.integrity import seal, unseal
 from boo_core.kernels.request import KernelRequest
 from boo_core.kernels.target import Target
 from boo_core.settings import get_settings, settings_override
 from boo_core.tools.cli import main
-from boo_core.verify.verdicts import VERDICTS_FILE
+from boo_core.verify.verdicts import VERDICTS_FILE, seal_verdict
 
 from ..conftest import REPO
 from .fake_plugins.scale_op import ScaleSignature
@@ -78,22 +79,30 @@ def test_a_kernel_replaces_a_recorded_failure_but_a_failure_never_replaces_a_ker
     assert report.written == () and not (elsewhere / directory.name / cache.FAILED_FILE).exists()
 
 
-def test_verdicts_are_merged_device_model_by_device_model(compiled, private_cache):
+def test_verdicts_are_merged_device_model_by_device_model_and_sealed_by_the_receiving_cache(compiled, private_cache):
     directory, _ = compiled
-    (directory / VERDICTS_FILE).write_text(json.dumps({"cpu aaa": "pass"}))
-    theirs = json.dumps({"cuda H100 sm_90": "fail: wrong"}).encode()
-    incoming = CacheFiles({f"{directory.name}/{VERDICTS_FILE}": theirs})
+    ours = {"cpu aaa": seal_verdict(directory, "cpu aaa", "pass")}
+    (directory / VERDICTS_FILE).write_text(json.dumps(ours))
+    worker_key = b"w" * 32  # a task's scratch cache seals with a key of its own
+    theirs = {"cuda H100 sm_90": seal(worker_key, f"verdict {directory.name} cuda H100 sm_90",
+                                      {"verdict": "fail: wrong"})}
+    incoming = CacheFiles({f"{directory.name}/{VERDICTS_FILE}": json.dumps(theirs).encode()})
     report = install(private_cache, incoming)
     assert report.written == (f"{directory.name}/{VERDICTS_FILE}",)
-    assert json.loads((directory / VERDICTS_FILE).read_text()) == {"cpu aaa": "pass", "cuda H100 sm_90": "fail: wrong"}
+    merged = json.loads((directory / VERDICTS_FILE).read_text())
+    assert sorted(merged) == ["cpu aaa", "cuda H100 sm_90"]
+    assert unseal(cache.integrity_key(private_cache), f"verdict {directory.name} cuda H100 sm_90",
+                  merged["cuda H100 sm_90"]) == {"verdict": "fail: wrong"}
     assert install(private_cache, incoming).written == ()
 
 
-def test_files_outside_entries_are_written_atomically_once(tmp_path):
-    files = CacheFiles({"tuning/conv-0123.json": b'{"winner": 1}\n'})
+def test_files_outside_entries_are_sealed_for_the_receiving_cache_and_written_atomically_once(tmp_path):
+    files = CacheFiles({"tuning/conv-0123.json": json.dumps(seal(b"w" * 32, "tuning record conv-0123.json",
+                                                                 {"winner": 1})).encode()})
     assert install(tmp_path, files).written == ("tuning/conv-0123.json",)
     assert install(tmp_path, files).kept == ("tuning/conv-0123.json",)
-    assert (tmp_path / "tuning/conv-0123.json").read_bytes() == b'{"winner": 1}\n'
+    written = json.loads((tmp_path / "tuning/conv-0123.json").read_bytes())
+    assert unseal(cache.integrity_key(tmp_path), "tuning record conv-0123.json", written) == {"winner": 1}
 
 
 def test_paths_are_moved_to_the_caller_s_cache_in_text_files_only(tmp_path):

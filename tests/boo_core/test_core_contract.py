@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import boo_core
 from boo_core import CompileError, get_launchable
@@ -24,6 +25,9 @@ from boo_core.testing import isolated_registry
 from ..conftest import REPO
 from .fake_plugins import scale_op
 from .fake_plugins.scale_op import ScaleSignature
+
+#: A user name no machine has (``~NAME`` cannot be expanded).
+NO_SUCH_USER = "boo-no-such-user-7f3a"
 
 
 def test_boo_trace_hooks_logs_every_hook_call(boo_env, caplog):
@@ -60,28 +64,40 @@ def test_a_hung_compiler_is_stopped_with_a_clear_error(private_cache, tmp_path, 
 
 
 HOLD_LOCK = """
-import sys, time, pathlib
+import os, signal, sys, time, pathlib
 from boo_core.kernels.cache import entry_lock
 with entry_lock(pathlib.Path(sys.argv[1]), sys.argv[2], timeout=5):
     print("locked", flush=True)
-    time.sleep(30)
+    if sys.argv[3] == "stopped":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(60)
 """
 
 
-def test_waiting_for_another_process_s_lock_times_out_naming_the_lock(private_cache):
+@pytest.mark.parametrize("holder_state", ["hung", "stopped"])
+def test_a_lock_held_by_a_hung_or_stopped_process_gives_way_to_an_in_memory_compile(private_cache, holder_state,
+                                                                                      monkeypatch):
+    import boo_core.kernels.locks as locks
+
+    monkeypatch.setattr(locks, "STOPPED_GRACE", 0.5)
     with isolated_registry({"scale": scale_op}):
         from boo_core.kernels.request import KernelRequest
         from boo_core.kernels.target import Target
 
         request = KernelRequest.create(ScaleSignature(22), Target.parse("cpu"))
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(private_cache), request.key.dirname],
-                                  stdout=subprocess.PIPE, text=True, cwd=REPO)
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(private_cache), request.key.dirname,
+                                   holder_state], stdout=subprocess.PIPE, text=True, cwd=REPO)
         try:
             assert holder.stdout.readline().strip() == "locked"
-            with settings_override(lock_timeout=0.5):
-                with pytest.raises(cache.CacheError, match=rf"waited 0 s for the lock of cache entry "
-                                                           rf"{request.key.dirname} .*BOO_LOCK_TIMEOUT"):
-                    request.fetch()
+            start = time.monotonic()
+            expected = (rf"held by process {holder.pid}, which has been stopped" if holder_state == "stopped" else
+                        rf"{request.key.dirname} has been held by another process for 2 s \(BOO_LOCK_TIMEOUT\), "
+                        rf"process {holder.pid}")
+            with settings_override(lock_timeout=2 if holder_state == "hung" else 60):
+                with pytest.warns(cache.BooCacheWarning, match=rf"gave up waiting .*{expected}.*in memory"):
+                    kernel = request.fetch()
+            assert kernel.directory is None and kernel.vmfb  # compiled, not taken from the holder's entry
+            assert time.monotonic() - start < 30
         finally:
             holder.kill()
             holder.wait()
@@ -97,7 +113,7 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
               "BOO_USE_BACKWARD_KERNELS": "1",
               "BOO_VERIFY": "0", "BOO_USE_TUNED": "0", "BOO_COMPILE_STRICT": "1", "BOO_STRICT_PLUGINS": "1",
               "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_TRACE_HOOKS": "1",
-              "BOO_SUBSTITUTIONS": "/tmp/substitutions"}
+              "BOO_SUBSTITUTIONS": "/tmp/substitutions", "BOO_CACHE_OWNER": "0"}
     assert set(values) == {s.env for s in SETTINGS}
     from_env = boo_env(**values)
     defaults = Settings()
@@ -112,14 +128,67 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
 
 @pytest.mark.parametrize("variable, value, message", [
     ("BOO_CACHE_ON", "maybe", r"BOO_CACHE_ON='maybe': expected 0 or 1"),
+    ("BOO_CACHE_OWNER", "no-such-user-x", r"BOO_CACHE_OWNER='no-such-user-x': no user 'no-such-user-x'"),
     ("BOO_VERIFY", "sometimes", r"BOO_VERIFY='sometimes': expected auto, 1 or 0"),
     ("BOO_COMPILE_TIMEOUT", "-3", r"BOO_COMPILE_TIMEOUT='-3': expected a positive number of seconds"),
     ("BOO_CPU_DRIVER", "cuda", r"BOO_CPU_DRIVER='cuda': expected one of auto, local-sync, local-task"),
     ("BOO_CUDA_LAUNCH", "async", r"BOO_CUDA_LAUNCH='async': expected one of direct, iree"),
+    ("BOO_CACHE_DIR", f"~{NO_SUCH_USER}/x", rf"^BOO_CACHE_DIR='~{NO_SUCH_USER}/x': cannot expand ~{NO_SUCH_USER}: "
+                                           r"no such user or home directory$"),
+    ("BOO_SUBSTITUTIONS", f"~{NO_SUCH_USER}", rf"^BOO_SUBSTITUTIONS='~{NO_SUCH_USER}': cannot expand"),
+    ("BOO_TUNING_SPEC_PATH", f"~{NO_SUCH_USER}/spec.mlir", rf"^BOO_TUNING_SPEC_PATH='~{NO_SUCH_USER}/spec.mlir': "),
+    ("BOO_EXTRA_COMPILE_FLAGS", "--iree-opt-level=O3 'unclosed",
+     r"""^BOO_EXTRA_COMPILE_FLAGS="--iree-opt-level=O3 'unclosed": cannot split into flags: No closing quotation$"""),
+    ("BOO_EXTRA_COMPILE_FLAGS", "--iree-opt-level O3", r"^BOO_EXTRA_COMPILE_FLAGS='--iree-opt-level O3': 'O3' is not "
+                                                       r"an option \(each flag starts with -, its value after =: "),
+    ("BOO_EXTRA_COMPILE_FLAGS", "''", r"""^BOO_EXTRA_COMPILE_FLAGS="''": '' is not an option"""),
+    ("BOO_EXTRA_COMPILE_FLAGS", "-- --x", r"^BOO_EXTRA_COMPILE_FLAGS='-- --x': '--' is not an option"),
 ])
 def test_a_bad_setting_is_an_error_naming_the_variable(boo_env, variable, value, message):
     with pytest.raises(SettingError, match=message):
         boo_env(**{variable: value})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"cache_dir": f"~{NO_SUCH_USER}"}, rf"^configure\(cache_dir='~{NO_SUCH_USER}'\): cannot expand"),
+    ({"extra_compile_flags": ["--iree-opt-level", "O3"]}, r"^configure\(extra_compile_flags=\['--iree-opt-level', "
+                                                           r"'O3'\]\): 'O3' is not an option"),
+])
+def test_configure_names_the_setting_and_value_it_refuses(changes, message):
+    with pytest.raises(SettingError, match=message):
+        configure(**changes)
+
+
+def test_a_substitution_root_that_is_a_file_or_missing_is_named_by_its_variable(boo_env, tmp_path):
+    from boo_core.errors import SubstitutionError
+    from boo_core.runtime.devices import Target
+    from boo_core.substitute.candidates import user_substitution
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for root in (afile, tmp_path / "missing"):
+        boo_env(BOO_SUBSTITUTIONS=str(root))
+        with pytest.raises(SubstitutionError, match=rf"^BOO_SUBSTITUTIONS={root}: not a directory$"):
+            user_substitution(ScaleSignature(8), Target.parse("cpu"))
+    assert boo_env(BOO_SUBSTITUTIONS="").substitutions is None
+
+
+def test_relative_paths_become_absolute_so_none_reads_as_an_option(boo_env, tmp_path, monkeypatch):
+    """A cache directory named ``-cache`` (relative) would reach iree-compile as an option."""
+    monkeypatch.chdir(tmp_path)
+    settings = boo_env(BOO_CACHE_DIR="-cache", BOO_SUBSTITUTIONS="-subs", BOO_TUNING_SPEC_PATH="-spec.mlir")
+    assert settings.cache_dir == tmp_path / "-cache" and settings.cache_dir.is_absolute()
+    assert settings.substitutions == tmp_path / "-subs" and settings.tuning_spec == tmp_path / "-spec.mlir"
+    with settings_override(cache_dir="-other"):
+        assert boo_core.get_settings().cache_dir == tmp_path / "-other"
+    boo_env(BOO_TUNING_SPEC_PATH="", BOO_SUBSTITUTIONS="")
+    with isolated_registry({"scale": scale_op}):
+        launchable = get_launchable(ScaleSignature(8, 3.0))
+    [entry] = [p for p in (tmp_path / "-cache").iterdir() if p.name.startswith("scale_")]
+    command = (entry / cache.COMMAND_FILE).read_text()
+    assert f" {tmp_path}/-cache/" in command and " -cache/" not in command
+    x = torch.ones(8)
+    assert torch.equal(launchable(x), x * 3.0)
 
 
 def test_configure_refuses_unknown_names():

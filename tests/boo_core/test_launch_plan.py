@@ -80,23 +80,31 @@ def test_a_plan_is_only_trusted_for_the_kernel_it_was_made_with(private_cache):
     assert launch_plan.read_plan(directory, kernel + b"\0") is None
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not json", "removed", "wrong format"])
-def test_a_damaged_or_missing_plan_is_made_again_from_the_entrys_compile_command(damage, private_cache):
+@pytest.mark.parametrize("damage", ["truncated", "not json", "removed", "wrong format", "edited", "resealed"])
+def test_a_damaged_edited_or_foreign_plan_is_never_launched_nor_remade_from_the_entrys_files(damage, private_cache):
     directory, kernel = compiled(KERNELS["conv, several dispatches"])
-    original = launch_plan.read_plan(directory, kernel)
+    assert isinstance(launch_plan.read_plan(directory, kernel), LaunchPlan)
     path = directory / PLAN_FILE
+    sealed = json.loads(path.read_text())
     if damage == "truncated":
         path.write_text(path.read_text()[:100])
     elif damage == "not json":
         path.write_bytes(b"\xff\x00garbage")
     elif damage == "removed":
         path.unlink()
-    else:
-        path.write_text(json.dumps({**json.loads(path.read_text()), "format": 99}))
+    elif damage == "wrong format":
+        path.write_text(json.dumps({**sealed, "format": 99}))
+    elif damage == "edited":  # a larger grid, seal kept: the kernel would write past its buffers
+        sealed["commands"][0]["grid"] = [4096, 1, 1]
+        path.write_text(json.dumps(sealed))
+    else:  # sealed, but under another user's key
+        from boo_core.kernels.integrity import seal
+        sealed["commands"][0]["grid"] = [4096, 1, 1]
+        path.write_text(json.dumps(seal(b"k" * 32, f"launch plan {sealed['kernel_sha256']}", sealed)))
     assert launch_plan.read_plan(directory, kernel) is None
-    remade = launch_plan.plan_for_entry(directory, kernel, KERNELS["conv, several dispatches"].func_name)
-    assert remade == original
-    assert launch_plan.read_plan(directory, kernel) == original
+    reason = launch_plan.plan_for_entry(directory, kernel, KERNELS["conv, several dispatches"].func_name)
+    assert isinstance(reason, str) and "no launch plan sealed by this cache" in reason
+    assert launch_plan.read_plan(directory, kernel) is None
 
 
 def test_host_code_a_plan_cannot_replay_is_named_and_recorded(private_cache, tmp_path):

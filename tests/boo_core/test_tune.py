@@ -138,6 +138,66 @@ def test_a_tuned_record_never_runs_a_wrong_kernel(private_cache):
         torch.testing.assert_close(launchable(x), x * 2)
 
 
+def test_a_record_whose_flags_run_a_program_is_refused_and_the_program_never_runs(private_cache, tmp_path, caplog):
+    signature = ScaleSignature(66)
+    marker = tmp_path / "ran"
+    script = tmp_path / "linker.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    script.chmod(0o755)
+    with isolated_registry({"scale": PLUGIN}):
+        write_record(tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu",
+                                               tuner_module._compiler(), DEVICE, "default",
+                                               flags=(f"--iree-llvmcpu-embedded-linker-path={script}",),
+                                               label="default/evil"), signature)  # sealed: this user's own file
+        assert read_record(signature, "cpu", DEVICE) is None
+        assert "flag '--iree-llvmcpu-embedded-linker-path=" in caplog.text and "is not one BOO's tuning" in caplog.text
+        launchable = get_launchable(signature)
+        assert launchable.formulation == "default" and launchable.passed_over == ()
+    assert not marker.exists()
+
+
+def test_a_record_not_sealed_by_this_cache_is_ignored(private_cache, caplog):
+    signature = ScaleSignature(67)
+    with isolated_registry({"scale": PLUGIN}):
+        record = tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu",
+                                           tuner_module._compiler(), DEVICE, "halved", label="halved")
+        path = write_record(record, signature)
+        assert read_record(signature, "cpu", DEVICE) == record
+        path.write_text(json.dumps(record.to_json()))  # the same record, written by hand: no seal
+        assert read_record(signature, "cpu", DEVICE) is None
+        assert "is not sealed by this cache's key" in caplog.text
+        [result] = tune(signature)  # and it is tuned again, not kept
+        assert not result.reused and result.results
+
+
+def test_a_record_whose_winner_is_no_longer_offered_is_tuned_again_not_kept(private_cache):
+    signature = ScaleSignature(68)
+    with isolated_registry({"scale": PLUGIN}):
+        write_record(tuner_module.TuningRecord(signature.func_name, signature.canonical(), "cpu",
+                                               tuner_module._compiler(), DEVICE, "retired", label="retired"),
+                     signature)
+        [result] = tune(signature)
+        assert not result.reused and result.winner and result.winner != "retired"
+
+
+@pytest.mark.parametrize("flags, config, problem", [
+    (("--iree-opt-data-tiling",), None, None),
+    (("--iree-llvmcpu-enable-ukernels=all",), {"distribution": [32, 32], "vector_reduction": [4]}, None),
+    (("--iree-llvmcpu-enable-ukernels=$(touch x)",), None, "not a plain word"),
+    (("--iree-hal-executable-object-search-path=/tmp",), None, "is not one BOO's tuning spaces generate"),
+    (("--load-pass-plugin=/tmp/evil.so",), None, "is not one BOO's tuning spaces generate"),
+    ((), {"mma_kind": "X> hal.executable.objects"}, "not an MMA layout name"),
+    ((), {"workgroup": ["1; evil"]}, "not a list of tile sizes"),
+    ((), {"objects": "/tmp/evil.o"}, "'objects' is not one"),
+    ((), {"workgroup_size": [64, 1]}, "not three thread counts"),
+])
+def test_a_records_flags_and_configuration_must_be_ones_the_tuning_spaces_generate(flags, config, problem):
+    from boo_core.tune.allowed import config_problem, flags_problem
+
+    found = flags_problem(flags) or config_problem(config)
+    assert (found is None) if problem is None else (problem in found)
+
+
 def test_a_record_from_another_compiler_version_is_not_used(private_cache):
     signature = ScaleSignature(32)
     with isolated_registry({"scale": PLUGIN}):

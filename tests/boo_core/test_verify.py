@@ -11,6 +11,7 @@ import torch
 from boo_core import BooFallbackWarning, Formulation, clear_launchables, get_launchable
 from boo_core.settings import get_settings, settings_override
 from boo_core.testing import isolated_registry
+from boo_core.verify.verdicts import read_verdict
 
 from .fake_plugins import scale_op, wrong_kernel
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -35,7 +36,8 @@ def test_a_correct_kernel_passes_and_the_verdict_is_kept(private_cache):
     with isolated_registry({"scale": scale_op}), settings_override(verify=True):
         launchable = get_launchable(ScaleSignature(32))
         [verdict] = verdicts(launchable).values()
-        assert verdict == "pass" and launchable.verified
+        assert verdict["verdict"] == "pass" and launchable.verified  # sealed under the cache's key
+        assert read_verdict(launchable.cache_directory, torch.device("cpu")) == "pass"
         x = torch.randn(32)
         torch.testing.assert_close(launchable(x), x * 2)
 

@@ -42,6 +42,28 @@ class PluginError(BooError):
     """A plugin failed to load or register, or two plugins claim the same thing."""
 
 
+class PluginExit(Exception):
+    """Plugin code raised what is not an ``Exception`` (``SystemExit`` from ``sys.exit()``,
+    ``GeneratorExit``, a ``BaseException`` of its own): the plugin's failure, handled like
+    any exception of its, never the end of the process. The message says what the plugin
+    did; the original is the cause. Not a :class:`BooError`: BOO reports it as the plugin's."""
+
+
+def is_plugins_failure(error: BaseException) -> bool:
+    """Whether ``error``, raised by plugin code, is the plugin's to answer for: everything
+    (``sys.exit()`` included) except a ``KeyboardInterrupt``, which is the user's Ctrl-C."""
+    return not isinstance(error, KeyboardInterrupt)
+
+
+def describe_error(error: BaseException) -> str:
+    """What plugin code did, for messages: ``RuntimeError: boom``, ``called sys.exit(3)``."""
+    if isinstance(error, SystemExit):
+        return f"called sys.exit({'' if error.code is None else repr(error.code)})"
+    if isinstance(error, PluginExit):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
 class CompileError(BooError):
     """A kernel could not be built. The message carries the reproducer: MLIR path, command
     and, once recorded in the cache, the compiler's log.
@@ -81,6 +103,25 @@ class KernelLoadError(BooError, RuntimeError):
 
 class DeviceError(BooError, RuntimeError):
     """A device string cannot be used: unknown, absent, or not targetable by IREE."""
+
+
+class CacheError(BooError):
+    """The cache cannot be used as asked (a lock not obtained in time, say)."""
+
+
+class CacheUnwritable(CacheError, OSError):
+    """The cache directory cannot be written (read-only, full, not a directory, or an entry
+    whose lock cannot be had): BOO compiles in memory instead, with a warning."""
+
+
+class CacheUntrusted(CacheError):
+    """The cache's integrity key is not this user's alone (another user made it, can read
+    it or can write it): anything signed with it may be someone else's, so the cache is
+    refused. The message names the file, its owner or mode, and what to do."""
+
+
+class BooCacheWarning(UserWarning):
+    """The kernel cache could not be used as configured; BOO went on without it."""
 
 
 class BooFallbackWarning(UserWarning):

@@ -27,7 +27,7 @@ class SettingError(BooError, ValueError):
 
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "boo"
+    return Path(base).absolute() / "boo"
 
 
 # -- value parsers: text from the environment -> value; ValueError with a short reason -------
@@ -41,16 +41,33 @@ def _boolean(text: str) -> bool:
     raise ValueError("expected 0 or 1")
 
 
-def _path(text: str) -> Path:
-    return Path(text).expanduser()
+def _path(text: str | os.PathLike[str]) -> Path:
+    """``~`` or ``~user`` expanded, made absolute: a relative path starting with ``-`` would
+    read as an option to the tools BOO passes it to (iree-compile)."""
+    path = Path(text)
+    try:
+        path = path.expanduser()
+    except RuntimeError:  # ~user of no such user, or ~ without a home directory
+        raise ValueError(f"cannot expand {path.parts[0]}: no such user or home directory") from None
+    return path.absolute()
 
 
 def _optional_path(text: str) -> Path | None:
-    return Path(text).expanduser() if text.strip() else None
+    return _path(text) if text.strip() else None
 
 
 def _flags(text: str) -> tuple[str, ...]:
-    return tuple(shlex.split(text))
+    """Options added to iree-compile's command line: each must start with ``-`` (a word
+    that does not would be read as an input file, an empty one too)."""
+    try:
+        flags = tuple(shlex.split(text))
+    except ValueError as e:
+        raise ValueError(f"cannot split into flags: {e}") from None
+    for flag in flags:
+        if not flag.startswith("-") or flag in ("-", "--"):
+            raise ValueError(f"{flag!r} is not an option (each flag starts with -, its value after =: "
+                             "--iree-opt-level=O3)")
+    return flags
 
 
 def _names(text: str) -> frozenset[str]:
@@ -59,6 +76,21 @@ def _names(text: str) -> frozenset[str]:
 
 def _text_or_none(text: str) -> str | None:
     return text.strip() or None
+
+
+def _user(text: str) -> int | None:
+    """A user name or uid -> the uid (``""``: None)."""
+    value = text.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        import pwd
+
+        return pwd.getpwnam(value).pw_uid
+    except (ImportError, KeyError):
+        raise ValueError(f"no user {value!r} on this machine") from None
 
 
 def _seconds(text: str) -> float:
@@ -120,6 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
             "keep compiled kernels on disk (`0`: in memory, this process only)"),
     Setting("cache_dir", "BOO_CACHE_DIR", _path, _default_cache_dir, "`~/.cache/boo`",
             "where the cache lives (`$XDG_CACHE_HOME/boo` if set)"),
+    Setting("cache_owner", "BOO_CACHE_OWNER", _user, _const(None), "you",
+            "the user (name or uid) whose integrity key a shared cache holds: this process then uses entries that "
+            "user signed, read-only (docs/architecture.md, \"Threat model\")"),
     Setting("extra_compile_flags", "BOO_EXTRA_COMPILE_FLAGS", _flags, _const(()), "empty",
             "iree-compile flags added to every kernel (part of the cache key)"),
     Setting("tuning_spec", "BOO_TUNING_SPEC_PATH", _optional_path, _const(None), "empty",
@@ -161,14 +196,15 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_NAME = {s.name: s for s in SETTINGS}
 
 _NORMALIZE: dict[str, Callable[[Any], Any]] = {
-    "cache_dir": lambda v: Path(v).expanduser(),
-    "tuning_spec": lambda v: None if v is None else Path(v).expanduser(),
-    "substitutions": lambda v: None if v is None else Path(v).expanduser(),
-    "extra_compile_flags": lambda v: tuple(shlex.split(v)) if isinstance(v, str) else tuple(v),
+    "cache_dir": _path,
+    "tuning_spec": lambda v: None if v is None else _path(v),
+    "substitutions": lambda v: None if v is None else _path(v),
+    "extra_compile_flags": lambda v: _flags(v if isinstance(v, str) else shlex.join(map(str, v))),
     "disabled_plugins": lambda v: _names(v) if isinstance(v, str) else frozenset(v),
     "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
     "compile_timeout": float,
     "lock_timeout": float,
+    "cache_owner": lambda v: _user(str(v)) if v is not None else None,
 }
 
 
@@ -178,6 +214,7 @@ class Settings:
 
     cache_enabled: bool = True
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_dir)
+    cache_owner: int | None = None
     extra_compile_flags: tuple[str, ...] = ()
     tuning_spec: Path | None = None
     compile_timeout: float = 900.0
@@ -228,7 +265,12 @@ def configure(**changes: object) -> Settings:
     unknown = sorted(set(changes) - set(_BY_NAME))
     if unknown:
         raise TypeError(f"configure() got unknown settings {unknown}; known: {sorted(_BY_NAME)}")
-    normalized = {name: _NORMALIZE.get(name, lambda v: v)(value) for name, value in changes.items()}
+    normalized = {}
+    for name, value in changes.items():
+        try:
+            normalized[name] = _NORMALIZE.get(name, lambda v: v)(value)
+        except ValueError as e:
+            raise SettingError(f"configure({name}={value!r}): {e}") from None
     with _lock:
         base = _current if _current is not None else Settings.from_environment()
         _current = dataclasses.replace(base, **normalized)

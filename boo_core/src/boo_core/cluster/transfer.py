@@ -6,7 +6,10 @@ scratch cache to the caller's), and :func:`install` writes it into the caller's 
 way a local compile does: entry by entry under the entry's lock, every file through
 :func:`~boo_core.kernels.cache.atomic_write`, ``meta.json`` (or ``failed.json``) last. An
 entry the caller already holds intact is kept, never rewritten; ``verdicts.json`` is merged
-(device model by device model), never replaced. :func:`pack` does the reverse for the
+(device model by device model), never replaced. What a task brings back is this user's own
+work, sealed under the worker's scratch key: every sealed file (a verdict, a launch plan,
+a tuning record) is sealed again under the receiving cache's key as it is written
+(:func:`reseal`). :func:`pack` does the reverse for the
 entries a task needs (a kernel to verify), and :func:`key_mismatch` checks that a worker
 wrote only the entries the caller expects, that is, computed the same cache keys.
 """
@@ -22,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..kernels import cache
-from ..verify.verdicts import VERDICTS_FILE
+from ..kernels import cache, integrity
+from ..kernels.launch_plan import PLAN_FILE
+from ..verify.verdicts import VERDICTS_FILE, seal_verdict
 
 #: Files whose content names paths in the cache, and how those are rewritten.
 _COMMAND_FILES = (cache.COMMAND_FILE,)
@@ -121,7 +125,9 @@ def unpack(root: Path, files: CacheFiles) -> None:
     for relative, data in files.files.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        if path.name == VERDICTS_FILE:
+            data = _resealed_verdicts(path.parent, _json(data) or {})
+        path.write_bytes(reseal(root, relative, data))
 
 
 def install(root: Path, files: CacheFiles) -> InstallReport:
@@ -134,6 +140,7 @@ def install(root: Path, files: CacheFiles) -> InstallReport:
         kept += [f"{dirname}/{name}" for name in held]
     for relative, data in sorted(files.others().items()):
         path = root / relative
+        data = reseal(root, relative, data)
         try:
             if path.read_bytes() == data:
                 kept.append(relative)
@@ -171,7 +178,7 @@ def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tu
                 path = entry.directory / name
                 if path.parent != entry.directory:
                     path.parent.mkdir(parents=True, exist_ok=True)  # a substitution's files
-                cache.atomic_write(path, content)
+                cache.atomic_write(path, reseal(root, f"{dirname}/{name}", content))
                 written.append(name)
             if meta is not None:
                 (entry.directory / cache.FAILED_FILE).unlink(missing_ok=True)
@@ -200,15 +207,44 @@ def _signed(root: Path, meta: dict[str, Any] | None, members: Mapping[str, bytes
 
 
 def _merge_verdicts(directory: Path, incoming: bytes) -> bool:
-    """Add the incoming device models' verdicts to the entry's (the entry's lock is held)."""
-    theirs = _json(incoming) or {}
+    """Add the incoming device models' verdicts to the entry's (the entry's lock is held),
+    sealed under this cache's key: the worker that made them is this user's own."""
+    theirs = _resealed_verdicts(directory, _json(incoming) or {})
     ours = cache.read_json_object(directory / VERDICTS_FILE) or {}
-    merged = {**ours, **{model: verdict for model, verdict in theirs.items() if isinstance(verdict, str)}}
+    merged = {**ours, **theirs}
     if merged == ours:
         return False
     directory.mkdir(parents=True, exist_ok=True)
     cache.atomic_write(directory / VERDICTS_FILE, json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return True
+
+
+def _resealed_verdicts(directory: Path, theirs: Mapping[str, Any]) -> dict[str, Any]:
+    """Each verdict of ``theirs`` (sealed by a worker) sealed for ``directory``'s cache."""
+    found = {}
+    for model, sealed in theirs.items():
+        verdict = sealed.get("verdict") if isinstance(sealed, dict) else None
+        if isinstance(verdict, str):
+            found[model] = seal_verdict(directory, model, verdict)
+    return found
+
+
+def reseal(root: Path, relative: str, data: bytes) -> bytes:
+    """A sealed file from another cache of this user's (a worker's), sealed under the key of
+    the cache at ``root``: a launch plan or a tuning record. Other files are returned as
+    they are; verdicts are merged by :func:`_merge_verdicts`."""
+    parts = PurePosixPath(relative).parts
+    if parts[-1] == PLAN_FILE:
+        value = _json(data)
+        purpose = f"launch plan {value.get('kernel_sha256')}" if value is not None else ""
+    elif len(parts) == 2 and parts[0] == "tuning" and parts[1].endswith(".json"):
+        value, purpose = _json(data), f"tuning record {parts[1]}"
+    else:
+        return data
+    if value is None:
+        return data
+    secret = integrity.integrity_key(root, create=True) or b""
+    return (json.dumps(integrity.seal(secret, purpose, value), indent=2, sort_keys=True) + "\n").encode()
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

@@ -24,16 +24,20 @@ file where the entry should be, metadata that is not an object) is logged and re
 Integrity: a checksum catches accidents, not a kernel changed together with its checksum,
 and IREE cannot verify native code: loading corrupt kernel bytes can crash the process
 (SIGSEGV, SIGILL). So ``meta.json`` also holds an HMAC-SHA256 tag of the key and the kernel
-under this cache's ``.integrity-key``, and only a kernel whose tag matches is loaded as is:
+under this cache's integrity key (:mod:`.integrity`, which checks that only this user can
+have read or written the key), and only a kernel whose tag matches is loaded as is:
 computing it costs what the checksum costs (no extra I/O, no process). A kernel whose
-integrity cannot be proven that way (changed with its checksum, copied from another cache)
-is rebuilt; where no compiler is installed it is first run once in a child process
-(:mod:`.validate`), and signed if it survives. The tag guards against accidents and tools,
-not against someone who can write the cache (and so read its key).
+integrity cannot be proven that way (changed with its checksum, planted, copied from another
+cache) is rebuilt. Where no compiler is installed it is first run once in a child process
+(:mod:`.validate`) and, if it survives, returned *untrusted*: the caller must verify it
+against PyTorch before using it, and nothing signs it (a runtime-only process cannot tell a
+planted kernel from a good one, and its check never vouches for the kernel to others).
 
 Processes asking for one new key compile it once: the first takes the entry's lock (a file
 under ``.locks``, outside the entries that ``boo cache clear`` deletes) and compiles, the
-others wait, up to ``BOO_LOCK_TIMEOUT`` seconds, and then find the entry complete. The
+others wait and then find the entry complete. A waiter whose lock holder is stopped, or
+still holds the lock after ``BOO_LOCK_TIMEOUT`` seconds, compiles in memory with a warning
+(:mod:`.locks`). The
 compiler writes the kernel to a pipe, and BOO writes it into the entry: a cache that cannot
 be written (read-only, full, not a directory) still serves, the kernel compiled in memory,
 with a :class:`BooCacheWarning`.
@@ -53,14 +57,15 @@ import stat
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import filelock
-
-from ..errors import BooError, CompileError
+from ..errors import BooCacheWarning, CacheError, CacheUntrusted, CacheUnwritable, CompileError  # noqa: F401 (re-exported)
+from ..files import read_bytes
+from .integrity import KEY_FILE, integrity_key, integrity_tag, key_owner
+from .locks import LOCKS_DIR, EntryLocked, entry_lock, lock_held, lock_path  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -73,27 +78,12 @@ META_FILE = "meta.json"
 FAILED_FILE = "failed.json"
 VERDICTS_FILE = "verdicts.json"
 ENTRY_FILES = (KERNEL_FILE, MLIR_FILE, COMMAND_FILE, LOG_FILE, META_FILE, FAILED_FILE, VERDICTS_FILE)
-KEY_FILE = ".integrity-key"
-LOCKS_DIR = ".locks"
 TEMP_SUFFIX = ".tmp"
 _PREFIX_LENGTH = 64
 _DIGEST_LENGTH = 24  # hex digits of the key's digest in an entry's directory name
 _ENTRY_NAME = re.compile(rf"^.+-[0-9a-f]{{{_DIGEST_LENGTH}}}$")
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _MAX_JSON_BYTES = 1 << 20  # no metadata file of BOO's is near this; a bigger one is not BOO's
-_SECRET_BYTES = 32
-
-
-class CacheError(BooError):
-    """The cache cannot be used as asked (a lock not obtained in time, say)."""
-
-
-class CacheUnwritable(CacheError, OSError):
-    """The cache directory cannot be written (read-only, full, or not a directory)."""
-
-
-class BooCacheWarning(UserWarning):
-    """The kernel cache could not be used as configured; BOO went on without it."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +113,9 @@ class CachedKernel:
     directory: Path | None
     hit: bool
     compile_seconds: float = 0.0
+    #: False for a kernel whose integrity tag does not prove it this cache's, used only
+    #: because no compiler can rebuild it: it must be verified before it is used.
+    trusted: bool = True
 
 
 @dataclass(frozen=True)
@@ -172,20 +165,11 @@ def atomic_write(path: Path, data: bytes | str) -> Path:
 def read_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``; None when it is missing, not a regular file (a
     directory in its place), unreadable, too big, not JSON or not an object."""
-    try:
-        if not _regular_file(path, _MAX_JSON_BYTES):
-            return None
-        value = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+    try:  # checked on the open file: a FIFO swapped in after a check cannot block the read
+        value = json.loads(read_bytes(path, _MAX_JSON_BYTES, what="cache metadata"))
+    except (OSError, ValueError, RecursionError):  # FileRefused is an OSError, UnicodeDecodeError a ValueError
         return None
     return value if isinstance(value, dict) else None
-
-
-def _regular_file(path: Path, max_size: int | None = None) -> bool:
-    """Whether ``path`` is a regular file (no directory, FIFO or device: reading one of
-    those could block or never end), at most ``max_size`` bytes."""
-    size = _file_size(path)
-    return size is not None and (max_size is None or size <= max_size)
 
 
 def _file_size(path: Path) -> int | None:
@@ -206,134 +190,18 @@ def remove_path(path: Path) -> None:
             path.unlink()
 
 
-# -- integrity --------------------------------------------------------------------------------------
-
-_secrets: dict[Path, bytes] = {}
-
-
-def integrity_key(cache_dir: Path, *, create: bool = False, fresh: bool = False) -> bytes | None:
-    """The secret of the cache under ``cache_dir`` (made on its first write, with
-    ``create``); None when it has none yet. It is read once per process, or again with
-    ``fresh`` (another process may have replaced a damaged one)."""
-    secret = None if fresh else _secrets.get(cache_dir)
-    if secret is None:
-        secret = _read_secret(cache_dir / KEY_FILE)
-        if secret is None and create:
-            secret = _create_secret(cache_dir)
-        if secret is not None:
-            _secrets[cache_dir] = secret
-        else:
-            _secrets.pop(cache_dir, None)
-    return secret
-
-
-def _read_secret(path: Path) -> bytes | None:
-    try:
-        if not _regular_file(path, _SECRET_BYTES):
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    return data if len(data) == _SECRET_BYTES else None
-
-
-def _create_secret(cache_dir: Path) -> bytes:
-    """Make the cache's secret, or take the one another process made first."""
-    path = cache_dir / KEY_FILE
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=TEMP_SUFFIX, dir=cache_dir)  # .integrity-key.*
-    except OSError as e:
-        raise CacheUnwritable(f"cannot write in {cache_dir}: {e.strerror or e}") from e
-    secret = os.urandom(_SECRET_BYTES)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secret)
-        try:
-            os.link(tmp, path)  # never replaces: two first writers agree on one secret
-        except FileExistsError:
-            existing = _read_secret(path)
-            if existing is not None:
-                return existing
-            remove_path(path)  # damaged (a directory, the wrong size): BOO's own file
-            os.replace(tmp, path)
-    except OSError as e:
-        raise CacheUnwritable(f"cannot write {path}: {e.strerror or e}") from e
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    return secret
-
-
-def integrity_tag(secret: bytes, key_digest: str, data: bytes) -> str:
-    """HMAC-SHA256 of a kernel and the key it was built for, under the cache's secret."""
-    return hmac.new(secret, key_digest.encode() + b"\0" + data, hashlib.sha256).hexdigest()
-
-
-# -- locks ------------------------------------------------------------------------------------------
-
-
-def lock_path(cache_dir: Path, dirname: str) -> Path:
-    return cache_dir / LOCKS_DIR / f"{dirname}.lock"
-
-
-@contextlib.contextmanager
-def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> Iterator[None]:
-    """Hold the cross-process lock of one entry (a file under ``.locks``). A file where the
-    ``.locks`` directory should be, or a directory where a lock file should be, is BOO's
-    own leftover and replaced."""
-    from ..settings import get_settings
-
-    timeout = get_settings().lock_timeout if timeout is None else timeout
-    path = lock_path(cache_dir, dirname)
-    try:
-        if path.parent.is_symlink() or (path.parent.exists() and not path.parent.is_dir()):
-            remove_path(path.parent)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir() and not path.is_symlink():
-            remove_path(path)
-    except OSError as e:
-        raise CacheUnwritable(f"cannot create {path.parent}: {e.strerror or e}") from e
-    lock = filelock.FileLock(str(path), timeout=timeout)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise CacheError(f"waited {timeout:.0f} s for the lock of cache entry {dirname} ({path}), held by another "
-                         "process compiling it; raise BOO_LOCK_TIMEOUT, or remove the lock file if that process "
-                         "is gone") from None
-    except OSError as e:
-        raise CacheUnwritable(f"cannot lock {path}: {e.strerror or e}") from e
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def lock_held(cache_dir: Path, dirname: str) -> bool:
-    """Whether another process holds the entry's lock now (it is compiling that entry)."""
-    path = lock_path(cache_dir, dirname)
-    if not path.is_file():
-        return False
-    lock = filelock.FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        return True
-    except OSError:
-        return False
-    lock.release()
-    return False
-
-
 # -- entries ----------------------------------------------------------------------------------------
 
 
 class CacheEntry:
     """One directory of the cache."""
 
-    def __init__(self, directory: Path, key: CacheKey) -> None:
+    def __init__(self, directory: Path, key: CacheKey, *, scratch: bool = False) -> None:
         self.directory = directory
         self.key = key
+        #: A scratch directory standing in for an entry (a compile with no cache): nothing
+        #: in it is signed or kept.
+        self.scratch = scratch
 
     @property
     def kernel_path(self) -> Path:
@@ -373,7 +241,7 @@ class CacheEntry:
             problem = f"kernel is {size} bytes, expected {meta['kernel_size']} (truncated?)"
         else:
             try:
-                data = self.kernel_path.read_bytes()
+                data = read_bytes(self.kernel_path, meta["kernel_size"], what="kernel")
             except OSError as e:
                 problem = f"kernel unreadable ({e.strerror or e})"
         tag = meta.get("kernel_hmac") if meta is not None else None
@@ -441,13 +309,6 @@ class CacheEntry:
         remove_path(self.directory / FAILED_FILE)
         self.write_text(META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
-    def sign(self, data: bytes, secret: bytes) -> None:
-        """Record ``data`` (checked some other way) as this cache's own."""
-        meta = self.read_meta()
-        if meta is not None:
-            meta["kernel_hmac"] = integrity_tag(secret, self.key.digest, data)
-            self.write_text(META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
     def record_failure(self, error: CompileError) -> None:
         """Remember that this key does not compile (the key covers compiler, flags and the
         op's code, so the outcome would be the same), with the log and the reproducer."""
@@ -476,21 +337,28 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
     entry = CacheEntry(cache_dir / key.dirname, key)
     validate = _once(validate) if validate is not None else None
     if not rebuild:
-        data = _usable(entry, cache_dir, validate)
-        if data is not None:
-            return CachedKernel(data, entry.directory, hit=True)
+        found = _usable(entry, cache_dir, validate)
+        if found is not None:
+            return found
         _raise_recorded_failure(entry)
+    if key_owner() != os.geteuid():  # a shared cache (BOO_CACHE_OWNER): read, never written
+        logger.info("%s is not in the shared cache %s; compiling it in memory", key.prefix, cache_dir)
+        return build_uncached(key, build, details)
     try:
         with entry_lock(cache_dir, key.dirname):
             if rebuild:
                 entry.prepare()
                 entry.invalidate()
             else:
-                data = _usable(entry, cache_dir, validate)  # another process may have built it while we waited
-                if data is not None:
-                    return CachedKernel(data, entry.directory, hit=True)
+                found = _usable(entry, cache_dir, validate)  # another process may have built it while we waited
+                if found is not None:
+                    return found
                 _raise_recorded_failure(entry)
             return _build(entry, build, details or {}, cache_dir)
+    except EntryLocked as e:
+        warnings.warn(f"BOO gave up waiting for another process: {e}; compiling {key.prefix} in memory (the cache "
+                      "entry is left to that process)", BooCacheWarning, stacklevel=3)
+        return build_uncached(key, build, details)
     except CacheUnwritable as e:
         warnings.warn(f"BOO's kernel cache cannot be written ({e}); compiling {key.prefix} in memory",
                       BooCacheWarning, stacklevel=3)
@@ -510,15 +378,15 @@ def _once(validate: Validator) -> Validator:
     return once
 
 
-def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> bytes | None:
-    """The entry's kernel if it can be loaded: proven by its tag, or (with ``validate``)
-    checked now and then signed."""
+def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> CachedKernel | None:
+    """The entry's kernel if it can be loaded: proven by its tag, or (with ``validate``,
+    for a process without a compiler) checked in a child process and returned untrusted."""
     secret = integrity_key(cache_dir)
     found = entry.read(secret)
     if found.data is not None and not found.proven and integrity_key(cache_dir, fresh=True) != secret:
         found = entry.read(integrity_key(cache_dir))  # the key changed on disk since this process read it
     if found.proven:
-        return found.data
+        return CachedKernel(found.data, entry.directory, hit=True)
     if found.data is None:
         return None
     if validate is None:
@@ -529,11 +397,10 @@ def _usable(entry: CacheEntry, cache_dir: Path, validate: Validator | None) -> b
         logger.warning("cache entry %s: %s, and it failed a check in a child process (%s)", entry.directory.name,
                        found.problem, problem)
         return None
-    logger.info("cache entry %s: %s; it loads and runs in a child process, so it is used and signed",
-                entry.directory.name, found.problem)
-    with contextlib.suppress(CacheUnwritable):
-        entry.sign(found.data, integrity_key(cache_dir, create=True, fresh=True) or b"")
-    return found.data
+    logger.warning("cache entry %s: %s, and no compiler is installed to rebuild it; it loads and runs in a child "
+                   "process, and is used only if it passes verification against PyTorch in this process (it is "
+                   "never signed)", entry.directory.name, found.problem)
+    return CachedKernel(found.data, entry.directory, hit=True, trusted=False)
 
 
 def _raise_recorded_failure(entry: CacheEntry) -> None:

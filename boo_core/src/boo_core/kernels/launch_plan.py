@@ -20,20 +20,22 @@ import hashlib
 import json
 import logging
 import re
-import shlex
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .cache import COMMAND_FILE, atomic_write
+from ..errors import CacheError
+from ..files import read_bytes
+from .cache import atomic_write
 from .cuda_executable import CudaKernel, ExecutableFormatError, read_cuda_executable, sanitize_symbol
+from .integrity import integrity_key, seal, unseal
 
 logger = logging.getLogger(__name__)
 
 PLAN_FORMAT = 1
 PLAN_FILE = "launch_plan.json"
+#: No plan of a real kernel is near this (PTX modules included); a bigger file is not BOO's.
+MAX_PLAN_BYTES = 256 << 20
 
 
 class PlanUnsupported(ValueError):
@@ -362,65 +364,60 @@ def hal_phase_text(directory: Path) -> str | None:
 
 def write_plan(directory: Path, hal_text: str | None, function: str, kernel: bytes) -> str:
     """Read the plan of ``function`` from the hal phase's text and save it in the cache entry
-    at ``directory`` for the module ``kernel``, or why there is none; returns that reason
-    ("" when a plan was saved). A write that fails is only logged: the plan is optional."""
+    at ``directory`` for the module ``kernel``, or why there is none, sealed under the
+    cache's integrity key; returns that reason ("" when a plan was saved). A write that
+    fails is only logged: the plan is optional."""
     digest = hashlib.sha256(kernel).hexdigest()
     try:
         if hal_text is None:
             raise PlanUnsupported("iree-compile wrote no hal phase")
-        text, reason = plan_from_hal(hal_text, function).to_json(digest), ""
+        data, reason = json.loads(plan_from_hal(hal_text, function).to_json(digest)), ""
     except PlanUnsupported as e:
         reason = str(e)
-        text = json.dumps({"format": PLAN_FORMAT, "kernel_sha256": digest, "unsupported": reason})
+        data = {"format": PLAN_FORMAT, "kernel_sha256": digest, "unsupported": reason}
     try:
-        atomic_write(directory / PLAN_FILE, text)
-    except OSError as e:  # CacheUnwritable is one
+        secret = integrity_key(directory.parent, create=True) or b""
+        atomic_write(directory / PLAN_FILE, json.dumps(seal(secret, _purpose(digest), data), sort_keys=True))
+    except (OSError, CacheError) as e:  # CacheUnwritable is one; CacheUntrusted: a key that is not ours
         logger.info("%s: launch plan not saved in %s: %s", function, directory, e)
     return reason
 
 
+def _purpose(kernel_sha256: str) -> str:
+    return f"launch plan {kernel_sha256}"
+
+
 def read_plan(directory: Path, kernel: bytes) -> LaunchPlan | str | None:
     """What the entry at ``directory`` says about launching the module ``kernel``: its plan,
-    the reason it has none (a string), or None when it says nothing valid for this module."""
-    try:
-        text = (directory / PLAN_FILE).read_text()
-        data = json.loads(text)
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
+    the reason it has none (a string), or None when it says nothing valid for this module
+    sealed under the cache's key (a plan decides which code runs on which memory: one
+    someone else wrote is never launched)."""
     digest = hashlib.sha256(kernel).hexdigest()
-    if isinstance(data, dict) and data.get("kernel_sha256") == digest and isinstance(data.get("unsupported"), str):
+    try:
+        sealed = json.loads(read_bytes(directory / PLAN_FILE, MAX_PLAN_BYTES, what="launch plan",
+                                       follow_symlinks=False))
+        data = unseal(integrity_key(directory.parent), _purpose(digest), sealed)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if data is None:
+        if isinstance(sealed, dict):
+            logger.warning("cache entry %s: its launch plan is not sealed by this cache's key for this kernel; "
+                           "it is not used", directory.name)
+        return None
+    if data.get("kernel_sha256") == digest and isinstance(data.get("unsupported"), str):
         return data["unsupported"]
     try:
-        return LaunchPlan.from_json(text, digest)
+        return LaunchPlan.from_json(json.dumps(data), digest)
     except ValueError:
         return None
 
 
-def plan_for_entry(directory: Path, kernel: bytes, function: str, timeout: float | None = None) -> LaunchPlan | str:
-    """The entry's plan, made now when the entry has none (a kernel cached before plans
-    existed): its recorded compile command is run again up to the hal phase. A string says
-    why there is no plan."""
+def plan_for_entry(directory: Path, kernel: bytes, function: str) -> LaunchPlan | str:
+    """The entry's plan, or why there is none (a string). A plan is made only when the
+    kernel is compiled: one missing or not sealed by this cache is not remade from the
+    entry's files (they may be someone else's), and IREE's runtime runs the kernel."""
     found = read_plan(directory, kernel)
     if found is not None:
         return found
-    try:
-        line = (directory / COMMAND_FILE).read_text().splitlines()[0]
-        tokens = shlex.split(line)
-        out = tokens.index("-o")
-    except (OSError, IndexError, ValueError):
-        return "the entry has no compile command to make a launch plan from"
-    from .compiler import _iree_compile_path, compiler_available
-
-    if not compiler_available():
-        return "the entry has no launch plan and no compiler is installed to make one"
-    with tempfile.TemporaryDirectory(prefix="boo-plan-") as scratch:
-        command = [_iree_compile_path(), *tokens[1:out], *tokens[out + 2:], "--compile-to=hal",
-                   "-o", str(Path(scratch) / "kernel.hal.mlir")]
-        try:
-            subprocess.run(command, capture_output=True, check=True, timeout=timeout)
-        except (OSError, subprocess.SubprocessError) as e:
-            return f"iree-compile to the hal phase failed: {e}"
-        hal_text = hal_phase_text(Path(scratch))
-    reason = write_plan(directory, hal_text, function, kernel)
-    found = read_plan(directory, kernel)
-    return found if found is not None else reason or "the launch plan could not be saved"
+    return (f"the cache entry has no launch plan sealed by this cache for {function} (plans are made when a kernel "
+            "is compiled: `boo cache clear` and a new compile make one)")

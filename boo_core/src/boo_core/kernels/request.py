@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BooError, CompileError, UnsupportedError
+from ..errors import BooError, CompileError, UnsupportedError, describe_error, is_plugins_failure
 from ..settings import get_settings
 from ..signatures.signature import tensor_size_problem
 from . import cache, launch_plan
@@ -120,15 +120,17 @@ class KernelRequest:
             mlir = self.source()
         except BooError:
             raise
-        except Exception as e:  # the op's code (its reference, a formulation) failed: say whose
+        except BaseException as e:  # the op's code (its reference, a formulation) failed: say whose
+            if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                raise
             origin = f" ({self.origin})" if self.origin else ""
             raise CompileError(f"formulation {self.formulation.name!r} of {self.signature.func_name}{origin} "
-                               f"could not make its MLIR: {type(e).__name__}: {e}") from e
+                               f"could not make its MLIR: {describe_error(e)}") from e
         if entry is not None:
             return self._compile(entry, mlir)
         if self.config:  # a configuration is applied through files: a scratch directory holds them
             with tempfile.TemporaryDirectory(prefix="boo-") as scratch:
-                return "", self._compile(cache.CacheEntry(Path(scratch), self.key), mlir)[1]
+                return "", self._compile(cache.CacheEntry(Path(scratch), self.key, scratch=True), mlir)[1]
         try:
             return "", self._run(mlir, self.flags)
         except CompileError as e:
@@ -148,16 +150,23 @@ class KernelRequest:
                 raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
         shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
-        if self.target.backend != "cuda":
-            return shown, self._run(mlir_path, flags, shown)
-        # CUDA: the hal phase's text too (no second compile), read into a launch plan.
+        return shown, self.compile_in_entry(entry, mlir_path, flags, shown, self._run)
+
+    def compile_in_entry(self, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...], shown: str,
+                         run: Any = None) -> bytes:
+        """Compile ``mlir_path`` with ``flags`` for the kernel of ``entry``. For CUDA, the
+        hal phase's text comes out of the same compile and is read into the entry's launch
+        plan (made only here, when the kernel is built: never from the entry's files)."""
+        run = run or (lambda mlir, with_flags, as_shown: compile_to_bytes(mlir, with_flags, shown=as_shown))
+        if self.target.backend != "cuda" or entry.scratch:
+            return run(mlir_path, flags, shown)
         with tempfile.TemporaryDirectory(prefix="boo-phases-") as phases:
-            data = self._run(mlir_path, (*flags, f"{launch_plan.HAL_PHASE_FLAG}={phases}"), shown)
+            data = run(mlir_path, (*flags, f"{launch_plan.HAL_PHASE_FLAG}={phases}"), shown)
             reason = launch_plan.write_plan(entry.directory, launch_plan.hal_phase_text(Path(phases)),
                                             self.signature.func_name, data)
         if reason:
             logger.info("%s: no launch plan, IREE's runtime will run it: %s", self.signature.func_name, reason)
-        return shown, data
+        return data
 
     def _run(self, mlir: Path | str, flags: tuple[str, ...], shown: str | None = None) -> bytes:
         try:

@@ -57,6 +57,9 @@ class Launchable:
     passed_over: tuple[Any, ...] = ()
     #: Whether the kernel was verified against PyTorch on this device model (now or before).
     verified = False
+    #: False for a cached kernel its cache could not prove its own (no compiler to rebuild
+    #: it): selection verifies it in this process, and records nothing of it.
+    trusted = True
 
     def __init__(self, signature: Signature, device: BooDevice, request: KernelRequest, driver: str) -> None:
         self.signature = signature
@@ -90,6 +93,7 @@ class Launchable:
     def _load(self) -> None:
         start = time.perf_counter()
         kernel = self.request.fetch()
+        self.trusted = kernel.trusted
         self._generation = hal.generation
         self._launcher = self._direct_launcher(kernel) if self._torch_device.type == "cuda" else None
         if self._launcher is not None:
@@ -135,7 +139,7 @@ class Launchable:
         from .cuda import PlanLauncher
 
         name = self.signature.func_name
-        plan = (plan_for_entry(kernel.directory, kernel.vmfb, name, settings.compile_timeout)
+        plan = (plan_for_entry(kernel.directory, kernel.vmfb, name)
                 if kernel.directory is not None else "compiled without a cache entry to keep a launch plan in")
         if not isinstance(plan, LaunchPlan):
             logger.info("%s: launched through IREE's runtime (host waits): %s", name, plan)

@@ -12,6 +12,10 @@ formulation in turn). A substituted candidate is always verified, whatever ``BOO
 says; a user's that fails raises :class:`~boo_core.errors.SubstitutionError` instead of
 falling back.
 
+A cached kernel its cache cannot prove its own, in a process with no compiler to rebuild it
+(``Launchable.trusted`` False), is verified in this process whatever ``BOO_VERIFY`` says,
+and its verdict is not recorded: it vouches for nothing beyond this process.
+
 Recorded outcomes are read before any work: a formulation whose compile failed before
 (``failed.json``) or whose kernel failed verification on this device model is skipped
 without compiling or loading it. A kernel the device's runtime refuses to load (rebuilt
@@ -28,7 +32,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BooError, BooFallbackWarning, CompileError, KernelLoadError
+from ..errors import BooError, BooFallbackWarning, CompileError, KernelLoadError, is_plugins_failure
 from ..kernels.formulation import Formulation
 from ..kernels.request import KernelRequest
 from ..plugins.registry import BooOpRegistry
@@ -138,7 +142,17 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
             _log(candidate, "%s: %s did not load on %s; trying the next", signature.func_name, candidate.name,
                  device.key)
             continue
-        if checked:
+        if not launchable.trusted:
+            verdict = verdicts.check(launchable)  # this process's own check: never recorded for others
+            if verdict != verdicts.PASS:
+                refuse_if_user(candidate.substitution, signature, f"its unproven cached kernel failed verification "
+                               f"({verdict})")
+                attempts.append(Attempt(candidate.name, "verification", f"unproven cached kernel: {verdict}"))
+                logger.warning("%s: %s: the cached kernel, unproven and not rebuildable here, failed verification; "
+                               "trying the next", signature.func_name, candidate.name)
+                continue
+            launchable.verified = True
+        elif checked:
             verdict = _verdict(launchable)
             if verdict != verdicts.PASS:
                 refuse_if_user(candidate.substitution, signature, f"it failed verification on "
@@ -193,5 +207,7 @@ def _nothing_served(signature: Signature, device: BooDevice, attempts: list[Atte
 def _command(signature: Signature) -> str:
     try:
         return signature.to_command()
-    except Exception:
+    except BaseException as e:
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
         return "(no command)"

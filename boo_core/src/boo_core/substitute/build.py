@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import CompileError, SubstitutionError
 from ..kernels import cache
-from ..kernels.compiler import compile_to_bytes, reproducer
+from ..kernels.compiler import reproducer
 from .executables import KernelExecutables, kernel_executables
 from .substitution import SEARCH_PATH_FLAG, STAGES, Substitution, stage_files
 
@@ -145,7 +145,7 @@ def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
     a cache entry (cache disabled or unwritable), the files go to a scratch directory."""
     if entry is None:
         with tempfile.TemporaryDirectory(prefix="boo-substitution-") as scratch:
-            return "", build(request, cache.CacheEntry(Path(scratch), request.key))[1]
+            return "", build(request, cache.CacheEntry(Path(scratch), request.key, scratch=True))[1]
     mlir_path = entry.write_text(cache.MLIR_FILE, request.source())
     directory = entry.directory / SUBSTITUTION_DIR
     try:
@@ -156,6 +156,6 @@ def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
     shown = reproducer(mlir_path, entry.kernel_path, flags)
     entry.write_text(cache.COMMAND_FILE, shown + "\n")
     try:
-        return shown, compile_to_bytes(mlir_path, flags, shown=shown)
+        return shown, request.compile_in_entry(entry, mlir_path, flags, shown)
     except CompileError as e:
         raise blame(e, request.substitution, directory) from e

@@ -6,12 +6,18 @@ library's substitution) and the times it was chosen by, and which library substi
 were among the candidates. :func:`tuned_candidate` is what kernel selection asks; a record
 made by another compiler, for another device model, or naming a formulation or substitution
 no longer offered is not used.
+
+A record's winner becomes compiler flags and executable edits, so records are trusted like
+kernels: each is sealed under the cache's integrity key (:mod:`boo_core.kernels.integrity`)
+for its own path, and its flags and configuration must be ones BOO's tuning spaces generate
+(:mod:`.allowed`). A record that fails either check is ignored, with a warning naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..kernels.cache import atomic_write, read_json_object
 from ..kernels.compiler import compiler_version
+from ..kernels.integrity import integrity_key, seal, unseal
 from ..settings import get_settings
 from ..verify.verdicts import device_identity
+from .allowed import config_problem, flags_problem
 
 if TYPE_CHECKING:
     from ..kernels.formulation import Formulation
@@ -29,6 +37,8 @@ if TYPE_CHECKING:
     from ..runtime.selection import Candidate
     from ..signatures.signature import Signature
     from ..substitute.substitution import Substitution
+
+logger = logging.getLogger(__name__)
 
 TUNING_DIR = "tuning"
 RECORD_FORMAT = 1
@@ -91,31 +101,47 @@ def record_path(signature: Signature, target: str, device: str, compiler: str | 
     return tuning_dir(cache_dir) / f"{signature.func_name[:64]}-{digest}.json"
 
 
+def _purpose(path: Path) -> str:
+    return f"tuning record {path.name}"
+
+
 def write_record(record: TuningRecord, signature: Signature, cache_dir: Path | None = None) -> Path:
+    """Keep ``record`` for ``signature``, sealed under the cache's integrity key."""
     path = record_path(signature, record.target, record.device, record.compiler, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+    secret = integrity_key(path.parent.parent, create=True) or b""
+    return atomic_write(path, json.dumps(seal(secret, _purpose(path), record.to_json()), indent=2, sort_keys=True)
+                        + "\n")
+
+
+def load_record(path: Path) -> TuningRecord | None:
+    """The record at ``path`` if it is well formed, sealed by this cache and asks only what
+    BOO's tuning spaces generate; None (logged, when it exists) otherwise."""
+    data = read_json_object(path)
+    if data is None:
+        return None
+    record = TuningRecord.from_json(unseal(integrity_key(path.parent.parent), _purpose(path), data) or {})
+    problem = "it is not sealed by this cache's key (written by hand, by another user, or by another cache)" \
+        if record is None else flags_problem(record.flags) or config_problem(record.config)
+    if problem:
+        logger.warning("tuning record %s is ignored: %s", path, problem)
+        return None
+    return record
 
 
 def read_record(signature: Signature, target: str, device: str, cache_dir: Path | None = None) -> TuningRecord | None:
     """This compiler's record for ``signature`` on ``target`` and ``device``, if any."""
-    data = read_json_object(record_path(signature, target, device, cache_dir=cache_dir))
-    record = TuningRecord.from_json(data) if data is not None else None
+    record = load_record(record_path(signature, target, device, cache_dir=cache_dir))
     if record is None or record.compiler != compiler_version() or record.signature != signature.canonical():
         return None
     return record
 
 
 def all_records(cache_dir: Path | None = None) -> list[TuningRecord]:
-    """Every readable record in the database."""
+    """Every usable record in the database."""
     directory = tuning_dir(cache_dir)
-    records = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-        data = read_json_object(path)
-        record = TuningRecord.from_json(data) if data is not None else None
-        if record is not None:
-            records.append(record)
-    return records
+    records = (load_record(path) for path in sorted(directory.glob("*.json"))) if directory.is_dir() else ()
+    return [record for record in records if record is not None]
 
 
 def tuned_candidate(signature: Signature, device: BooDevice, formulations: Sequence[Formulation],

@@ -26,7 +26,8 @@ from typing import Any, TextIO
 
 import torch
 
-from ..errors import BooError, CompileError
+from ..errors import BooError, CompileError, describe_error, is_plugins_failure
+from ..files import MAX_CSV_BYTES, FileRefused, read_text
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..plugins.manager import call_blamed
@@ -151,8 +152,10 @@ def _compile_candidate(signature: Signature, target: str, formulation: str, conf
         candidate_request(signature, target, formulation, config, flags, substitution).fetch()
     except CompileError as e:
         return time.perf_counter() - start, f"compile error: {str(e).splitlines()[0]}"
-    except Exception as e:  # a plugin's failure is this candidate's, not the run's
-        return time.perf_counter() - start, f"compile error: {type(e).__name__}: {e}"
+    except BaseException as e:  # a plugin's failure is this candidate's, not the run's
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
+        return time.perf_counter() - start, f"compile error: {describe_error(e)}"
     return time.perf_counter() - start, ""
 
 
@@ -163,8 +166,10 @@ def _progress_path(signature: Signature, target: str, device: str) -> Path:
 
 def _finished(path: Path) -> dict[str, CandidateResult]:
     found: dict[str, CandidateResult] = {}
-    try:
-        lines = path.read_text().splitlines()
+    try:  # one result per line, like a results CSV (a FIFO or a huge file here is refused, naming it)
+        lines = read_text(path, MAX_CSV_BYTES, what="tuning progress file").splitlines()
+    except FileRefused:
+        raise
     except OSError:
         return found
     for line in lines:
@@ -174,6 +179,30 @@ def _finished(path: Path) -> dict[str, CandidateResult]:
             continue  # a line cut by a kill: that candidate runs again
         found[result.label] = result
     return found
+
+
+def _record_usable(record: TuningRecord | None, candidates: Sequence[ResolvedCandidate]) -> bool:
+    """Whether ``record``'s winner can still be built: its formulation, and its library
+    substitution if it has one, are among the ``candidates`` offered now. A record that
+    cannot be used is tuned again, not kept."""
+    if record is None:
+        return False
+    return any(c.formulation.name == record.formulation and c.substitution_digest == record.substitution
+               for c in candidates)
+
+
+def _resumable(result: CandidateResult | None, candidate: ResolvedCandidate) -> bool:
+    """Whether a checkpointed ``result`` is ``candidate``'s: what it records of the kernel
+    (formulation, configuration, flags) must be what the tuning space offers now, so a
+    progress file never puts a kernel of its own into a record."""
+    return result is not None and result.formulation == candidate.formulation.name and \
+        result.substitution == candidate.substitution_digest and \
+        tuple(result.flags) == tuple(candidate.flags) and \
+        _plain(result.config) == _plain(dict(candidate.config) if candidate.config else None)
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
 
 
 def _checkpoint(path: Path, result: CandidateResult) -> None:
@@ -247,13 +276,14 @@ class Tuner:
         for command, signature in kernels:
             tune = KernelTune(signature, command, target, self.device_name)
             tunes.append(tune)
-            if not self.options.retune and read_record(signature, target, self.device_name) is not None:
+            candidates = candidates_for(signature, self.device.target)
+            if not self.options.retune and _record_usable(read_record(signature, target, self.device_name),
+                                                          candidates):
                 tune.reused = True
                 continue
-            candidates = candidates_for(signature, self.device.target)
             done = {} if self.options.retune else _finished(_progress_path(signature, target, self.device_name))
             for candidate in candidates:
-                if candidate.label in done:
+                if _resumable(done.get(candidate.label), candidate):
                     tune.results.append(done[candidate.label])
                 else:
                     pending.append((tune, candidate))
@@ -337,7 +367,9 @@ class Tuner:
         try:
             tune.torch_us = statistics.median(timer(lambda: signature.eager(*inputs), device=self.device.torch_device,
                                                     iterations=options.iterations, warmup=options.warmup).samples_us)
-        except Exception:  # PyTorch itself may not run this (a dtype on this device): no baseline
+        except BaseException as e:  # PyTorch itself may not run this (a dtype on this device): no baseline
+            if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                raise
             tune.torch_us = None
         for candidate, (seconds, error) in compiled:
             result = self._result(candidate, seconds)

@@ -1,24 +1,30 @@
 """Verification verdicts: each kernel is checked once per device model against PyTorch, and
 the verdict is kept beside the kernel in its cache entry (``verdicts.json``: device model ->
-verdict), written under the entry's lock, so the check is paid once per kernel per kind of
-device, across processes and machines sharing a cache.
+the verdict sealed under the cache's integrity key, for that entry and that device model),
+written under the entry's lock, so the check is paid once per kernel per kind of device,
+across processes and machines sharing a cache. A verdict whose seal does not match (written
+by hand, by another user, or copied from another entry) is not read: the kernel is checked
+again, so no one who can write the cache can turn a failed verdict into a pass.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..errors import describe_error, is_plugins_failure
 from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_object, remove_path
+from ..kernels.integrity import integrity_key, key_owner, seal, unseal
 from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict"]
+__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict", "seal_verdict"]
 
 PASS = "pass"
 #: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
@@ -34,8 +40,10 @@ def check(launchable: Any, checks: int = CHECKS) -> str:
     for _ in range(checks):
         try:
             comparisons = check_launchable(launchable)
-        except Exception as e:  # a kernel that crashes when run is as wrong as one that computes wrong
-            return f"fail: running it raised {type(e).__name__}: {e}"
+        except BaseException as e:  # a kernel that crashes when run is as wrong as one that computes wrong
+            if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                raise
+            return f"fail: running it raised {describe_error(e)}"
         failed = [c for c in comparisons if not c.passed]
         if failed:
             return "fail: " + "; ".join(str(c) for c in failed)
@@ -51,25 +59,47 @@ def device_identity(torch_device: torch.device) -> str:
     return f"cpu {host_cpu_fingerprint()}"
 
 
+def _purpose(directory: Path, device: str) -> str:
+    return f"verdict {directory.name} {device}"
+
+
 def read_verdict(directory: Path | None, torch_device: torch.device) -> str | None:
-    """The recorded verdict for this kernel on this device model, or None."""
+    """The recorded verdict for this kernel on this device model, or None (none, or not
+    sealed by this cache)."""
     if directory is None:
         return None
-    verdict = (read_json_object(directory / VERDICTS_FILE) or {}).get(device_identity(torch_device))
-    return verdict if isinstance(verdict, str) else None
+    device = device_identity(torch_device)
+    sealed = (read_json_object(directory / VERDICTS_FILE) or {}).get(device)
+    if sealed is None:
+        return None
+    found = unseal(integrity_key(directory.parent), _purpose(directory, device), sealed)
+    verdict = found.get("verdict") if found is not None else None
+    if not isinstance(verdict, str):
+        logger.warning("cache entry %s: its verdict for %s is not sealed by this cache's key; the kernel is "
+                       "verified again", directory.name, device)
+        return None
+    return verdict
+
+
+def seal_verdict(directory: Path, device: str, verdict: str) -> dict[str, str]:
+    """``verdict`` for ``device`` sealed for the entry at ``directory`` (the cache's key is
+    made if it has none yet)."""
+    secret = integrity_key(directory.parent, create=True)
+    return seal(secret or b"", _purpose(directory, device), {"verdict": verdict})
 
 
 def record_verdict(directory: Path | None, torch_device: torch.device, verdict: str) -> None:
     """Keep ``verdict`` for this kernel on this device model (under the entry's lock).
     A cache that cannot be written keeps nothing: the next process checks again."""
-    if directory is None:
+    if directory is None or key_owner() != os.geteuid():  # no cache, or a shared one this process only reads
         return
+    device = device_identity(torch_device)
     try:
         with entry_lock(directory.parent, directory.name):
             if (directory / VERDICTS_FILE).is_dir():
                 remove_path(directory / VERDICTS_FILE)  # damage: BOO's own file's place
             verdicts = read_json_object(directory / VERDICTS_FILE) or {}
-            verdicts[device_identity(torch_device)] = verdict
+            verdicts[device] = seal_verdict(directory, device, verdict)
             atomic_write(directory / VERDICTS_FILE, json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     except OSError as e:
         logger.warning("could not record the verdict of %s: %s", directory.name, e)
