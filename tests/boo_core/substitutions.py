@@ -8,6 +8,7 @@ verifies. Replacing it by 3 computes wrong.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -47,8 +48,8 @@ class ScaleLibrary:
     """Kernels for the scale op's factor-2 signatures on the CPU: its executable with another
     constant, built only when a kernel is compiled."""
 
-    def __init__(self, constant: str = NUDGED, *, fail: bool = False) -> None:
-        self.constant, self.fail, self.builds = constant, fail, []
+    def __init__(self, constant: str = NUDGED, *, fail: bool = False, exit_code: int | None = None) -> None:
+        self.constant, self.fail, self.exit_code, self.builds = constant, fail, exit_code, []
 
     @hookimpl
     def boo_kernel_substitutions(self, signature, target):
@@ -59,6 +60,8 @@ class ScaleLibrary:
     def build(self, kernel):
         if self.fail:
             raise RuntimeError("the library's generator crashed")
+        if self.exit_code is not None:
+            sys.exit(self.exit_code)
         self.builds.append(kernel)
         name, text = edited_source(kernel, self.constant)
         return {f"sources/{name}.mlir": text}

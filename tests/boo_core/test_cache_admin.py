@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from boo_core import CompileError, Formulation, get_launchable
+from boo_core import CompileError, Formulation, clear_launchables, get_launchable
 from boo_core.kernels import cache
 from boo_core.kernels.compiler import compiler_version
 from boo_core.kernels.request import KernelRequest
 from boo_core.runtime.devices import Target
 from boo_core.testing import isolated_registry
 from boo_core.tools.cache_admin import clear, scan, summary_lines
+from boo_core.tools.cli import main
 
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -101,3 +102,28 @@ def test_clear_one_target_then_everything_but_never_a_strangers_files(private_ca
     # BOO's lock files stay (removing one another process waits on would break the lock), and
     # so does the integrity key (removing it would make every other process's kernels unproven).
     assert sorted(p.name for p in private_cache.iterdir()) == [".integrity-key", ".locks", "README", "notes"]
+
+
+def test_clear_broken_removes_a_killed_writers_leftovers_but_keeps_the_complete_entry(private_cache, capsys):
+    fill(private_cache)
+    good = sorted(e.directory for e in scan(private_cache) if e.target == "cpu" and not e.problem)
+    kept, truncated = good[0], good[1]
+    files = sorted(p.name for p in kept.iterdir())
+    (kept / ".kernel.vmfb.abc123.tmp").write_bytes(b"left by a killed compile")
+    (kept / ".verdicts.json.def456.tmp").write_bytes(b"{")
+    with open(truncated / "kernel.vmfb", "r+b") as f:
+        f.truncate(10)
+    [info] = [e for e in scan(private_cache) if e.directory == kept]
+    assert (info.problem, info.only_leftovers) == ("2 leftover temporary files", True)
+
+    assert main(["cache", "clear", "--broken"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 2 entries broken or failed (" in out  # the truncated entry and the failed compile
+    assert "removed leftover temporary files (25 B) from 1 complete entry, which stays" in out
+    assert kept.is_dir() and sorted(p.name for p in kept.iterdir()) == files
+    assert not truncated.exists()
+    [again] = [e for e in scan(private_cache) if e.directory == kept]
+    assert not again.problem and not again.failure
+    clear_launchables()
+    with isolated_registry({"scale": BROKEN_FOR_SIZE_5}):  # still served from the cache
+        assert kept.name.startswith("scale_fwd_f32_n2_") and get_launchable(ScaleSignature(2)).cache_hit

@@ -127,3 +127,58 @@ def test_cache_path_and_info_on_an_empty_cache(capsys, private_cache):
     assert main(["cache", "info", "--list"]) == 0
     expected = f"cache: {private_cache}\nentries: 0 (0 complete, 0 failed compiles, 0 broken), 0 B\n"
     assert capsys.readouterr().out == expected
+
+
+def test_several_quoted_commands_each_run_with_plain_arguments_appended(capsys, tmp_path, scale_registry):
+    table = tmp_path / "out.csv"
+    assert main(["driver", "--backend", "torch", "--csv", str(table), "scale -n 8", "scale -n 4 -f 3", "scale -n 8",
+                 "-i", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "boo driver: 2 commands on cpu" in out and "\nscale -n 8 -i 2\n  (repeated at command line, command 3" in out
+    assert [(r["source"], r["command"], r["iterations"]) for r in csv.DictReader(table.open())] == [
+        ("command line, command 1", "scale -n 8 -i 2", "2"), ("command line, command 2", "scale -n 4 -f 3 -i 2", "2")]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["driver", "scale -n 8", "-i", "2", "scale -n 4"], "boo driver: error: argument 'scale -n 4' holds several "
+     "words, after the plain argument '-i': give each command as one quoted argument, before any flags appended to "
+     "all of them (or use --commands-file)"),
+])
+def test_a_quoted_command_after_plain_arguments_is_a_usage_error(capsys, scale_registry, args, message):
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_tune_on_ray_with_jobs_says_how_many_tasks_at_once(capsys, monkeypatch, scale_registry):
+    """``boo tune --ray -j 2`` once failed on its banner (len() of the job count)."""
+    seen = {}
+
+    def fake_run_tune(commands, options, **kwargs):
+        seen.update(commands=[c.text for c in commands], jobs=options.jobs, ray=options.ray)
+        return 1, 0
+
+    monkeypatch.setattr("boo_core.tools.cli.run_tune", fake_run_tune)
+    assert main(["tune", "--ray", "-j", "2", "scale", "-n", "8"]) == 0
+    assert "compiled on a local Ray instance (at most 2 tasks at once)" in capsys.readouterr().out
+    assert seen == {"commands": ["scale -n 8"], "jobs": 2, "ray": "local"}
+    assert main(["tune", "--ray", "-j", "1", "scale", "-n", "8"]) == 0
+    assert "(at most 1 task at once)" in capsys.readouterr().out
+
+
+def test_dump_into_a_path_under_a_file_is_one_line_naming_it(capsys, tmp_path, scale_registry):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for to in (afile / "dumps", afile):
+        assert main(["dump", "--to", str(to), "scale", "-n", "8"]) == 1
+        err = capsys.readouterr().err
+        assert err == f"boo dump: error: --to {to}: cannot create it: {afile} is not a directory\n"
+
+
+def test_dump_into_an_unwritable_directory_names_it(capsys, tmp_path, monkeypatch, scale_registry):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr("pathlib.Path.mkdir", refuse)
+    assert main(["dump", "--to", str(tmp_path / "ro" / "dumps"), "scale", "-n", "8"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"boo dump: error: --to {tmp_path}/ro/dumps: cannot create it: Permission denied\n"

@@ -18,7 +18,14 @@ from boo_core.signatures.flags import (
     positive,
     upper,
 )
-from boo_core.signatures.signature import MAX_TENSOR_BYTES, TensorSpec, has_empty_tensor, tensor_size_problem
+from boo_core.signatures.signature import (
+    MAX_TENSOR_BYTES,
+    TensorSpec,
+    has_empty_tensor,
+    representable_problem,
+    require_representable,
+    tensor_size_problem,
+)
 from boo_core.testing import isolated_registry
 
 from .fake_plugins import scale_op
@@ -115,3 +122,23 @@ def test_tensor_size_problem_allows_empty_tensors_when_asked():
 ])
 def test_tensor_size_problem_names_sizes_that_are_not_counts(size, problem):
     assert tensor_size_problem(scale_op.ScaleSignature(size=size), allow_empty=True) == problem
+
+
+@pytest.mark.parametrize("value, dtype, problem", [
+    (1e39, torch.float32, "is out of f32's range (magnitude at most 3.40282e+38)"),
+    (-65505.0, torch.float16, "is out of f16's range (magnitude at most 65504)"),
+    (3.4e38, torch.bfloat16, "is out of bf16's range (magnitude at most 3.38953e+38)"),
+    (65504.0, torch.float16, None),
+    (-3.4e38, torch.float32, None),
+    (1e300, torch.float64, None),
+])
+def test_representable_problem_names_the_dtype_and_its_range(value, dtype, problem):
+    assert representable_problem(value, dtype) == problem
+
+
+def test_require_representable_names_the_field():
+    signature = scale_op.ScaleSignature(size=4, factor=7e4)
+    require_representable(signature, torch.float32, "factor")
+    with pytest.raises(ValueError, match=r"^factor 70000 is out of f16's range \(magnitude at most 65504\), "
+                                         r"the dtype the kernel computes it in$"):
+        require_representable(signature, torch.float16, "factor")

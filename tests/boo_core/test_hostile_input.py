@@ -121,3 +121,29 @@ def test_the_scale_plugin_helper_registers_under_its_name():
     spec = plugin("huge", HugeSignature).spec
     assert spec == replace(spec, name="huge") and spec.signature_class is HugeSignature
     assert torch.float32 in spec.parser.dtypes
+
+
+def test_a_command_too_large_for_the_devices_memory_is_refused_before_allocating(capsys, scale_registry):
+    """2**44 floats in and out: within BOO's 2**48-byte bound, beyond any host's memory."""
+    size = 2**44
+    status = main(["driver", "--backend", "torch", "--backend", "boo", "scale", "-n", str(size)])
+    out, err = capsys.readouterr()
+    assert status == 1 and "Traceback" not in out + err
+    error = (f"error: scale -n {size}: the tensors of scale_fwd_f32_n{size}_f2 take 1.41e+05 GB (inputs and "
+             "outputs), more than the ")
+    assert out.count(error) == 2 and "GB of memory of cpu\n" in out  # one line per backend
+    assert "summary: 1 command, 2 runs (mode x backend), 1 failed" in out
+
+
+def test_an_allocation_that_fails_is_one_line_naming_the_command_and_the_size(capsys, scale_registry, monkeypatch):
+    def out_of_memory(self, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                           "memory: you tried to allocate 137438953408 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(scale_op.ScaleSignature, "get_sample_args", out_of_memory)
+    monkeypatch.setattr("boo_core.tools.driver.device_memory", lambda device: None)
+    assert main(["driver", "--backend", "torch", "scale", "-n", "1000000000"]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "RuntimeError" not in out
+    assert ("    torch: error: scale -n 1000000000: cannot allocate the inputs of scale_fwd_f32_n1000000000_f2 (4 GB) "
+            "on cpu: out of memory\n") in out

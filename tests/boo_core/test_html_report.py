@@ -23,7 +23,7 @@ from boo_core.tools.html_report import (
     read_results,
     write_report,
 )
-from boo_core.tools.html_report.charts import Bars, Point, Roofline, bar_note, roofline_points
+from boo_core.tools.html_report.charts import Bars, Point, Roofline, bar_note, raised_peak, roofline_points
 from boo_core.tools.html_report.page import percent_of_peak, row_flag
 from boo_core.tools.html_report.svg import LogScale, ratio
 from boo_core.tools.report import DRIVER_COLUMNS, NUMERICS_COLUMNS
@@ -300,10 +300,35 @@ def test_the_page_is_self_contained_and_has_both_sections(tmp_path):
 
 
 def test_given_peaks_override_the_recorded_ones_and_apply_to_every_section(tmp_path):
+    # 1000 TFLOP/s: above every rate the files measured (the tune's torch gemm reaches 763).
     html = build_report([read_results(write_tune_csv(tmp_path / "t.csv", peaks=False)),
-                         read_results(write_driver_csv(tmp_path / "d.csv"))], peak_tflops=10, peak_gbps=100)
-    assert html.count('class="roof roof-compute" data-tflops="10"') == 2
-    assert html.count('data-gbps="100"') == 2 and "ridge 100 FLOP/B" in html
+                         read_results(write_driver_csv(tmp_path / "d.csv"))], peak_tflops=1000, peak_gbps=10000)
+    assert html.count('class="roof roof-compute" data-tflops="1000"') == 2
+    assert html.count('data-gbps="10000"') == 2 and "ridge 100 FLOP/B" in html and "peak-raised" not in html
+
+
+def test_no_compute_peak_is_drawn_below_a_rate_the_report_measured(tmp_path):
+    """A recorded peak (one matmul, timed once) below what torch reached on a kernel of the
+    same report is raised to that rate; a wrong run's rate raises nothing."""
+    rows = tune_rows()
+    for row in rows:
+        row["peak_tflops"] = "500"
+    html = build_report([read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows))])
+    gemm_torch = TUNE[GEMM][2] / (TUNE[GEMM][4] * 1e-6)  # 763 TFLOP/s
+    assert html.count(f'class="roof roof-compute" data-tflops="{gemm_torch / 1e12:.6g}"') == 1
+    assert (f"The compute peak given or recorded (500 TFLOP/s) is below the best rate measured here (763 TFLOP/s: "
+            f"torch, {GEMM}); the roof is drawn at the measured rate.") in html
+    assert "peaks 763 TFLOP/s and 3.35 TB/s" in html
+    assert f"{PEAK_TFLOPS:g}" not in re.findall(r'data-tflops="([^"]+)"', html)
+    best_correct = max(p.flop_s for p in roofline_points(read_results(tmp_path / "t.csv").kernels) if p.ok)
+    assert best_correct == pytest.approx(gemm_torch)
+
+
+def test_a_raised_peak_keeps_unknown_peaks_unknown():
+    points = [Point("k", "torch", "torch", 50.0, 2e12, 10.0), Point("k", "bad", "bad", 50.0, 9e12, 1.0, ok=False)]
+    assert raised_peak(points, None) == (None, None)
+    assert raised_peak(points, 1e12) == (2e12, points[0])
+    assert raised_peak(points, 3e12) == (3e12, None)
 
 
 class Tables(HTMLParser):
@@ -378,10 +403,10 @@ def test_a_csv_the_real_tuner_wrote_is_reported(private_cache, tmp_path):
 def test_boo_report_writes_the_page(tmp_path, capsys):
     tune, out = write_tune_csv(tmp_path / "tune.csv"), tmp_path / "out" / "r.html"
     out.parent.mkdir()
-    assert main(["report", str(tune), "-o", str(out), "--title", "T", "--peak-tflops", "100"]) == 0
+    assert main(["report", str(tune), "-o", str(out), "--title", "T", "--peak-tflops", "1000"]) == 0
     assert capsys.readouterr().out == f"report written to {out}\n"
     html = out.read_text(encoding="utf-8")
-    assert "<h1>T</h1>" in html and 'data-tflops="100"' in html and 'data-gbps="3350"' in html
+    assert "<h1>T</h1>" in html and 'data-tflops="1000"' in html and 'data-gbps="3350"' in html
     assert main(["report", str(tune)]) == 0  # default output: next to the CSV
     assert (tmp_path / "tune.html").is_file()
 

@@ -83,7 +83,7 @@ def module(name: str, source: str) -> dict[str, str]:
 LOAD_FAULTS = [
     # -- at import ---------------------------------------------------------------------------
     Fault("sys.exit at import", {"boo-fault-exit": {"exit": "boo_fault_exit"}},
-          (failed("importing", "exit", "boo-fault-exit", "SystemExit: 3"),),
+          (failed("importing", "exit", "boo-fault-exit", r"called sys\.exit\(3\)\n"),),
           module("boo_fault_exit", f"from {FAULTY} import exit_now\nexit_now()\n")),
     Fault("BaseException subclass at import", {"boo-fault-base": {"base": "boo_fault_base"}},
           (failed("importing", "base", "boo-fault-base", "PluginBoom: boom"),),
@@ -136,7 +136,7 @@ LOAD_FAULTS = [
     Fault("registers, then raises", {"boo-fault-half": {"half": f"{FAULTY}:REGISTER_THEN_RAISE"}},
           (failed("registering", "half", "boo-fault-half", "RuntimeError: failed half way"),)),
     Fault("registers, then sys.exit", {"boo-fault-halfexit": {"halfexit": f"{FAULTY}:REGISTER_THEN_EXIT"}},
-          (failed("registering", "halfexit", "boo-fault-halfexit", "SystemExit: 4"),)),
+          (failed("registering", "halfexit", "boo-fault-halfexit", r"called sys\.exit\(4\)\n"),)),
     Fault("registers one op twice", {"boo-fault-twice": {"twice": f"{FAULTY}:REGISTER_TWICE"}},
           (failed("registering", "twice", "boo-fault-twice", "PluginError: op 'twice' registered twice"),)),
     Fault("returns its specs", {"boo-fault-returns": {"returns": f"{FAULTY}:RETURNS_SPECS"}},
@@ -295,6 +295,24 @@ def test_keyboard_interrupt_in_a_plugin_is_the_users_and_propagates(site):
         pass
 
 
+def test_keyboard_interrupt_in_an_ops_code_or_a_librarys_build_is_the_users_and_propagates():
+    from boo_core.kernels.formulation import Formulation
+    from boo_core.plugins.manager import PluginInfo, call_blamed
+    from boo_core.substitute import Substitution
+
+    from .fake_plugins.scale_op import ScaleSignature
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        call_blamed(PluginInfo("x"), "op 'x' formulations", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Substitution("library", build=interrupt, key="k").materialize(None)
+    with pytest.raises(KeyboardInterrupt):
+        Formulation("own", mlir=interrupt).source(ScaleSignature(4))
+
+
 # -- faults in what an op does: named when the op is used ---------------------------------------
 
 
@@ -319,6 +337,8 @@ USE_FAULTS = [
     UseFault("compile_flags raises", "FLAGS_RAISE",
              (PluginError, blamed("flags_raise") + " failed in op 'flags_raise' compile_flags: RuntimeError: "
                                                    "flags exploded on purpose")),
+    UseFault("compile_flags calls sys.exit", "FLAGS_EXIT",
+             (PluginError, blamed("flags_exit") + r" failed in op 'flags_exit' compile_flags: called sys\.exit\(5\)")),
     UseFault("compile_flags returns a non-flag", "FLAGS_NOT_FLAGS",
              (PluginError, blamed("flags_text") + r": .* got \('O3',\)")),
     UseFault("compile_flags returns a set", "FLAGS_SET",
@@ -328,15 +348,23 @@ USE_FAULTS = [
              (PluginError, blamed("forms_int") + ": op 'forms_int' formulations must return a non-empty sequence")),
     UseFault("formulations returns strings", "FORMULATIONS_STRINGS",
              (PluginError, blamed("forms_text") + ": op 'forms_text' formulations returned str, not Formulation")),
+    UseFault("formulations calls sys.exit", "FORMULATIONS_EXIT",
+             (PluginError, blamed("forms_exit") + r" failed in op 'forms_exit' formulations: called sys\.exit\(6\)")),
     UseFault("formulations is a generator", "FORMULATIONS_GENERATOR", None),
     UseFault("a formulation's mlir() returns 42", "MLIR_INT",
              (CompileError, r"formulation 'own' of scale_fwd_f32_n4_f2 \(" + blamed("mlir_int") +
               r"\) could not make its MLIR: TypeError: .*mlir\(\) returned int, not str")),
+    UseFault("a formulation's mlir() calls sys.exit", "MLIR_EXIT",
+             (CompileError, r"formulation 'own' of scale_fwd_f32_n4_f2 \(" + blamed("mlir_exit") +
+              r"\) could not make its MLIR: called sys\.exit\(7\)")),
     UseFault("a broken formulation, then the default", "MLIR_INT_THEN_DEFAULT", None),
     UseFault("the reference raises in export", "REFERENCE_RAISES",
              (CompileError, blamed("ref_raises") + r"\) could not make its MLIR: .*reference exploded on purpose")),
     UseFault("the parser raises", "PARSER_BUG",
              (PluginError, blamed("parser_bug") + " failed parsing 'parser_bug -n 4': ZeroDivisionError")),
+    UseFault("the parser calls sys.exit", "PARSER_EXIT",
+             (PluginError, blamed("parser_exit") + r" failed parsing 'parser_exit -n 4': "
+                                                   r"called sys\.exit\('the parser gave up'\)")),
     UseFault("register() called after the hook returned", "KEEPS_REGISTER",
              (PluginError, r'plugin "late" \(boo-fault-late 1.0\) called register\(\) after its boo_register_ops')),
 ]
@@ -427,6 +455,38 @@ def test_broken_fusion_patterns_do_not_break_torch_compile_of_conv_relu(site, ba
         torch._dynamo.reset()
 
 
+class Sin(torch.nn.Module):
+    def forward(self, x):
+        return torch.sin(x) * 2
+
+
+def test_fusion_patterns_that_call_sys_exit_are_refused_and_pytorch_computes(site):
+    for name in ("EXITS_IN_MATCH", "EXITS_IN_SIGNATURES", "EXITS_IN_LAUNCH"):
+        write_fake_distribution(site, f"boo-fault-{name.lower()}", "1.0",
+                                {name.lower(): f"{FAULTY}:PATTERN_{name}"})
+    model, x = Sin(), torch.randn(16)
+    with fresh_default() as registry, torch.no_grad():
+        assert registry.failures == [] and registry.conflicts() == []
+        assert [p.name for p in registry.fusion_patterns() if p.name.startswith("exit_")] == [
+            "exit_a_match.sin", "exit_b_signatures.sin", "exit_c_launch.sin"]  # tried on sin in this order
+        torch._dynamo.reset()
+        reset_offload_summary()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+        torch.testing.assert_close(got, model(x))
+        summary = offload_summary()
+        assert summary.offloaded["exit_c_launch.sin"] == 1, summary  # the only one that got that far
+        reasons = [g.reasons.get("aten.sin", "") for g in summary.graphs]
+        assert "pattern exit_a_match.sin failed to match: called sys.exit(4)" in reasons, reasons
+        messages = [str(w.message) for w in caught if issubclass(w.category, BooFallbackWarning)]
+        assert "BOO cannot take exit_b_signatures.sin here (called sys.exit(5)); it runs on the nested backend" \
+            in messages, messages
+        assert "BOO kernel for exit_c_launch.sin failed at run time (called sys.exit(6)); computing it with PyTorch" \
+            in messages, messages
+        torch._dynamo.reset()
+
+
 # -- the boo command, as a subprocess -----------------------------------------------------------
 
 
@@ -462,7 +522,7 @@ def test_boo_ops_and_driver_with_every_broken_plugin_installed_at_once(site, tmp
     failing = sum(f.error is not None for f in USE_FAULTS)
     assert f"{failing} failed" in driver.stdout
     assert driver.stdout.count("PASS") >= len(HEALTHY) + len(USE_FAULTS) - failing
-    assert 'plugin "exit" (boo-fault-exit 1.0): SystemExit: 3; the plugin is skipped' in driver.stderr
+    assert 'plugin "exit" (boo-fault-exit 1.0): called sys.exit(3); the plugin is skipped' in driver.stderr
 
     healthy = tmp_path / "healthy.txt"
     healthy.write_text("\n".join(HEALTHY.values()))
@@ -477,3 +537,30 @@ def test_boo_exits_as_interrupted_when_a_plugin_raises_keyboard_interrupt(site):
     result = boo(site, "ops")
     assert result.returncode in (-2, 130), (result.returncode, result.stderr)
     assert "KeyboardInterrupt" in result.stderr
+
+
+def test_an_op_whose_reference_or_sample_inputs_call_sys_exit_fails_its_kernel_not_the_process(private_cache,
+                                                                                                 monkeypatch):
+    """Signature methods are the op's code too: verification and the tools report a
+    ``sys.exit()`` in them against that kernel and go on."""
+    from boo_core.settings import settings_override
+    from boo_core.signatures.commands import Command
+    from boo_core.testing import isolated_registry
+    from boo_core.tools.driver import DriverOptions, run_command
+
+    from .fake_plugins import scale_op
+    from .fake_plugins.scale_op import ScaleSignature
+
+    def exits(*args, **kwargs):
+        sys.exit(5)
+
+    with isolated_registry({"scale": scale_op}):
+        get_launchable(ScaleSignature(41))  # compiled (the export runs the reference) before it breaks
+        clear_launchables()
+        monkeypatch.setattr(ScaleSignature, "reference", exits)
+        with settings_override(verify="all"), pytest.warns(BooFallbackWarning, match=r"called sys\.exit\(5\)"):
+            get_launchable(ScaleSignature(41))
+        monkeypatch.setattr(ScaleSignature, "get_sample_args", exits)
+        result = run_command(Command("scale -n 42 -i 1", "command line"), DriverOptions())
+        [run] = result.runs
+        assert "called sys.exit(5)" in run.error

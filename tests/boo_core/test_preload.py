@@ -11,6 +11,7 @@ import torch
 from boo_core import BooError, CachePopulator, DeviceError, Formulation, get_launchable
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry, write_fake_distribution
+from boo_core.tools.cli import main
 
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -113,3 +114,26 @@ def test_spawned_workers_load_the_installed_plugins_and_get_this_process_setting
         assert [o.status for o in outcomes] == ["compiled", "compiled"]
         assert all(Path(o.directory).parent == elsewhere for o in outcomes)
         assert get_launchable(ScaleSignature(11)).cache_hit  # same key as this process computes
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_kernel_compiled_but_not_stored_is_a_failure_saying_why(scale_registry, tmp_path, boo_env, capsys, jobs):
+    # A cache that cannot be written, even by root: its directory would be under a regular file.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    boo_env(BOO_CACHE_DIR=str(blocker / "cache"))
+    populator = CachePopulator(commands=["scale -n 13", "scale -n 14"], jobs=jobs)
+    outcomes = populator.run()
+    assert [o.status for o in outcomes] == ["failed", "failed"] and populator.get_failures() == outcomes
+    for outcome in outcomes:
+        assert outcome.directory == "" and outcome.formulation == "default"
+        assert outcome.error.startswith("formulation default compiled, but was not stored in the cache: BOO's kernel "
+                                        f"cache cannot be written (cannot create {blocker}/cache")
+        assert "Not a directory" in outcome.error
+    assert not (blocker / "cache").exists()
+    # boo preload: says nothing was stored, and why, and exits non-zero.
+    assert main(["preload", "-j", str(jobs), "scale", "-n", "15"]) == 1
+    out = capsys.readouterr().out
+    assert "compiled 0, cache hits 0, failed 1 in " in out
+    assert "\nFAILED scale_fwd_f32_n15_f2 for cpu (command line)\n  formulation default compiled, but was not stored " \
+           "in the cache: BOO's kernel cache cannot be written" in out

@@ -4,6 +4,7 @@ own. Its kernels are tried first, always verified, passed over when they fail.""
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 import torch
@@ -22,6 +23,12 @@ class Broken:
     @hookimpl
     def boo_kernel_substitutions(self, signature, target):
         raise RuntimeError("no kernels today")
+
+
+class Exits:
+    @hookimpl
+    def boo_kernel_substitutions(self, signature, target):
+        sys.exit(3)
 
 
 class WrongType:
@@ -70,6 +77,17 @@ def test_a_library_whose_build_fails_is_passed_over(with_plugins):
     assert launchable.substitution is None and attempt.stage == "compile"
 
 
+def test_a_library_whose_build_calls_sys_exit_is_passed_over_naming_it(with_plugins):
+    x = torch.randn(21)
+    with with_plugins(library=ScaleLibrary(exit_code=3)):
+        launchable = get_launchable(SIGNATURE)
+        assert torch.equal(launchable(x), x * 2)
+    [attempt] = launchable.passed_over
+    assert launchable.substitution is None and attempt.stage == "compile"
+    assert ('substitution times2.00000024e+00 (from "library" (registered explicitly)): building its files '
+            "failed: called sys.exit(3)") in attempt.detail
+
+
 def test_answers_are_tried_in_plugin_name_order(with_plugins):
     wrong, right = ScaleLibrary("3.000000e+00"), ScaleLibrary()
     with with_plugins(b_right=right, a_wrong=wrong):
@@ -80,6 +98,7 @@ def test_answers_are_tried_in_plugin_name_order(with_plugins):
 
 def test_a_failing_plugin_is_skipped_with_its_name(with_plugins, caplog):
     for plugin, problem in ((Broken(), "RuntimeError: no kernels today"),
+                            (Exits(), "called sys.exit(3)"),
                             (WrongType(), "TypeError: returned 'sources/x.mlir', not a Substitution")):
         with with_plugins(library=plugin), caplog.at_level(logging.WARNING):
             assert get_launchable(SIGNATURE).substitution is None

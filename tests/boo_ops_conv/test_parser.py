@@ -159,11 +159,26 @@ def test_unsupported_requests_are_refused_by_name(line, pattern, flag):
     ("conv -n 1 -F 1 --spatial_dim 3 --in_d 2 --fil_d 3", r"flag -!/--in_d 2 with filter 3, padding 0, stride 1 "
      r"and dilation 1 leaves no output", "-!/--in_d"),
     ("conv -n 1 -F 1 --activation swish", r"bad value 'swish' for flag --activation", "--activation"),
+    ("conv -n 1 -c 1 -k 1 -H 2147483647 -W 1 -y 1 -x 1 -p 2147483647 -F 1", r"^flag -H/--in_h 2147483647 with "
+     r"filter 1, padding 2147483647, stride 1 and dilation 1 gives an output height of 6442450941, above 2\*\*31-1$",
+     "-H/--in_h"),
+    ("conv -n 1 -c 1 -k 1 -H 1 -W 2147483647 -y 1 -x 1 -m trans -v 2 -F 1", r"^flag -W/--in_w 2147483647 with "
+     r"filter 1, padding 0, stride 2 and dilation 1 gives an output width of 4294967293, above 2\*\*31-1$",
+     "-W/--in_w"),
 ])
 def test_malformed_commands_name_the_flag(line, pattern, flag):
     with pytest.raises(CommandError, match=pattern) as info:
         BooOpRegistry.parse_command(line)
     assert info.value.flag == flag
+
+
+def test_a_signature_whose_output_dimension_exceeds_int32_is_refused():
+    with pytest.raises(ValueError, match=r"^output spatial dimension 0 is 4294967295 \(input \(2147483647, 1\), "
+                                         r"window \(1, 1\), padding \(1073741824, 0\), stride \(1, 1\)\): "
+                                         r"above 2\*\*31-1$"):
+        ConvSignature(input_shape=(1, 1, 2**31 - 1, 1), kernel_shape=(1, 1, 1, 1), padding=(2**30, 0))
+    largest = ConvSignature(input_shape=(1, 1, 2**31 - 1, 1), kernel_shape=(1, 1, 1, 1))
+    assert largest.output_spatial == (2**31 - 1, 1)
 
 
 def test_run_flags_are_accepted_and_kept_apart_from_the_kernel():
@@ -280,7 +295,8 @@ def test_activation_extension():
      r"\(2147483647, 2147483647, 32, 32\) would take 1\.89e\+22 bytes; BOO accepts tensors of up to 2\*\*48 bytes",
      None),
     ("conv -F 1 -m trans -H 4 -W 4 -u 2147483647 -v 2147483647 -n 1 -c 1 -k 1",
-     r"tensor y of shape \(1, 1, 6442450944, 6442450944\) would take 1\.66e\+20 bytes", None),
+     r"^flag -H/--in_h 4 with filter 3, padding 0, stride 2147483647 and dilation 1 gives an output height of "
+     r"6442450944, above 2\*\*31-1$", "-H/--in_h"),
     ('conv -n "3', r"^cannot split the command into arguments: No closing quotation$", None),
 ])
 def test_hostile_commands_are_refused_by_name(line, pattern, flag):

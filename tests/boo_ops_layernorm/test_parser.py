@@ -225,6 +225,9 @@ def test_the_log_dialect_needs_o_below_four_dims():
      r"BOO accepts tensors of up to 2\*\*48 bytes", None),
     ("layernorm -N 2 -C 3 -H 0 -W 4", r"^flag -H/--in_h 0: invalid tensor sizes", "-H/--in_h"),
     ("layernorm -N 2 -C 3 -H 4 -W 0", r"^flag -W/--in_w 0 must be at least 1 for a 4-D input$", "-W/--in_w"),
+    ("layernorm -X 2x3 -o 1 -e 1e39", r"^flag -e/--eps 1e\+39 is out of f32's range \(magnitude at most "
+     r"3\.40282e\+38\), the dtype the variance is computed in$", "-e/--eps"),
+    ("layernormfp16 -X 2x3 -o 1 -e 3.5e38", r"^flag -e/--eps 3\.5e\+38 is out of f32's range", "-e/--eps"),
 ])
 def test_hostile_commands_are_refused_by_name(command, pattern, flag):
     with pytest.raises(CommandError, match=pattern) as info:

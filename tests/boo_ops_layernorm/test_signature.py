@@ -66,6 +66,8 @@ def test_names_encode_every_field():
     ({"input_shape": (4, 8), "normalized_dim": 2}, ValueError, r"normalized_dim 2 is out of range for a 2-D input"),
     ({"input_shape": (4, 0), "normalized_dim": 1}, ValueError, r"all sizes positive"),
     ({"input_shape": (4, 8), "normalized_dim": 1, "eps": -1.0}, ValueError, r"eps -1.0 must be finite"),
+    ({"input_shape": (4, 8), "normalized_dim": 1, "eps": 1e39, "dtype": torch.bfloat16}, ValueError,
+     r"eps 1e\+39 is out of f32's range \(magnitude at most 3\.40282e\+38\)"),
     ({"input_shape": (4, 8), "normalized_dim": 1, "dtype": torch.float64}, UnsupportedError,
      r"layernorm dtype torch.float64 is not supported"),
     ({"input_shape": (4, 8), "normalized_dim": 1, "mode": "fwd2"}, ValueError, r"mode 'fwd2' must be 'fwd' or 'bwd'"),

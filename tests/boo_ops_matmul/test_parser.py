@@ -116,7 +116,7 @@ def test_log_prefix_and_program_are_stripped():
     MatmulSignature(m=1, n=1, k=1),
     MatmulSignature(m=7, n=5, k=3, batch=3, trans_a=True, col_major=True, dtype=torch.float16),
     MatmulSignature(m=7, n=5, k=3, alpha=0.1, beta=-1e-05, trans_b=True),
-    MatmulSignature(m=7, n=5, k=3, alpha=1 / 3, beta=2.5e300),
+    MatmulSignature(m=7, n=5, k=3, alpha=1 / 3, beta=2.5e38),
     MatmulSignature(m=64, n=32, k=16, trans_b=True, bias=True, activation="silu", dtype=torch.bfloat16),
     MatmulSignature(m=4, n=4, k=4, batch=2, beta=1.0, bias=True, activation="relu", col_major=True),
 ], ids=lambda s: s.func_name)
@@ -190,12 +190,20 @@ def test_malformed_commands_name_the_flag(line, pattern, flag):
     ({"k": 2.5}, ValueError, r"k must be a positive integer, got 2.5"),
     ({"batch": True}, ValueError, r"batch must be a positive integer, got True"),
     ({"alpha": float("inf")}, ValueError, r"alpha must be finite, got inf"),
+    ({"beta": 1e39, "dtype": torch.float16}, ValueError, r"beta 1e\+39 is out of f32's range"),
     ({"activation": "tanh"}, UnsupportedError, r"activation 'tanh' is not supported; use None, relu, gelu, silu"),
     ({"dtype": torch.float64}, UnsupportedError, r"matmul dtype torch.float64 is not supported"),
 ])
 def test_invalid_signatures_are_refused(fields, error, pattern):
     with pytest.raises(error, match=pattern):
         MatmulSignature(**{"m": 2, "n": 2, "k": 2, **fields})
+
+
+def test_alpha_and_beta_may_exceed_the_half_range_the_epilogue_runs_in_float32():
+    """The epilogue runs in float32 whatever the dtype: -A 1e5 is a valid f16 gemm (MIOpen's
+    alpha and beta are floats too)."""
+    signature = BooOpRegistry.parse_command("gemmfp16 -m 4 -n 4 -k 4 -A 1e5 -B 3e38")
+    assert (signature.alpha, signature.beta) == (1e5, 3e38)
 
 
 def test_flops_bytes_and_accumulation_length():
@@ -217,6 +225,10 @@ def test_flops_bytes_and_accumulation_length():
      r"\(2147483647, 2147483647\) would take 1\.84e\+19 bytes", None),
     ("gemm -m 65536 -n 65536 -k 1 -b 65536", r"tensor out of shape \(65536, 65536, 65536\) would take 1\.13e\+15 bytes",
      None),
+    ("gemm -m 4 -n 4 -k 4 -A 1e39", r"^alpha 1e\+39 is out of f32's range \(magnitude at most 3\.40282e\+38\), the "
+     r"dtype the kernel computes it in \(flag -A/--alpha\)$", "-A/--alpha"),
+    ("gemmbfp16 -m 4 -n 4 -k 4 -B -3.5e38", r"^beta -3\.5e\+38 is out of f32's range \(magnitude at most "
+     r"3\.40282e\+38\)", "-B/--beta"),
 ])
 def test_hostile_commands_are_refused_by_name(command, pattern, flag):
     with pytest.raises(CommandError, match=pattern) as info:

@@ -27,6 +27,8 @@ MAX_JSON_BYTES = 1 << 20
 MAX_SPEC_BYTES = 16 << 20
 MAX_COMMANDS_BYTES = 64 << 20
 MAX_CSV_BYTES = 256 << 20
+#: A kernel's MLIR or object file (a substitution's, IREE's dumps): a large kernel's run to tens of MiB.
+MAX_KERNEL_FILE_BYTES = 256 << 20
 
 _KIND_NAMES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))

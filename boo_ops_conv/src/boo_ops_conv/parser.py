@@ -20,7 +20,7 @@ import torch
 
 from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, UnsupportedError
 from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
-from boo_core.signatures.flags import integer, non_negative, one_of, positive, text, upper
+from boo_core.signatures.flags import INT32_MAX, integer, non_negative, one_of, positive, text, upper
 from boo_core.signatures.parser import format_command
 
 from . import layouts
@@ -102,6 +102,7 @@ _SPATIAL_FLAGS = {
 }
 _AXES = {1: "w", 2: "hw", 3: "dhw"}
 _MODE_BITS = {"fwd": 1, "bwd": 2, "wrw": 4, "bwd_bias": 8}
+_AXIS_NAMES = {"d": "depth", "h": "height", "w": "width"}
 
 
 class ConvParser(CommandParser):
@@ -149,6 +150,10 @@ class ConvParser(CommandParser):
                 extent = size + 2 * pad - dilation * (window - 1)
             flags.require(names[0], extent >= 1, f"with filter {window}, padding {pad}, stride {stride} and "
                                                    f"dilation {dilation} leaves no output")
+            output = extent if transposed else (extent - 1) // stride + 1
+            flags.require(names[0], output <= INT32_MAX, f"with filter {window}, padding {pad}, stride {stride} and "
+                                                         f"dilation {dilation} gives an output {_AXIS_NAMES[axis]} "
+                                                         f"of {output}, above 2**31-1")
 
         kernel_shape = (c, k // groups) if transposed else (k, c // groups)
         layout = {name: flags[name] or layouts.LOGICAL[rank] for name in ("in_layout", "fil_layout", "out_layout")}

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.flags import INT32_MAX
 
 from . import layouts
 
@@ -136,6 +137,10 @@ class ConvSignature(Signature):
         if min(self.output_spatial) < 1:
             raise ValueError(f"input {tuple(spatial)} with window {self.window}, padding {self.padding}, "
                              f"stride {self.stride}, dilation {self.dilation} leaves no output")
+        for index, size in enumerate(self.output_spatial):
+            if size > INT32_MAX:  # MIOpen's sizes are C ints, and so are kernels' launch sizes
+                raise ValueError(f"output spatial dimension {index} is {size} (input {tuple(spatial)}, window "
+                                 f"{self.window}, padding {self.padding}, stride {self.stride}): above 2**31-1")
 
     # -- geometry -------------------------------------------------------------------------------
 

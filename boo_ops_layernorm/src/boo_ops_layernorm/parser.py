@@ -35,8 +35,9 @@ from boo_core import CommandError, CommandParser, Flag, FlagKind, ParsedFlags, U
 from boo_core.signatures.dtypes import DTYPE_TO_SUFFIX
 from boo_core.signatures.flags import INT32_MAX, OutOfRange, integer, non_negative, number, one_of, positive, upper
 from boo_core.signatures.parser import format_command
+from boo_core.signatures.signature import representable_problem
 
-from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature
+from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature, stats_dtype
 
 KERNEL, RUN = FlagKind.KERNEL, FlagKind.RUN
 
@@ -114,6 +115,8 @@ class LayerNormParser(CommandParser):
         if not (math.isfinite(flags["eps"]) and flags["eps"] >= 0):
             raise CommandError(f"flag {flags.label('eps')} {flags['eps']} must be finite and not negative",
                                flag=flags.label("eps"))
+        problem = representable_problem(flags["eps"], stats_dtype(dtype))
+        flags.require("eps", problem is None, f"{problem}, the dtype the variance is computed in")
         weight, bias = _affine(flags)
         common = dict(input_shape=shape, normalized_dim=flags["normalized_dim"], weight=weight, bias=bias,
                       eps=flags["eps"], dtype=dtype)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -11,6 +11,7 @@ import torch
 
 from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.signature import require_representable
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The gradients a backward kernel can return, in output order.
@@ -63,6 +64,7 @@ class LayerNormSignature(Signature):
             raise ValueError(f"eps {self.eps} must be finite and not negative")
         if self.dtype not in FLOAT_DTYPES:
             raise UnsupportedError(f"layernorm dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
+        require_representable(self, stats_dtype(self.dtype), "eps")  # added to the variance, in the stats dtype
         if self.mode not in ("fwd", "bwd"):
             raise ValueError(f"mode {self.mode!r} must be 'fwd' or 'bwd'")
         set_("gradients", self._checked_gradients())
@@ -245,6 +247,14 @@ class LayerNormSignature(Signature):
             costs = {"dx": 9 + self.weight, "dw": 2, "db": 1}
             per_element = sum(costs[g] for g in self.gradients)
         return per_element * math.prod(self.input_shape)
+
+    def error_scales(self, args: Sequence[torch.Tensor]) -> Mapping[str, float]:
+        """The forward mean's error scales with the mean of |x| (a row of both signs can
+        average to nearly 0), not with the mean itself."""
+        if self.mode != "fwd" or not args or not args[0].numel():
+            return {}
+        x = args[0].detach().to(torch.float64).reshape(self.rows, self.row_length)
+        return {"mean": x.abs().mean(1).max().item()}
 
     @property
     def accumulation_length(self) -> int:

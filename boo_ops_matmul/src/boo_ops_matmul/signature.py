@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
-from boo_core.signatures.signature import require_finite, require_positive
+from boo_core.signatures.signature import require_finite, require_positive, require_representable
 
 #: Activations a matmul may apply last (the linear-layer epilogue). ``gelu`` is the exact (erf) form.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -24,6 +24,11 @@ def check_activation(activation: str | None) -> None:
     if activation is not None and activation not in ACTIVATIONS:
         raise UnsupportedError(f"activation {activation!r} is not supported; use None, "
                                + ", ".join(ACTIVATIONS))
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype products accumulate in and the epilogue (alpha, beta) runs in: at least float32."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class MatmulSignature(Signature):
         for name in ("trans_a", "trans_b", "col_major", "bias"):
             object.__setattr__(self, name, bool(getattr(self, name)))
         require_finite(self, "alpha", "beta")  # -0.0 becomes 0.0: beta == 0 means no C either way
+        require_representable(self, accumulation_dtype(self.dtype), "alpha", "beta")
         check_activation(self.activation)
         if self.dtype not in DTYPES:
             raise UnsupportedError(f"matmul dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
@@ -119,7 +125,7 @@ class MatmulSignature(Signature):
         return [TensorSpec("out", self.output_shape, self.dtype, "col-major" if self.col_major else None)]
 
     def reference(self, a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        accumulate = torch.promote_types(a.dtype, torch.float32)
+        accumulate = accumulation_dtype(a.dtype)
         y = torch.matmul(self._logical(a, self.trans_a).to(accumulate), self._logical(b, self.trans_b).to(accumulate))
         return self.epilogue(y, rest, accumulate).to(a.dtype)
 

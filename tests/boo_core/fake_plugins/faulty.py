@@ -217,6 +217,38 @@ PATTERN_SIGNATURES_RAISE = registers(variant("bad_signatures", fusion_patterns=(
 PATTERN_LAUNCH_RAISES = registers(variant("bad_launch", fusion_patterns=(LaunchRaises(),)))
 
 
+class ExitsInMatch(LaunchRaises):
+    """Takes ``aten.sin``, then calls ``sys.exit`` when offered a node."""
+
+    name = "exit_a_match.sin"
+
+    def match(self, node):
+        sys.exit(4)
+
+
+class ExitsInSignatures(LaunchRaises):
+    """Matches ``aten.sin``, then calls ``sys.exit`` to say which kernels it needs."""
+
+    name = "exit_b_signatures.sin"
+
+    def signatures(self, spec, inputs):
+        sys.exit(5)
+
+
+class ExitsInLaunch(LaunchRaises):
+    """Matches ``aten.sin`` and calls ``sys.exit`` at run time."""
+
+    name = "exit_c_launch.sin"
+
+    def launch(self, spec, inputs):
+        sys.exit(6)
+
+
+PATTERN_EXITS_IN_MATCH = registers(variant("exit_a_match", fusion_patterns=(ExitsInMatch(),)))
+PATTERN_EXITS_IN_SIGNATURES = registers(variant("exit_b_signatures", fusion_patterns=(ExitsInSignatures(),)))
+PATTERN_EXITS_IN_LAUNCH = registers(variant("exit_c_launch", fusion_patterns=(ExitsInLaunch(),)))
+
+
 class PatternSpec:
     """Builds an op whose fusion_patterns field is ``patterns`` (validation refuses it)."""
 
@@ -251,6 +283,13 @@ def _raise(error: BaseException):
     return function
 
 
+def _exit(code: int):
+    def function(*args):
+        sys.exit(code)
+
+    return function
+
+
 FLAGS_INT = registers(variant("flags_int", compile_flags=lambda s, t: 42))
 FLAGS_RAISE = registers(variant("flags_raise", compile_flags=_raise(RuntimeError("flags exploded on purpose"))))
 FLAGS_NOT_FLAGS = registers(variant("flags_text", compile_flags=lambda s, t: ["O3"]))
@@ -262,6 +301,9 @@ FORMULATIONS_GENERATOR = registers(variant("forms_gen", formulations=_generated_
 MLIR_INT = registers(variant("mlir_int", formulations=lambda s, t: (Formulation("own", mlir=lambda: 42),)))
 MLIR_INT_THEN_DEFAULT = registers(variant("mlir_then_default", formulations=lambda s, t: (
     Formulation("own", mlir=lambda: 42), Formulation("default"))))
+FLAGS_EXIT = registers(variant("flags_exit", compile_flags=_exit(5)))
+FORMULATIONS_EXIT = registers(variant("forms_exit", formulations=_exit(6)))
+MLIR_EXIT = registers(variant("mlir_exit", formulations=lambda s, t: (Formulation("own", mlir=_exit(7)),)))
 REFERENCE_RAISES = registers(variant("ref_raises", formulations=lambda s, t: (
     Formulation("default", computation=_raise(ValueError("reference exploded on purpose"))),)))
 
@@ -271,6 +313,14 @@ class ParserBug(ScaleParser):
         return [1 / 0]
 
 
+class ParserExits(ScaleParser):
+    def build(self, flags, *, base, dtype):
+        sys.exit("the parser gave up")
+
+
+_PARSER_EXIT = variant("parser_exit")
+PARSER_EXIT = registers(replace(_PARSER_EXIT, parser=type("parser_exit_parser", (ParserExits,), {
+    "signature_class": _PARSER_EXIT.signature_class})()))
 _PARSER_BUG = variant("parser_bug")
 PARSER_BUG = registers(replace(_PARSER_BUG, parser=type("parser_bug_parser", (ParserBug,), {
     "signature_class": _PARSER_BUG.signature_class})()))

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..errors import BooError, BooFallbackWarning
+from ..errors import BooError, BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
 from ..settings import get_settings
 from .patterns import FusionPattern
 
@@ -60,11 +60,15 @@ class KernelCall:
     def __call__(self, *inputs: torch.Tensor) -> Any:
         try:
             return self._conformed(self.pattern.launch(self.spec, inputs))
-        except Exception as e:  # BooError, or a pattern's bug: PyTorch computes it instead
-            if get_settings().compile_strict:
+        except BaseException as e:  # BooError, or a pattern's bug (sys.exit() too): PyTorch computes it instead
+            if not is_plugins_failure(e):
                 raise
+            if get_settings().compile_strict:
+                if isinstance(e, Exception):
+                    raise
+                raise PluginExit(f"pattern {self.pattern.name}: {describe_error(e)}") from e
             if not self._warned:
-                warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({type(e).__name__}: {e}); "
+                warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({describe_error(e)}); "
                               "computing it with PyTorch", BooFallbackWarning, stacklevel=2)
                 self._warned = True
         return self._conformed(self.pattern.reference(self.spec, inputs))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx
 
-from ..errors import BooFallbackWarning
+from ..errors import BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
 from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import get_launchable
 from ..settings import get_settings
@@ -80,8 +80,10 @@ def _match(pattern: FusionPattern, node: torch.fx.Node, taken: set[torch.fx.Node
             problem = f"pattern {pattern.name} returned {type(match).__name__}, not a FusionMatch"
         else:
             problem = _problem(pattern, match, node.graph, taken)
-    except Exception as e:
-        problem = f"pattern {pattern.name} failed to match: {type(e).__name__}: {e}"
+    except BaseException as e:  # sys.exit() included: the pattern's failure; an interrupt is the user's
+        if not is_plugins_failure(e):
+            raise
+        problem = f"pattern {pattern.name} failed to match: {describe_error(e)}"
     if problem:
         _refuse(report, node, problem)
         return None
@@ -125,12 +127,17 @@ def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphRepo
             launchable = get_launchable(signature, inputs[0].device)
             if launchable.substitution is not None:
                 report.substituted[signature.func_name] = launchable.substitution.label
-    except Exception as e:  # BooError, or a pattern's bug: either way PyTorch computes these nodes
-        if get_settings().compile_strict:
+    except BaseException as e:  # BooError, or a pattern's bug (sys.exit() too): PyTorch computes these nodes
+        if not is_plugins_failure(e):
             raise
-        warnings.warn(f"BOO cannot take {pattern.name} here ({e}); it runs on the nested backend",
+        if get_settings().compile_strict:
+            if isinstance(e, Exception):
+                raise
+            raise PluginExit(f"pattern {pattern.name}: {describe_error(e)}") from e
+        said = str(e) if isinstance(e, Exception) else describe_error(e)
+        warnings.warn(f"BOO cannot take {pattern.name} here ({said}); it runs on the nested backend",
                       BooFallbackWarning, stacklevel=2)
-        _refuse(report, match.root, f"{type(e).__name__}: {e}")
+        _refuse(report, match.root, describe_error(e))
         return False
     return True
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..errors import PluginExit, describe_error, is_plugins_failure
+
 if TYPE_CHECKING:
     from ..signatures.signature import Signature
 
@@ -62,16 +64,25 @@ class Formulation:
         object.__setattr__(self, "flags", tuple(self.flags))
 
     def source(self, signature: Signature) -> str:
-        """The MLIR to compile (exports on every call: use only on a cache miss)."""
-        if self.mlir is not None:
-            text = self.mlir()
-            if not isinstance(text, str):
-                raise TypeError(f"formulation {self.name!r} of {signature.func_name}: mlir() returned "
-                                f"{type(text).__name__}, not str")
-            return text
-        from .export import export_mlir
+        """The MLIR to compile (exports on every call: use only on a cache miss). The op's
+        code runs here: what it raises that is not an ``Exception`` (``sys.exit()``) comes
+        out as :class:`~boo_core.errors.PluginExit`, a failure of this formulation."""
+        try:
+            if self.mlir is not None:
+                text = self.mlir()
+                if not isinstance(text, str):
+                    raise TypeError(f"formulation {self.name!r} of {signature.func_name}: mlir() returned "
+                                    f"{type(text).__name__}, not str")
+                return text
+            from .export import export_mlir
 
-        return export_mlir(signature, self.computation)
+            return export_mlir(signature, self.computation)
+        except Exception:
+            raise
+        except BaseException as e:
+            if not is_plugins_failure(e):
+                raise
+            raise PluginExit(describe_error(e)) from e
 
 
 def default_formulations(signature: Signature, target: object) -> Sequence[Formulation]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import pluggy
 
-from ..errors import PluginError
+from ..errors import PluginError, describe_error, is_plugins_failure
 from ..settings import get_settings
 from . import hookspecs
 from .opspec import OpSpec
@@ -72,16 +72,10 @@ class PluginFailure:
     error: BaseException
 
     def __str__(self) -> str:
-        error = f"{type(self.error).__name__}: {' '.join(str(self.error).split())}"  # one line
+        error = " ".join(describe_error(self.error).split())  # one line
         if self.stage == "reading":
             return f"Error reading the entry points of distribution {self.plugin.distribution}: {error}"
         return f"Error {self.stage} plugin {self.plugin.label}: {error}"
-
-
-def _isolated(error: BaseException) -> bool:
-    """Whether a plugin's error is the plugin's alone. Everything is (``SystemExit`` from a
-    ``sys.exit()`` at import included) except an interrupt, which is the user's."""
-    return not isinstance(error, KeyboardInterrupt)
 
 
 class BooPlugins:
@@ -121,7 +115,7 @@ class BooPlugins:
             try:
                 plugin = entry_point.load()
             except BaseException as e:
-                if not _isolated(e):
+                if not is_plugins_failure(e):
                     raise
                 self._fail(info, "importing", e)
                 continue
@@ -129,7 +123,9 @@ class BooPlugins:
         for item in _owners_first(loaded):
             try:
                 self._register(item.plugin, item.info)
-            except Exception as e:
+            except BaseException as e:  # pluggy reads the plugin's attributes: its code may run
+                if not is_plugins_failure(e):
+                    raise
                 self._fail(item.info, "validating", e)
 
     def register(self, plugin: object, name: str) -> PluginInfo:
@@ -137,8 +133,11 @@ class BooPlugins:
         info = PluginInfo(name)
         try:
             self._register(plugin, info)
-        except Exception as e:
-            raise PluginError(f"Error validating plugin {info.label}: {e}") from e
+        except BaseException as e:
+            if not is_plugins_failure(e):
+                raise
+            message = str(e) if isinstance(e, Exception) else describe_error(e)
+            raise PluginError(f"Error validating plugin {info.label}: {message}") from e
         return info
 
     def _register(self, plugin: object, info: PluginInfo) -> None:
@@ -157,7 +156,7 @@ class BooPlugins:
             if not self._pm.get_hookcallers(plugin):
                 raise PluginError(f"{_describe(plugin)} implements no BOO hook (a @hookimpl such as "
                                   "boo_register_ops); does the entry point name the plugin module?")
-        except Exception:
+        except BaseException:
             self._pm.unregister(plugin)
             raise
         self._info[key] = info
@@ -209,10 +208,10 @@ class BooPlugins:
                 registration.close(returned)
             except BaseException as e:
                 registration.open = False
-                if not _isolated(e):
+                if not is_plugins_failure(e):
                     raise
                 if plugin_key is not None:  # explicit registration: the caller wants the error
-                    raise PluginError(f"Error registering plugin {info.label}: {type(e).__name__}: {e}") from e
+                    raise PluginError(f"Error registering plugin {info.label}: {describe_error(e)}") from e
                 self._fail(info, "registering", e)
                 continue
             collected.extend((info, spec) for spec in registration.specs)
@@ -234,10 +233,10 @@ class BooPlugins:
                 if not all(isinstance(item, Substitution) for item in items if item is not None):
                     raise TypeError(f"returned {answer!r:.80}, not a Substitution, a sequence of them or None")
             except BaseException as e:  # sys.exit() included: the plugin's; an interrupt is the user's
-                if not _isolated(e):
+                if not is_plugins_failure(e):
                     raise
                 message = (f"plugin {info.label} failed in boo_kernel_substitutions for {signature.func_name}: "
-                           f"{type(e).__name__}: {e}")
+                           f"{describe_error(e)}")
                 if self.strict:
                     raise PluginError(f"{message} (BOO_STRICT_PLUGINS=1)") from e
                 logger.warning("%s; its substitutions are skipped", message)
@@ -323,13 +322,16 @@ def _describe(plugin: object) -> str:
 
 
 def call_blamed(info: PluginInfo, what: str, function: Callable[..., Any], *args: Any) -> Any:
-    """Call a plugin's function; any failure becomes a :class:`PluginError` naming the plugin."""
+    """Call a plugin's function; any failure (``sys.exit()`` included, not an interrupt)
+    becomes a :class:`PluginError` naming the plugin."""
     try:
         return function(*args)
     except PluginError:
         raise
-    except Exception as e:
-        raise PluginError(f"plugin {info.label} failed in {what}: {type(e).__name__}: {e}") from e
+    except BaseException as e:
+        if not is_plugins_failure(e):
+            raise
+        raise PluginError(f"plugin {info.label} failed in {what}: {describe_error(e)}") from e
 
 
 def _boo_entry_points(fail: Callable[[PluginInfo, str, BaseException], None]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from ..errors import BooError, CommandError, PluginError, UnknownOpError
+from ..errors import BooError, CommandError, PluginError, UnknownOpError, describe_error, is_plugins_failure
 from ..kernels.formulation import Formulation, check_formulations, default_formulations
 from ..signatures.dtypes import SUFFIX_TO_DTYPE
 from ..signatures.parser import ParsedCommand, tokenize
@@ -325,9 +325,11 @@ class OpRegistry:
             raise
         except (BooError, ValueError):
             raise
-        except Exception as e:  # the op's parser has a bug: say whose
+        except BaseException as e:  # the op's parser has a bug (or calls sys.exit()): say whose
+            if not is_plugins_failure(e):
+                raise
             raise PluginError(f"plugin {base.op.plugin.label} failed parsing {text!r:.200}: "
-                              f"{type(e).__name__}: {e}") from e
+                              f"{describe_error(e)}") from e
 
     def parse_signatures(self, command: str | Sequence[str]) -> list[Signature]:
         """Every signature a command runs (one per mode: ``-F 0`` may give several)."""

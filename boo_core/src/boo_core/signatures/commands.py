@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BooError, CommandError
+from ..files import MAX_COMMANDS_BYTES, FileRefused, read_text
 from ..plugins.registry import BooOpRegistry
 from .parser import ParsedCommand, tokenize
 
@@ -74,7 +75,9 @@ def read_command_file(path: str | Path) -> list[tuple[str, str]]:
     """``(source, command)`` pairs of a commands file, ``source`` being ``FILE:LINE``."""
     path = Path(path)
     try:
-        content = path.read_text()
+        content = read_text(path, MAX_COMMANDS_BYTES, what="commands file")
+    except FileRefused as e:  # a FIFO, a device, a directory, too large, not UTF-8: it says which
+        raise CommandFileError(str(e)) from None
     except OSError as e:
         raise CommandFileError(f"cannot read commands file {path}: {e.strerror or e}") from None
     if path.suffix.lower() == ".tsv":

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -103,6 +103,25 @@ def require_finite(signature: object, *names: str) -> None:
         if not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
         object.__setattr__(signature, name, value + 0.0)
+
+
+def representable_problem(value: float, dtype: torch.dtype) -> str | None:
+    """Why ``value`` cannot be held in floating ``dtype`` (its magnitude is beyond the
+    largest finite value), or None."""
+    largest = torch.finfo(dtype).max
+    if abs(value) > largest:
+        return f"is out of {short_name(dtype)}'s range (magnitude at most {largest:.6g})"
+    return None
+
+
+def require_representable(signature: object, dtype: torch.dtype, *names: str) -> None:
+    """Each field in ``names`` must be finite in ``dtype``, the dtype the kernel holds it in:
+    ``ValueError`` naming it and the range."""
+    for name in names:
+        value = getattr(signature, name)
+        problem = representable_problem(float(value), dtype)
+        if problem:
+            raise ValueError(f"{name} {value:g} {problem}, the dtype the kernel computes it in")
 
 
 def require_choice(signature: object, name: str, choices: Sequence[object]) -> None:
@@ -248,6 +267,13 @@ class Signature(abc.ABC):
     def accumulation_length(self) -> int:
         """How many products are summed into one output element (sets numeric tolerances)."""
         return 1
+
+    def error_scales(self, args: Sequence[torch.Tensor]) -> Mapping[str, float]:
+        """Per output name, the magnitude its rounding error scales with, for outputs where
+        that exceeds the output itself: a sum whose terms cancel (a mean of values of both
+        signs) carries the error of its terms. Numerics checks take the larger of this and
+        the output's own magnitude. None by default."""
+        return {}
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError, SubstitutionError
+from ..files import MAX_KERNEL_FILE_BYTES, read_text
 from ..kernels.compiler import compiler_version, reproducer, run_compile
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
@@ -110,7 +111,7 @@ def _dump(request: KernelRequest, directory: Path, passed_over: list[tuple[str, 
     (directory / "compile_commands.txt").write_text("\n".join(commands) + "\n")
     run_compile(mlir, targets, first, shown=commands[0])
     run_compile(targets, directory / "kernel.vmfb", second, shown=commands[1])
-    executables = _read_executables(targets.read_text(), dumps)
+    executables = _read_executables(read_text(targets, MAX_KERNEL_FILE_BYTES, what="translated executables"), dumps)
     files = _place_files(executables, dumps, directory)
     shutil.rmtree(scratch)
     index = _index(request, executables, files, commands, passed_over)
@@ -126,7 +127,7 @@ def _read_executables(translated: str, dumps: dict[str, Path]) -> list[Executabl
     earlier: dict[str, list[Executable]] = {}
     for kind in ("sources", "configurations"):
         for path in sorted(dumps[kind].glob("*.mlir")) if dumps[kind].is_dir() else ():
-            executable = parse_executable(path.read_text())
+            executable = parse_executable(read_text(path, MAX_KERNEL_FILE_BYTES, what="dumped executable"))
             earlier.setdefault(executable.name, []).append(executable)
     result = []
     for text in split_executables(translated).values():

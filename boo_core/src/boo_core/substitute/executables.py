@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SubstitutionError
+from ..files import MAX_KERNEL_FILE_BYTES, read_text
 from ..kernels.compiler import run_compile
 from ..kernels.target import Target
 from .mlir_text import Executable, parse_executable
@@ -50,7 +51,7 @@ def read_dumped_sources(directory: Path) -> dict[str, Executable]:
     in the module's order."""
     found = {}
     for path in sorted(directory.glob("*.mlir"), key=_module_order):
-        executable = parse_executable(path.read_text())
+        executable = parse_executable(read_text(path, MAX_KERNEL_FILE_BYTES, what="dumped executable"))
         found[executable.name] = executable
     return found
 

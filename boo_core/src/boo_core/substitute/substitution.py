@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SubstitutionError
+from ..errors import SubstitutionError, describe_error, is_plugins_failure
+from ..files import MAX_KERNEL_FILE_BYTES, FileRefused, read_bytes
 
 if TYPE_CHECKING:
     from .executables import KernelExecutables
@@ -113,10 +114,12 @@ class Substitution:
         files = {}
         for path in sorted(root.rglob("*")):
             relative = path.relative_to(root)
-            if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            if any(part.startswith(".") for part in relative.parts) or path.is_dir():
                 continue
-            try:
-                files[relative.as_posix()] = path.read_bytes()
+            try:  # a FIFO, a device or a huge file is refused, naming it, before it is read
+                files[relative.as_posix()] = read_bytes(path, MAX_KERNEL_FILE_BYTES, what="substitution file")
+            except FileRefused as e:
+                raise SubstitutionError(str(e)) from None
             except OSError as e:
                 raise SubstitutionError(f"substitution file {path} cannot be read: {e.strerror or e}") from None
         label = name or root.name
@@ -152,9 +155,11 @@ class Substitution:
             built = self.build(executables)  # type: ignore[misc]
         except SubstitutionError:
             raise
-        except Exception as e:
+        except BaseException as e:  # a library's generator calling sys.exit() fails this kernel, not the process
+            if not is_plugins_failure(e):
+                raise
             raise SubstitutionError(f"substitution {self.label}: building its files failed: "
-                                    f"{type(e).__name__}: {e}") from e
+                                    f"{describe_error(e)}") from e
         return _as_bytes(built, f"substitution {self.label}")
 
     def shown_path(self, relative: str) -> str:

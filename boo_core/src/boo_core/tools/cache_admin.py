@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kernels import cache
+from ..kernels.locks import entry_lock, lock_held
 from ..kernels.target import Target, host_cpu_fingerprint
 from .report import si
 
@@ -42,6 +43,7 @@ class EntryInfo:
     log: str = ""
     leftovers: int = 0  # temporary files a killed writer left
     problem: str = ""
+    only_leftovers: bool = False  # a complete entry whose one problem is its leftover temporary files
     substitution: str = ""  # the substitution whose executables the kernel holds (its label)
     busy: bool = False  # being compiled by another process now (its lock is held)
 
@@ -95,7 +97,7 @@ def describe_entry(directory: Path, *, check_lock: bool = True) -> EntryInfo:
             "not a directory (a file or a dangling link where an entry should be)"
         return EntryInfo(directory, _file_size(directory), problem=what)
     size, leftovers = _size(directory), len(cache.leftovers(directory))
-    if check_lock and cache.lock_held(directory.parent, directory.name):
+    if check_lock and lock_held(directory.parent, directory.name):
         return EntryInfo(directory, size, leftovers=leftovers, busy=True)
     info = _described(directory, size, leftovers)
     if info.problem:
@@ -104,7 +106,7 @@ def describe_entry(directory: Path, *, check_lock: bool = True) -> EntryInfo:
     if misplaced:
         return replace(info, problem=f"{', '.join(misplaced)}: a directory where a file should be")
     if leftovers:
-        return replace(info, problem=f"{leftovers} leftover temporary files")
+        return replace(info, problem=f"{leftovers} leftover temporary files", only_leftovers=not info.failure)
     return info
 
 
@@ -180,13 +182,20 @@ def clear(cache_dir: Path, target: Target | None = None, *, broken_only: bool = 
 
     With a target, broken entries whose target cannot be read are kept. With
     ``broken_only``, each entry is checked again under its lock: one that another process
-    was compiling, and has completed meanwhile, stays.
+    was compiling, and has completed meanwhile, stays; a complete entry whose only problem
+    is temporary files a killed writer left loses those files and stays (returned with
+    ``only_leftovers`` set and their size).
     """
     removed = []
     for entry in scan(cache_dir):
         if broken_only and not (entry.problem or entry.failure or entry.busy):
             continue
         if target is not None and not entry.matches(target):
+            continue
+        if broken_only and entry.only_leftovers:
+            size = _remove_leftovers(cache_dir, entry.directory)
+            if size is not None:
+                removed.append(replace(entry, size=size))
             continue
 
         def still_broken(path: Path = entry.directory) -> bool:
@@ -196,6 +205,19 @@ def clear(cache_dir: Path, target: Target | None = None, *, broken_only: bool = 
         if cache.remove_entry(cache_dir, entry.directory, still_broken if broken_only else None):
             removed.append(entry)
     return removed
+
+
+def _remove_leftovers(cache_dir: Path, directory: Path) -> int | None:
+    """Delete the temporary files a killed writer left in a complete entry, under its lock,
+    keeping the entry; their bytes, or None if the entry changed meanwhile."""
+    with entry_lock(cache_dir, directory.name):
+        if not describe_entry(directory, check_lock=False).only_leftovers:
+            return None
+        paths = cache.leftovers(directory)
+        size = sum(_file_size(path) for path in paths)
+        for path in paths:
+            cache.remove_path(path)
+    return size
 
 
 def summary_lines(entries: list[EntryInfo], tuned: int = 0) -> list[str]:

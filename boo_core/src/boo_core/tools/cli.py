@@ -6,10 +6,10 @@ their configurations), ``dump`` (their executables, for editing and substitution
 (``info``, ``clear``, ``path``), ``report`` (an HTML report of result CSVs). docs/cli.md
 is the reference.
 
-``driver``, ``numerics``, ``preload``, ``tune`` and ``dump`` take one command, or
-``--commands-file FILE`` plus arguments appended to each of its commands. Their own options
-are parsed first; every other argument belongs to the command. An argument after ``--``
-always does.
+``driver``, ``numerics``, ``preload``, ``tune`` and ``dump`` take one command, several
+commands each quoted as one argument, or ``--commands-file FILE``, plus arguments appended
+to each of them. Their own options are parsed first; every other argument belongs to the
+commands. An argument after ``--`` always does.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,13 +28,13 @@ from typing import TextIO
 import torch
 
 from ..cluster import ClusterError, RayUnavailable
-from ..errors import BooError, DeviceError
+from ..errors import BooError, DeviceError, is_plugins_failure
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
 from ..runtime.timing import timer_for
 from ..settings import get_settings, settings_override
-from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands
+from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands, deduplicate
 from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
 from . import cache_admin, html_report, tune
@@ -60,13 +61,15 @@ FAILED_EXIT, USAGE_EXIT = 1, 2
 _REFERENCE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 _COMMANDS_HELP = f"""\
-Commands: give one command (base argument and flags, as MIOpenDriver takes them), or
---commands-file FILE with one command per line ('#' comments and blank lines skipped,
-MIOpen log prefixes such as "MIOpen(HIP): Command [LogCmdConvolution] ./bin/MIOpenDriver"
-stripped, a repeated command run once). In a .tsv file, the first row is a header and the
-'{TSV_COMMAND_COLUMN}' column holds the commands. With a file, extra arguments are appended
-to every line: the last value of a flag wins, so '--in_layout NHWC' or '-F 1' overrides
-the file's. Put a command whose flags look like this tool's options after '--'.
+Commands: give one command (base argument and flags, as MIOpenDriver takes them), several
+commands each as one quoted argument ("gemm -m 64 -n 64 -k 64" "gemm -m 32 -n 32 -k 32",
+plain arguments after them appended to each), or --commands-file FILE with one command per
+line ('#' comments and blank lines skipped, MIOpen log prefixes such as "MIOpen(HIP):
+Command [LogCmdConvolution] ./bin/MIOpenDriver" stripped, a repeated command run once).
+In a .tsv file, the first row is a header and the '{TSV_COMMAND_COLUMN}' column holds the commands.
+With a file, extra arguments are appended to every line: the last value of a flag wins, so
+'--in_layout NHWC' or '-F 1' overrides the file's. Put a command whose flags look like this
+tool's options after '--'.
 """
 
 
@@ -88,9 +91,33 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _quoted_commands(arguments: Sequence[str]) -> list[Command] | None:
+    """Several arguments that each hold a whole command (``"gemm -m 64 ..." "gemm -m 32 ..."``):
+    one command each, the plain words after them appended to every one (as with a commands
+    file). None where the arguments are the words of one command."""
+    words = list(arguments)
+    if "--" in words:
+        words.remove("--")
+    quoted = 0
+    while quoted < len(words) and len(words[quoted].split()) > 1:
+        quoted += 1
+    if quoted == 0 or len(words) == 1:
+        return None
+    rest = words[quoted:]
+    stray = next((w for w in rest if len(w.split()) > 1), None)
+    if stray is not None:
+        raise UsageError(f"argument {stray!r} holds several words, after the plain argument {rest[0]!r}: give "
+                         "each command as one quoted argument, before any flags appended to all of them "
+                         "(or use --commands-file)")
+    extra = f" {shlex.join(rest)}" if rest else ""
+    return deduplicate([Command(text + extra, f"command line, command {number}")
+                        for number, text in enumerate(words[:quoted], 1)])
+
+
 def _commands(args: argparse.Namespace, extra: Sequence[str]) -> list[Command]:
     try:
-        commands = collect_commands(extra, args.commands_file)
+        commands = (_quoted_commands(extra) if args.commands_file is None else None) \
+            or collect_commands(extra, args.commands_file)
     except CommandFileError as e:
         raise UsageError(str(e)) from None
     if not commands:
@@ -104,8 +131,10 @@ def _csv(path: str | None, columns: Sequence[str]) -> CsvReport | contextlib.nul
     return CsvReport(path, columns) if path else contextlib.nullcontext()
 
 
-def _count(items: Sequence[object], noun: str) -> str:
-    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+def _count(items: Sequence[object] | int, noun: str) -> str:
+    """``3 commands``: how many ``items`` (or that number), and the noun."""
+    count = items if isinstance(items, int) else len(items)
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _check_device(device: str, with_boo: bool) -> None:
@@ -125,7 +154,9 @@ def _reported(result: CommandResult, print_result: Callable[[CommandResult, Text
     try:
         print_result(result, sys.stdout)
         rows = make_rows(result)
-    except Exception as e:  # a plugin's bug must not stop the batch
+    except BaseException as e:  # a plugin's bug must not stop the batch
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
         result = CommandResult(result.command, op=result.op, error=f"cannot report its results: {error_text(e)}")
         print_result(result, sys.stdout)
         rows = make_rows(result)
@@ -347,10 +378,16 @@ def _cmd_cache_clear(args: argparse.Namespace, extra: Sequence[str]) -> int:
         target = Target.parse(args.target) if args.target else None
     except BooError as e:
         raise UsageError(str(e)) from None
-    removed = cache_admin.clear(cache_dir, target, broken_only=args.broken)
+    cleared = cache_admin.clear(cache_dir, target, broken_only=args.broken)
+    removed = [e for e in cleared if not e.only_leftovers]
+    tidied = [e for e in cleared if e.only_leftovers]
     scope = (" broken or failed" if args.broken else "") + (f" compiled for {target.name}" if target else "")
     size = si(sum(e.size for e in removed), "B")
     print(f"removed {len(removed)} entries{scope} ({size}) from {cache_dir}")
+    if tidied:
+        entries = "entry, which stays" if len(tidied) == 1 else "entries, which stay"
+        print(f"removed leftover temporary files ({si(sum(e.size for e in tidied), 'B')}) from {len(tidied)} "
+              f"complete {entries}")
     return 0
 
 

@@ -11,16 +11,17 @@ and the run goes on. ``boo driver`` and ``boo numerics`` are thin layers over it
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import BooError
+from ..errors import BooError, describe_error, is_plugins_failure
 from ..runtime.timing import TimingStats, timer_for
 from ..signatures.commands import Command
-from ..signatures.signature import Signature
+from ..signatures.signature import Signature, TensorSpec
 from ..verify.numerics import Comparison, check_outputs
 from .backends import PreparedBackend, get_backend
 
@@ -111,7 +112,7 @@ def error_text(error: BaseException) -> str:
     """How the tools report an error: BOO's own messages as they are, others with their type."""
     if isinstance(error, BooError):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    return describe_error(error)
 
 
 def summarize(name: str, tensor: torch.Tensor) -> str:
@@ -140,20 +141,71 @@ def run_command(command: Command, options: DriverOptions) -> CommandResult:
             if iterations > MAX_COMMAND_ITERATIONS:
                 raise BooError(f"the command's -i/--iter is {iterations}: at most {MAX_COMMAND_ITERATIONS} "
                                "(the tool's --iter option overrides it)")
-    except Exception as e:  # BooError, or a plugin parser's bug: either way, the next command runs
+    except BaseException as e:  # BooError, or a plugin parser's bug: either way, the next command runs
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
         result.error = error_text(e)
         return result
     result.op = parsed.op
     device = torch.device(options.device)
     for signature in parsed.signatures:
         try:
+            problem = memory_problem(signature, device)
+            if problem:
+                raise BooError(f"{command.text}: {problem}")
             args = signature.get_sample_args(device=device, seed=options.seed, splat_value=options.splat_value)
-        except Exception as e:  # a plugin's bug must not end the run
-            result.runs += [BackendRun(signature, name, error=error_text(e)) for name in options.backends]
+        except BaseException as e:  # a plugin's bug must not end the run
+            if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                raise
+            error = error_text(e)
+            if _is_out_of_memory(e):
+                error = (f"{command.text}: cannot allocate the inputs of {signature.func_name} "
+                         f"({_gigabytes(_tensor_bytes(signature.input_specs()))}) on {device}: out of memory")
+            result.runs += [BackendRun(signature, name, error=error) for name in options.backends]
             continue
         for name in options.backends:
             result.runs.append(_run_backend(name, signature, args, device, iterations, options))
     return result
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory ``device`` has (the host's RAM for the CPU), or None if unknown."""
+    try:
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if device.type == "cuda":
+            return torch.cuda.get_device_properties(device).total_memory
+    except (OSError, ValueError, RuntimeError, AssertionError):
+        pass
+    return None
+
+
+def memory_problem(signature: Signature, device: torch.device) -> str | None:
+    """Why ``signature``'s inputs and outputs cannot all be held on ``device`` (more bytes
+    than it has memory), or None; checked before allocating, so that a command too large
+    for the device is refused rather than fail inside torch or be killed by the OOM killer."""
+    memory = device_memory(device)
+    needed = _tensor_bytes(signature.input_specs()) + _tensor_bytes(signature.output_specs())
+    if memory is None or needed <= memory:
+        return None
+    return (f"the tensors of {signature.func_name} take {_gigabytes(needed)} (inputs and outputs), "
+            f"more than the {_gigabytes(memory)} of memory of {device}")
+
+
+def _tensor_bytes(specs: Sequence[TensorSpec]) -> int:
+    return sum(spec.nbytes for spec in specs)
+
+
+def _gigabytes(count: int) -> str:
+    return f"{count / 1e9:.3g} GB"
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is torch failing to allocate (CUDA's OutOfMemoryError, the CPU
+    allocator's RuntimeError)."""
+    if isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
 
 
 def _run_backend(name: str, signature: Signature, args: Sequence[torch.Tensor], device: torch.device,
@@ -180,7 +232,9 @@ def _run_backend(name: str, signature: Signature, args: Sequence[torch.Tensor], 
                                warmup=options.warmup)
         if options.verify:
             run.comparisons = _check(prepared, signature, args, options.reference_dtype)
-    except Exception as e:  # any backend failure (export, Inductor, a plugin's bug) is reported, not fatal
+    except BaseException as e:  # any backend failure (export, Inductor, a plugin's bug) is reported, not fatal
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
         run.error = error_text(e)
     return run
 

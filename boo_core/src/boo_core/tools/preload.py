@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import torch
 
-from ..errors import BooError
+from ..errors import BooCacheWarning, BooError, is_plugins_failure
 from ..kernels import cache
 from ..kernels.chain import compile_formulations
 from ..kernels.target import Target
@@ -135,7 +136,9 @@ class CachePopulator:
         for command in self.commands:
             try:
                 signatures = command.parse().signatures
-            except Exception as e:  # a bad command is reported; the others still compile
+            except BaseException as e:  # a bad command is reported; the others still compile
+                if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                    raise
                 self.outcomes.append(PreloadOutcome(command.text, command.source, "", "", FAILED,
                                                     error=error_text(e)))
                 continue
@@ -251,9 +254,15 @@ def compile_kernel(job: _Job) -> PreloadOutcome:
     """Compile one signature's formulations for one target into the cache (runs in a worker)."""
     command, signature, target = job.command, job.signature, job.target
     try:
-        chain = compile_formulations(signature, Target.parse(target))
-    except Exception as e:  # a plugin's failure: reported against this kernel only
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", BooCacheWarning)  # why a kernel was not stored, said once per kernel
+            chain = compile_formulations(signature, Target.parse(target))
+    except BaseException as e:  # a plugin's failure: reported against this kernel only
+        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+            raise
         return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED, error=error_text(e))
+    finally:
+        cache_problems = _replay(caught)
     if not chain.ok:
         errors = "\n".join(f"{name}: {error_text(error)}" for name, error in chain.failed)
         first = chain.failed[0][1] if chain.failed else None
@@ -263,6 +272,25 @@ def compile_kernel(job: _Job) -> PreloadOutcome:
             reproducer = tuple(str(p) for p in (mlir, mlir.with_name(cache.COMMAND_FILE)) if p.exists())
         return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED,
                               error=errors, reproducer=reproducer)
+    if not chain.directory:  # compiled in memory only (the cache was not written): a preload that stored nothing
+        reason = "; ".join(dict.fromkeys(cache_problems)) or \
+            f"it was compiled in memory, without writing {get_settings().cache_dir}"
+        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED, chain.seconds,
+                              error=f"formulation {chain.serving} compiled, but was not stored in the cache: {reason}",
+                              formulation=chain.serving)
     status = COMPILED if chain.compiled else CACHE_HIT
     return PreloadOutcome(command.text, command.source, signature.func_name, target, status, chain.seconds,
                           chain.directory, formulation=chain.serving)
+
+
+def _replay(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The messages of the :class:`BooCacheWarning` among ``caught`` (which the caller
+    reports as a failure); every other warning is issued again, as if never caught."""
+    problems = []
+    for warning in caught:
+        if issubclass(warning.category, BooCacheWarning):
+            problems.append(str(warning.message))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno,
+                                   source=warning.source)
+    return problems

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import BooError
+from ..errors import BooError, is_plugins_failure
 from ..signatures.commands import Command
 from ..tune.peaks import Peaks, measure_peaks
 from ..tune.tuner import KernelTune, TuneOptions, Tuner, write_progress_bar
@@ -68,7 +68,9 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
     for command in commands:
         try:
             kernels += [(command.text, s) for s in command.parse().signatures]
-        except Exception as e:  # a bad line is reported; the others are tuned
+        except BaseException as e:  # a bad line is reported; the others are tuned
+            if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
+                raise
             print(f"error ({command.source}): {error_text(e)}")
             failed += 1
     tuner = Tuner(options, write_progress_bar(sys.stderr) if progress else None, sys.stderr if progress else None)

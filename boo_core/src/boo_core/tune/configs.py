@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompileError
+from ..files import MAX_SPEC_BYTES, FileRefused, read_text
 
 PARALLEL_LEVELS = ("workgroup", "subgroup", "distribution", "vector_common_parallel", "vector_inner_parallel")
 REDUCTION_LEVELS = ("reduction", "vector_reduction")
@@ -181,7 +182,11 @@ def compile_with_config(compile_command: Sequence[str], directory: Path, config:
                            f"{result.stderr.strip()[:2000]}", command=" ".join(command), recordable=True)
     applied = 0
     for path in sorted(dumped.glob("*.mlir")):
-        text = apply_config(path.read_text(), config)
+        try:  # the cache entry's folder: what another process put there is checked before it is read
+            configured = read_text(path, MAX_SPEC_BYTES, what="configured executable")
+        except FileRefused as e:
+            raise CompileError(f"cannot apply configuration {dict(config)}: {e}") from None
+        text = apply_config(configured, config)
         if text is not None:
             (edited / f"{executable_name(text)}.mlir").write_text(text)
             applied += 1

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..files import MAX_SPEC_BYTES, read_text
 from ..kernels.cache import atomic_write
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
@@ -135,7 +136,7 @@ def export_spec(path: Path, signatures: Sequence[Signature], target: str, device
         directory = request.directory
         configured = sorted((directory / "configurations").glob("*.mlir")) if directory else []
         for index, file in enumerate(configured):
-            text = file.read_text()
+            text = read_text(file, MAX_SPEC_BYTES, what="configured executable")  # FileRefused names it
             root, translation = _root_op(text), _TRANSLATION.search(text)
             if root is None or translation is None:
                 continue

@@ -51,20 +51,23 @@ class Comparison:
                 f"(rtol {self.tolerance.rtol:.2g}, atol {self.tolerance.atol:.3g}) {verdict}")
 
 
-def tolerance_for(dtype: torch.dtype, reference: torch.Tensor, accumulation_length: int = 1) -> Tolerance:
-    """The tolerance for a result of ``dtype`` whose float64 reference is ``reference``."""
+def tolerance_for(dtype: torch.dtype, reference: torch.Tensor, accumulation_length: int = 1,
+                  scale: float | None = None) -> Tolerance:
+    """The tolerance for a result of ``dtype`` whose float64 reference is ``reference``
+    (``scale``: the magnitude its error scales with, when larger than the reference's)."""
     eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
-    scale = reference.abs().max().item() if reference.numel() else 0.0
+    scale = max(reference.abs().max().item() if reference.numel() else 0.0, scale or 0.0)
     drift = 8 * torch.finfo(torch.float32).eps * math.sqrt(max(accumulation_length, 1))
     return Tolerance(rtol=2 * eps, atol=scale * (eps + drift))
 
 
 def compare(name: str, actual: torch.Tensor, reference: torch.Tensor, *, accumulation_length: int = 1,
-            tolerance: Tolerance | None = None) -> Comparison:
-    """Compare ``actual`` with a float64 ``reference`` of the same shape."""
+            tolerance: Tolerance | None = None, scale: float | None = None) -> Comparison:
+    """Compare ``actual`` with a float64 ``reference`` of the same shape (``scale``: see
+    :func:`tolerance_for`)."""
     if tuple(actual.shape) != tuple(reference.shape):
         raise ValueError(f"{name}: shape {tuple(actual.shape)} differs from the reference's {tuple(reference.shape)}")
-    tolerance = tolerance or tolerance_for(actual.dtype, reference, accumulation_length)
+    tolerance = tolerance or tolerance_for(actual.dtype, reference, accumulation_length, scale)
     a = actual.detach().to(torch.float64).cpu()
     r = reference.detach().to(torch.float64).cpu()
     error = (a - r).abs()
@@ -116,5 +119,7 @@ def check_outputs(signature: Signature, args: Sequence[torch.Tensor], outputs: S
     expected = reference_outputs(signature, args, reference_dtype)
     if len(outputs) != len(expected):
         raise ValueError(f"{signature.func_name}: {len(outputs)} outputs, the reference has {len(expected)}")
-    return [compare(spec.name, actual, ref, accumulation_length=signature.accumulation_length)
+    scales = signature.error_scales(args)
+    return [compare(spec.name, actual, ref, accumulation_length=signature.accumulation_length,
+                    scale=scales.get(spec.name))
             for spec, actual, ref in zip(signature.output_specs(), outputs, expected, strict=True)]

@@ -77,7 +77,9 @@ and backend); the kind of each file is told by its columns. The report holds a r
 known), per-kernel time bars (default, tuned and torch; or one per driver backend) with
 their ratios, and sortable tables of every row, wrong and failed runs flagged. Peaks come
 from the tune CSV's peak_tflops and peak_gbps columns; --peak-tflops and --peak-gbps
-override them. Exit status 2 for a missing file or a CSV of neither kind.
+override them. A compute peak below the best rate a correct run of the report reached is
+drawn at that rate instead, with a note. Exit status 2 for a missing file or a CSV of
+neither kind.
 
 Examples:
   boo report tune.csv -o report.html

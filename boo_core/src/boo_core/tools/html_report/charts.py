@@ -92,6 +92,17 @@ def roofline_points(kernels: Sequence[Kernel], series: Sequence[str] | None = No
     return points
 
 
+def raised_peak(points: Sequence[Point], peak_flops: float | None) -> tuple[float | None, Point | None]:
+    """The compute peak to draw: ``peak_flops`` or, where a correct measurement went faster
+    (a peak measured once, by another matmul, is no ceiling), the best measured rate; and
+    the point that raised it (None where none did). An unknown peak stays unknown."""
+    correct = [p for p in points if p.ok and math.isfinite(p.flop_s)]
+    best = max(correct, key=lambda p: p.flop_s, default=None)
+    if peak_flops and best is not None and best.flop_s > peak_flops:
+        return best.flop_s, best
+    return peak_flops, None
+
+
 @dataclass
 class Roofline:
     """The roofline chart's layout: log axes covering the points, the peaks and the ridge.

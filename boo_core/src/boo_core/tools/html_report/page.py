@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from .charts import Bars, Roofline, hatch_pattern, legend, roofline_points
+from .charts import Bars, Roofline, hatch_pattern, legend, raised_peak, roofline_points
 from .results import Kernel, Kind, Results, Timed, achieved_flops, is_wrong
 from .svg import duration, ratio, si, text
 
@@ -220,7 +220,9 @@ def _rows_table(section: Section) -> str:
 def _section_html(index: int, section: Section, given: Peaks) -> str:
     recorded, peaks_note = section.recorded_peaks()
     peaks = recorded.override(given)
-    peak_flops, peak_bandwidth = peaks.flops, peaks.bandwidth
+    points = roofline_points(section.kernels)
+    peak_flops, raiser = raised_peak(points, peaks.flops)
+    peak_bandwidth = peaks.bandwidth
     names = ", ".join(r.path.name for r in section.results)
     kind = "Tuning" if section.kind == "tune" else "Driver"
     parts = [f'<section class="results {section.kind}" id="{section.kind}">',
@@ -228,12 +230,16 @@ def _section_html(index: int, section: Section, given: Peaks) -> str:
     parts.append(f'<p class="facts">{text(_facts(section, peak_flops, peak_bandwidth))}</p>')
     if peaks_note and not (given.flops and given.bandwidth):
         parts.append(f'<p class="note">{text(peaks_note)}</p>')
+    if raiser is not None and peaks.flops:
+        raised = (f"The compute peak given or recorded ({si(peaks.flops, 'FLOP/s')}) is below the best rate "
+                  f"measured here ({si(raiser.flop_s, 'FLOP/s')}: {raiser.series}, {raiser.kernel}); the roof is "
+                  "drawn at the measured rate.")
+        parts.append(f'<p class="note peak-raised">{text(raised)}</p>')
     warnings = [f"{k.name}: {w}" for k in section.kernels for w in k.warnings]
     if warnings:
         items = "".join(f"<li>{text(w)}</li>" for w in warnings)
         parts.append(f'<div class="warnings"><strong>Flagged</strong><ul>{items}</ul></div>')
     series = section.series
-    points = roofline_points(section.kernels)
     parts.append("<h3>Roofline</h3>")
     if points:
         roofline = Roofline(points, peak_flops, peak_bandwidth)

@@ -8,6 +8,7 @@ Each file becomes a :class:`Results`: its rows as read, and per kernel the times
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import BooError
+from ...files import MAX_CSV_BYTES, FileRefused, read_bytes
 from ..tune import TUNE_COLUMNS
 
 __all__ = ["TUNE_COLUMNS", "Kernel", "Results", "ResultsFileError", "Timed", "baseline_row", "read_results"]
@@ -115,12 +117,15 @@ def read_results(path: str | Path) -> Results:
     """Read a ``boo tune`` or ``boo driver`` CSV; ResultsFileError names what is wrong with it."""
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            columns = list(reader.fieldnames or [])
-            rows = [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+        # Checked before reading: a FIFO or /dev/zero would hang the report, a huge file exhaust memory.
+        text = read_bytes(path, MAX_CSV_BYTES, what="results CSV").decode("utf-8-sig")  # a spreadsheet's BOM: dropped
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        columns = list(reader.fieldnames or [])
+        rows = [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
     except FileNotFoundError:
         raise ResultsFileError(f"{path}: no such file") from None
+    except FileRefused as e:  # its message names the file and why
+        raise ResultsFileError(str(e)) from None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ResultsFileError(f"{path}: cannot read it as CSV: {e}") from None
     if not columns:
