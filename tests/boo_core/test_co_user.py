@@ -152,9 +152,13 @@ def test_a_key_the_co_user_made_first_refuses_the_cache_and_nothing_planted_runs
         result = subprocess.run([str(boo), "driver", "--backend", "boo", "gemm", "-m", "4", "-n", "4", "-k", "4"],
                                 env={**os.environ, "BOO_CACHE_DIR": str(shared_dir)}, capture_output=True,
                                 text=True, timeout=300)
+        info = subprocess.run([str(boo), "cache", "info"], env={**os.environ, "BOO_CACHE_DIR": str(shared_dir)},
+                              capture_output=True, text=True, timeout=300)
     assert not marker.exists()
     assert result.returncode != 0
     assert "belongs to uid" in result.stdout + result.stderr and "Traceback" not in result.stderr
+    assert info.returncode == 1 and "boo cache: error: the kernel cache's integrity key" in info.stderr
+    assert "Traceback" not in info.stderr
 
 
 def test_under_this_users_key_a_co_users_planted_kernel_verdict_plan_and_record_are_refused(co_user, shared_dir):
