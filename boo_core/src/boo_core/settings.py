@@ -162,7 +162,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("compile_timeout", "BOO_COMPILE_TIMEOUT", _seconds, _const(900.0), "`900`",
             "seconds one iree-compile may take before it is stopped and reported"),
     Setting("lock_timeout", "BOO_LOCK_TIMEOUT", _seconds, _const(1200.0), "`1200`",
-            "seconds to wait for another process compiling the same kernel"),
+            "seconds to wait for another process compiling the same kernel before compiling it in memory (a stopped "
+            "holder is given up on after 5 s)"),
     Setting("cpu_driver", "BOO_CPU_DRIVER", _choice("auto", "local-sync", "local-task"), _const("auto"), "`auto`",
             "`local-sync` (inline), `local-task` (threads), or `auto`: small kernels inline"),
     Setting("cuda_target", "BOO_CUDA_TARGET", _text_or_none, _const(None), "from the GPU",

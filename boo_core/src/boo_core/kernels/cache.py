@@ -37,10 +37,9 @@ Processes asking for one new key compile it once: the first takes the entry's lo
 under ``.locks``, outside the entries that ``boo cache clear`` deletes) and compiles, the
 others wait and then find the entry complete. A waiter whose lock holder is stopped, or
 still holds the lock after ``BOO_LOCK_TIMEOUT`` seconds, compiles in memory with a warning
-(:mod:`.locks`). The
-compiler writes the kernel to a pipe, and BOO writes it into the entry: a cache that cannot
-be written (read-only, full, not a directory) still serves, the kernel compiled in memory,
-with a :class:`BooCacheWarning`.
+(:mod:`.locks`). The compiler writes the kernel to a pipe, and BOO writes it into the
+entry: a cache that cannot be written (read-only, full, not a directory) still serves, the
+kernel compiled in memory, with a :class:`BooCacheWarning`.
 """
 
 from __future__ import annotations

@@ -108,6 +108,7 @@ class Launchable:
             logger.info("%s: cached kernel at %s unusable (%s); recompiling", self.signature.func_name,
                         kernel.directory, e)
             kernel = self.request.fetch(rebuild=True)
+            self.trusted = kernel.trusted
             try:
                 loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
             except ValueError as again:
