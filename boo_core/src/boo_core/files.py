@@ -9,18 +9,27 @@ checked on the open descriptor (no race between check and read) to be a regular 
 most ``limit`` bytes and, with ``owner``, to belong to that user and be writable by no one
 else, and read once, up to the limit. What fails raises :class:`FileRefused`, an ``OSError``
 whose message names the file and the reason.
+
+Two things BOO's own writers share live here too: :data:`TEMP_SUFFIX`, the suffix of the
+temporary files they rename into place, and :func:`remove_path`, how they clear a file (or
+a directory) of theirs that stands where another file must go.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat
 from pathlib import Path
 
 from .errors import BooError
 
-__all__ = ["FileRefused", "describe_owner", "read_bytes", "read_text", "size_text"]
+__all__ = ["TEMP_SUFFIX", "FileRefused", "describe_owner", "read_bytes", "read_text", "remove_path", "size_text"]
+
+#: The suffix of a file being written, before it is renamed into place.
+TEMP_SUFFIX = ".tmp"
 
 #: Size limits for the files BOO reads, by kind (none of BOO's own is near its limit).
 MAX_JSON_BYTES = 1 << 20
@@ -117,3 +126,12 @@ def _check(path: Path, info: os.stat_result, limit: int, what: str, owner: int |
                           "whose files alone BOO trusts here")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise FileRefused(f"{what} {path} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o})")
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file, a symlink, or a directory where a file should be."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+            path.unlink()

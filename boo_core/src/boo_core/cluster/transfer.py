@@ -26,7 +26,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..kernels import cache, integrity
-from ..kernels.launch_plan import PLAN_FILE
+from ..kernels.launch_plan import PLAN_FILE, plan_purpose
+from ..tune.database import TUNING_DIR, record_purpose
 from ..verify.verdicts import VERDICTS_FILE, seal_verdict
 
 #: Files whose content names paths in the cache, and how those are rewritten.
@@ -234,15 +235,12 @@ def reseal(root: Path, relative: str, data: bytes) -> bytes:
     the cache at ``root``: a launch plan or a tuning record. Other files are returned as
     they are; verdicts are merged by :func:`_merge_verdicts`."""
     parts = PurePosixPath(relative).parts
-    if parts[-1] == PLAN_FILE:
-        value = _json(data)
-        purpose = f"launch plan {value.get('kernel_sha256')}" if value is not None else ""
-    elif len(parts) == 2 and parts[0] == "tuning" and parts[1].endswith(".json"):
-        value, purpose = _json(data), f"tuning record {parts[1]}"
-    else:
-        return data
+    record = len(parts) == 2 and parts[0] == TUNING_DIR and parts[1].endswith(".json")
+    value = _json(data) if parts[-1] == PLAN_FILE or record else None
     if value is None:
         return data
+    purpose = plan_purpose(str(value.get("kernel_sha256"))) if parts[-1] == PLAN_FILE else \
+        record_purpose(Path(relative))
     secret = integrity.integrity_key(root, create=True) or b""
     return (json.dumps(integrity.seal(secret, purpose, value), indent=2, sort_keys=True) + "\n").encode()
 

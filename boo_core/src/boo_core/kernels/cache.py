@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BooCacheWarning, CacheError, CacheUntrusted, CacheUnwritable, CompileError  # noqa: F401 (re-exported)
-from ..files import read_bytes
-from .integrity import KEY_FILE, integrity_key, integrity_tag, key_owner
+from ..files import TEMP_SUFFIX, read_bytes, remove_path
+from .integrity import KEY_FILE, integrity_key, integrity_tag, read_only
 from .locks import LOCKS_DIR, EntryLocked, entry_lock, lock_held, lock_path  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,6 @@ META_FILE = "meta.json"
 FAILED_FILE = "failed.json"
 VERDICTS_FILE = "verdicts.json"
 ENTRY_FILES = (KERNEL_FILE, MLIR_FILE, COMMAND_FILE, LOG_FILE, META_FILE, FAILED_FILE, VERDICTS_FILE)
-TEMP_SUFFIX = ".tmp"
 _PREFIX_LENGTH = 64
 _DIGEST_LENGTH = 24  # hex digits of the key's digest in an entry's directory name
 _ENTRY_NAME = re.compile(rf"^.+-[0-9a-f]{{{_DIGEST_LENGTH}}}$")
@@ -178,15 +177,6 @@ def _file_size(path: Path) -> int | None:
     except OSError:
         return None
     return info.st_size if stat.S_ISREG(info.st_mode) else None
-
-
-def remove_path(path: Path) -> None:
-    """Remove a file, a symlink, or a directory where a file should be."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
-            path.unlink()
 
 
 # -- entries ----------------------------------------------------------------------------------------
@@ -340,7 +330,7 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
         if found is not None:
             return found
         _raise_recorded_failure(entry)
-    if key_owner() != os.geteuid():  # a shared cache (BOO_CACHE_OWNER): read, never written
+    if read_only():  # a shared cache (BOO_CACHE_OWNER): read, never written
         logger.info("%s is not in the shared cache %s; compiling it in memory", key.prefix, cache_dir)
         return build_uncached(key, build, details)
     try:

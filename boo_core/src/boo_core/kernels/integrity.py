@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheUntrusted, CacheUnwritable
-from ..files import FileRefused, describe_owner, read_bytes
+from ..files import TEMP_SUFFIX, FileRefused, describe_owner, read_bytes, remove_path
 
-__all__ = ["KEY_FILE", "TAG_FIELD", "integrity_key", "integrity_tag", "key_owner", "seal", "unseal"]
+__all__ = ["KEY_FILE", "TAG_FIELD", "integrity_key", "integrity_tag", "key_owner", "read_only", "seal", "unseal"]
 
 KEY_FILE = ".integrity-key"
 #: The field of a sealed JSON object that holds its tag.
 TAG_FIELD = "hmac"
 _SECRET_BYTES = 32
-_TEMP_SUFFIX = ".tmp"
 
 _secrets: dict[Path, bytes] = {}
 
@@ -46,12 +45,18 @@ def key_owner() -> int:
     return os.geteuid() if owner is None else owner
 
 
+def read_only() -> bool:
+    """Whether this process only reads the cache: ``BOO_CACHE_OWNER`` names another user,
+    whose signed entries it uses and into whose cache it writes nothing."""
+    return key_owner() != os.geteuid()
+
+
 def integrity_key(cache_dir: Path, *, create: bool = False, fresh: bool = False) -> bytes | None:
     """The secret of the cache under ``cache_dir`` (made on its first write, with
     ``create``); None when it has none yet. It is read once per process, or again with
     ``fresh`` (another process may have replaced a damaged one). Raises
     :class:`CacheUntrusted` for a key another user made or can read."""
-    if create and key_owner() != os.geteuid():
+    if create and read_only():
         raise CacheUnwritable(f"the cache {cache_dir} is {describe_owner(key_owner())}'s (BOO_CACHE_OWNER): this "
                               "process only reads what its owner signed, and writes nothing there")
     secret = None if fresh else _secrets.get(cache_dir)
@@ -85,7 +90,7 @@ def _read_secret(path: Path) -> bytes | None:
                              "(remove the link)")
     if not stat.S_ISREG(info.st_mode):
         return None  # this user's own file, damaged (a directory): replaced on the next write
-    shared = owner != os.geteuid()
+    shared = read_only()
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH if shared else stat.S_IRWXG | stat.S_IRWXO):
         raise CacheUntrusted(f"the kernel cache's integrity key {path} has mode {stat.S_IMODE(info.st_mode):04o}: "
                              f"other users can {'write' if shared else 'read or write'} it, and so sign kernels this "
@@ -105,7 +110,7 @@ def _create_secret(cache_dir: Path) -> bytes:
     path = cache_dir / KEY_FILE
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=_TEMP_SUFFIX, dir=cache_dir)  # mode 0600
+        fd, tmp = tempfile.mkstemp(prefix=f"{KEY_FILE}.", suffix=TEMP_SUFFIX, dir=cache_dir)  # mode 0600
     except OSError as e:
         raise CacheUnwritable(f"cannot write in {cache_dir}: {e.strerror or e}") from e
     secret = os.urandom(_SECRET_BYTES)
@@ -118,7 +123,7 @@ def _create_secret(cache_dir: Path) -> bytes:
             existing = _read_secret(path)  # raises for another user's file: never replaced
             if existing is not None:
                 return existing
-            _remove_own(path)  # damaged (a directory, the wrong size): this user's own file
+            remove_path(path)  # damaged (a directory, the wrong size): this user's own file
             os.replace(tmp, path)
     except OSError as e:
         raise CacheUnwritable(f"cannot write {path}: {e.strerror or e}") from e
@@ -126,16 +131,6 @@ def _create_secret(cache_dir: Path) -> bytes:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     return secret
-
-
-def _remove_own(path: Path) -> None:
-    import shutil
-
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
 
 
 def integrity_tag(secret: bytes, key_digest: str, data: bytes) -> str:

@@ -98,16 +98,28 @@ class LaunchPlan:
     kernels: tuple[CudaKernel, ...]
     commands: tuple[Command, ...]
 
+    def to_dict(self, kernel_sha256: str = "") -> dict[str, Any]:
+        """The plan as a JSON-able object, naming the SHA-256 of the module it was read from."""
+        return {"format": PLAN_FORMAT, "kernel_sha256": kernel_sha256, **asdict(self)}
+
     def to_json(self, kernel_sha256: str = "") -> str:
-        """The plan as JSON, naming the SHA-256 of the module it was read from."""
-        return json.dumps({"format": PLAN_FORMAT, "kernel_sha256": kernel_sha256, **asdict(self)}, sort_keys=True)
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(kernel_sha256), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, kernel_sha256: str | None = None) -> LaunchPlan:
-        """The plan ``to_json`` wrote (for the module of ``kernel_sha256``, when given);
-        :class:`ValueError` for anything else."""
+        """The plan ``to_json`` wrote; :class:`ValueError` for anything else."""
         try:
             data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"malformed launch plan: {e}") from e
+        return cls.from_dict(data, kernel_sha256)
+
+    @classmethod
+    def from_dict(cls, data: Any, kernel_sha256: str | None = None) -> LaunchPlan:
+        """The plan ``to_dict`` made (for the module of ``kernel_sha256``, when given);
+        :class:`ValueError` for anything else."""
+        try:
             if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
                 raise ValueError(f"not a launch plan of format {PLAN_FORMAT}")
             if kernel_sha256 is not None and data.get("kernel_sha256") != kernel_sha256:
@@ -121,7 +133,7 @@ class LaunchPlan:
                               for k in data["kernels"]),
                 commands=tuple(_command(c) for c in data["commands"]),
             )
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed launch plan: {e}") from e
 
 
@@ -371,19 +383,20 @@ def write_plan(directory: Path, hal_text: str | None, function: str, kernel: byt
     try:
         if hal_text is None:
             raise PlanUnsupported("iree-compile wrote no hal phase")
-        data, reason = json.loads(plan_from_hal(hal_text, function).to_json(digest)), ""
+        data, reason = plan_from_hal(hal_text, function).to_dict(digest), ""
     except PlanUnsupported as e:
         reason = str(e)
         data = {"format": PLAN_FORMAT, "kernel_sha256": digest, "unsupported": reason}
     try:
         secret = integrity_key(directory.parent, create=True) or b""
-        atomic_write(directory / PLAN_FILE, json.dumps(seal(secret, _purpose(digest), data), sort_keys=True))
+        atomic_write(directory / PLAN_FILE, json.dumps(seal(secret, plan_purpose(digest), data), sort_keys=True))
     except (OSError, CacheError) as e:  # CacheUnwritable is one; CacheUntrusted: a key that is not ours
         logger.info("%s: launch plan not saved in %s: %s", function, directory, e)
     return reason
 
 
-def _purpose(kernel_sha256: str) -> str:
+def plan_purpose(kernel_sha256: str) -> str:
+    """What a launch plan's seal is for: the plan of the module of this SHA-256."""
     return f"launch plan {kernel_sha256}"
 
 
@@ -396,7 +409,7 @@ def read_plan(directory: Path, kernel: bytes) -> LaunchPlan | str | None:
     try:
         sealed = json.loads(read_bytes(directory / PLAN_FILE, MAX_PLAN_BYTES, what="launch plan",
                                        follow_symlinks=False))
-        data = unseal(integrity_key(directory.parent), _purpose(digest), sealed)
+        data = unseal(integrity_key(directory.parent), plan_purpose(digest), sealed)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     if data is None:
@@ -407,7 +420,7 @@ def read_plan(directory: Path, kernel: bytes) -> LaunchPlan | str | None:
     if data.get("kernel_sha256") == digest and isinstance(data.get("unsupported"), str):
         return data["unsupported"]
     try:
-        return LaunchPlan.from_json(json.dumps(data), digest)
+        return LaunchPlan.from_dict(data, digest)
     except ValueError:
         return None
 

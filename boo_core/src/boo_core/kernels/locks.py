@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from pathlib import Path
 import filelock
 
 from ..errors import CacheUnwritable
-from ..files import read_bytes
+from ..files import read_bytes, remove_path
 
 LOCKS_DIR = ".locks"
 #: Seconds a waiter lets a stopped holder stay stopped before it stops waiting.
@@ -74,19 +73,12 @@ def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> I
 def _prepare(path: Path) -> None:
     try:
         if path.parent.is_symlink() or (path.parent.exists() and not path.parent.is_dir()):
-            _remove(path.parent)
+            remove_path(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir() and not path.is_symlink():
-            _remove(path)
+            remove_path(path)
     except OSError as e:
         raise CacheUnwritable(f"cannot create {path.parent}: {e.strerror or e}") from e
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def _acquire(lock: filelock.FileLock, holder: Path, dirname: str, timeout: float) -> None:

@@ -101,7 +101,8 @@ def record_path(signature: Signature, target: str, device: str, compiler: str | 
     return tuning_dir(cache_dir) / f"{signature.func_name[:64]}-{digest}.json"
 
 
-def _purpose(path: Path) -> str:
+def record_purpose(path: Path) -> str:
+    """What a tuning record's seal is for: the record kept at that name."""
     return f"tuning record {path.name}"
 
 
@@ -110,7 +111,7 @@ def write_record(record: TuningRecord, signature: Signature, cache_dir: Path | N
     path = record_path(signature, record.target, record.device, record.compiler, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     secret = integrity_key(path.parent.parent, create=True) or b""
-    return atomic_write(path, json.dumps(seal(secret, _purpose(path), record.to_json()), indent=2, sort_keys=True)
+    return atomic_write(path, json.dumps(seal(secret, record_purpose(path), record.to_json()), indent=2, sort_keys=True)
                         + "\n")
 
 
@@ -120,7 +121,7 @@ def load_record(path: Path) -> TuningRecord | None:
     data = read_json_object(path)
     if data is None:
         return None
-    record = TuningRecord.from_json(unseal(integrity_key(path.parent.parent), _purpose(path), data) or {})
+    record = TuningRecord.from_json(unseal(integrity_key(path.parent.parent), record_purpose(path), data) or {})
     problem = "it is not sealed by this cache's key (written by hand, by another user, or by another cache)" \
         if record is None else flags_problem(record.flags) or config_problem(record.config)
     if problem:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import torch
 
 from ..errors import describe_error, is_plugins_failure
 from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_object, remove_path
-from ..kernels.integrity import integrity_key, key_owner, seal, unseal
+from ..kernels.integrity import integrity_key, read_only, seal, unseal
 from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -91,7 +90,7 @@ def seal_verdict(directory: Path, device: str, verdict: str) -> dict[str, str]:
 def record_verdict(directory: Path | None, torch_device: torch.device, verdict: str) -> None:
     """Keep ``verdict`` for this kernel on this device model (under the entry's lock).
     A cache that cannot be written keeps nothing: the next process checks again."""
-    if directory is None or key_owner() != os.geteuid():  # no cache, or a shared one this process only reads
+    if directory is None or read_only():  # no cache, or a shared one this process only reads
         return
     device = device_identity(torch_device)
     try:
