@@ -130,3 +130,68 @@ def test_backward_graphs_are_left_alone_unless_asked(patterns):
     with patterns(MulByConstant()):
         report = rewrite(gm, backend="test", kind="backward", as_custom_op=False)
     assert report.offloaded == {} and "BOO_USE_BACKWARD_KERNELS=0" in report.note
+
+
+class BoundMul(MulByConstant):
+    """MulByConstant with its launch settled ahead (``bind``); counts which path ran."""
+
+    name = "scale.mul_bound"
+
+    def __init__(self, bind_fails: bool = False):
+        self.bind_fails = bind_fails
+        self.launches = self.bound_runs = self.binds = 0
+
+    def launch(self, spec, inputs):
+        self.launches += 1
+        return super().launch(spec, inputs)
+
+    def bind(self, spec, inputs):
+        self.binds += 1
+        if self.bind_fails:
+            raise ValueError("cannot bind")
+        [signature] = self.signatures(spec, inputs)
+        launchable = get_launchable(signature)
+        shape = tuple(inputs[0].shape)
+
+        def run(x):
+            self.bound_runs += 1
+            y = launchable.try_call(x.view(-1)) if x.is_contiguous() else None
+            return None if y is None else y.view(shape)
+
+        return run
+
+
+@pytest.mark.parametrize("as_custom_op", [False, True])
+def test_a_bound_pattern_is_bound_when_the_graph_compiles_and_launch_is_left_for_odd_tensors(patterns, as_custom_op):
+    pattern = BoundMul()
+    gm = graph(lambda x: x * 2.5, (4, 6))
+    with patterns(pattern):
+        rewrite(gm, backend="test", kind="inference", as_custom_op=as_custom_op)
+        assert pattern.binds == 1 and pattern.launches == 0  # bound ahead, from the fake tensors
+        for _ in range(3):
+            x = torch.randn(4, 6)
+            torch.testing.assert_close(gm(x), x * 2.5)
+        assert (pattern.bound_runs, pattern.launches) == (3, 0)
+        odd = torch.randn(6, 4).t()  # the compiled shape, other strides: the bound run declines it
+        torch.testing.assert_close(gm(odd), odd * 2.5)
+        assert (pattern.bound_runs, pattern.launches) == (4, 1)
+
+
+def test_a_bound_launch_is_not_used_while_autograd_records(patterns):
+    pattern = BoundMul()
+    gm = graph(lambda x: x * 2.5, (5,))
+    with patterns(pattern):
+        rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+        x = torch.randn(5, requires_grad=True)
+        gm(x)
+    assert (pattern.bound_runs, pattern.launches) == (0, 1)
+
+
+def test_a_pattern_that_fails_to_bind_is_launched_the_general_way(patterns, caplog):
+    pattern = BoundMul(bind_fails=True)
+    gm = graph(lambda x: x * 2.5, (5,))
+    with patterns(pattern):
+        rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+        x = torch.randn(5)
+        torch.testing.assert_close(gm(x), x * 2.5)
+    assert pattern.launches == 1 and "could not bind its launch (ValueError: cannot bind)" in caplog.text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -105,6 +105,55 @@ def boo_conv(
     if call.explicit:
         return y
     return layouts.permute(y, layouts.to_logical(launchable.signature.output_layout))
+
+
+def bound_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
+               **options) -> Callable[..., torch.Tensor | None] | None:
+    """``boo_conv(x, w, b, **options)`` for tensors with exactly these tensors' metadata,
+    settled now: the returned function permutes, launches and permutes back, and returns
+    None (launching nothing) for tensors it was not bound for. None where boo_conv would
+    copy an input or run no kernel. Outside autograd only (a compiled graph's node)."""
+    call = _resolve(x, w, b, **options)
+    if call.empty or call.explicit or call.logical[0] is not x or call.logical[1] is not w:
+        return None
+    launchable = launchable_for(call.key, call.signature, x.device)
+    to_x, to_w = (layouts.to_physical(call.signature_args[k]) for k in ("input_layout", "kernel_layout"))
+    to_y = layouts.to_logical(launchable.signature.output_layout)
+
+    def run(x: torch.Tensor, w: torch.Tensor, *b: torch.Tensor) -> torch.Tensor | None:
+        y = launchable.try_call(layouts.permute(x, to_x), layouts.permute(w, to_w), *b)
+        return None if y is None else layouts.permute(y, to_y)
+
+    return run
+
+
+def bound_conv_backward(x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[bool],
+                        **options) -> Callable[..., tuple[torch.Tensor | None, ...] | None] | None:
+    """:func:`boo_conv_backward` settled for these tensors, as :func:`bound_conv` is:
+    ``run(dy, x, w) -> (dx, dw, db)`` or None for tensors it was not bound for."""
+    call = _resolve(x, w, None, **options)
+    if call.empty or call.explicit or call.logical[0] is not x or call.logical[1] is not w:
+        return None
+    args = call.signature_args
+    kernels = [launchable_for((call.key, mode), lambda mode=mode: replace(call.signature(), mode=mode), x.device)
+               if wanted else None for mode, wanted in zip(("bwd", "wrw", "bwd_bias"), output_mask)]
+    to_x, to_w, to_dy = (layouts.to_physical(args[k]) for k in ("input_layout", "kernel_layout", "output_layout"))
+    from_x, from_w = layouts.to_logical(args["input_layout"]), layouts.to_logical(args["kernel_layout"])
+
+    def run(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
+        dy_stored = layouts.permute(dy, to_dy).contiguous()  # as boo_conv_backward does
+        bwd, wrw, bias = kernels
+        dx = dw = db = None
+        if bwd is not None and (dx := bwd.try_call(dy_stored, layouts.permute(w, to_w))) is None:
+            return None
+        if wrw is not None and (dw := wrw.try_call(dy_stored, layouts.permute(x, to_x))) is None:
+            return None
+        if bias is not None and (db := bias.try_call(dy_stored)) is None:
+            return None
+        return (None if dx is None else layouts.permute(dx, from_x),
+                None if dw is None else layouts.permute(dw, from_w), db)
+
+    return run
 
 
 def conv_signature_for(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, **options) -> ConvSignature:

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import FusionMatch, FusionPattern, only_user
+from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
 
-from .eager import boo_conv, boo_conv_backward, conv_signature_for
+from .eager import boo_conv, boo_conv_backward, bound_conv, bound_conv_backward, conv_signature_for
 from .signature import ACTIVATIONS, ConvSignature
 
 aten = torch.ops.aten
@@ -66,6 +66,9 @@ class ConvForward(FusionPattern):
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         return boo_conv(*inputs, **spec)
 
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        return bound_conv(*inputs, **spec)
+
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         x, w, *b = inputs
         y = aten.convolution(x, w, b[0] if b else None, spec["stride"], spec["padding"], spec["dilation"],
@@ -95,6 +98,10 @@ class ConvBackward(FusionPattern):
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
         options = {k: v for k, v in spec.items() if k != "mask"}
         return boo_conv_backward(*inputs, spec["mask"], **options)
+
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        options = {k: v for k, v in spec.items() if k != "mask"}
+        return bound_conv_backward(inputs[1], inputs[2], spec["mask"], **options)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
         dy, x, w = inputs

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import FusionMatch, FusionPattern
+from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, forward_launchable, layer_norm_signature_for
@@ -66,6 +66,20 @@ class LayerNormForward(FusionPattern):
         keep, dtype = _keepdim(forward.signature), dtype_from_name(spec["stats_dtype"])
         return y, mean.reshape(keep).to(dtype), rstd.reshape(keep).to(dtype)
 
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
+        x, *params = inputs
+        forward = forward_launchable(x, tuple(spec["normalized_shape"]), *_split(spec, params), spec["eps"])
+        keep, dtype = _keepdim(forward.signature), dtype_from_name(spec["stats_dtype"])
+
+        def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+            outputs = forward.try_call(*tensors)
+            if outputs is None:
+                return None
+            y, mean, rstd = outputs
+            return y, mean.view(keep).to(dtype), rstd.view(keep).to(dtype)
+
+        return run
+
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         x, *params = inputs
         return aten.native_layer_norm(x, spec["normalized_shape"], *_split(spec, params), spec["eps"])
@@ -113,6 +127,25 @@ class LayerNormBackward(FusionPattern):
             dy.contiguous(), x.contiguous(), *stats, *(() if weight is None else (weight.contiguous(),)))
         found = dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
         return tuple(found.get(g) for g in GRADIENTS)
+
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        gradients = self._gradients(spec)
+        if not gradients:
+            return None
+        forward = self._forward(spec, inputs[1])
+        kernel = backward_launchable(forward, gradients, inputs[1].device)
+        stats_shape, stats_dtype, takes_weight = forward.stats_shape, forward.stats_dtype, spec["weight"]
+
+        def run(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
+            stats = (mean.reshape(stats_shape).to(stats_dtype), rstd.reshape(stats_shape).to(stats_dtype))
+            outputs = kernel.try_call(dy, x, *stats, *params[:1] if takes_weight else ())
+            if outputs is None:
+                return None
+            found = dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
+            return tuple(found.get(g) for g in GRADIENTS)
+
+        return run
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         dy, x, mean, rstd, *params = inputs

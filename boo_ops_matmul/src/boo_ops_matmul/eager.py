@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-from boo_core import ArgumentError, get_settings, launchable_for
+from boo_core import ArgumentError, Launchable, get_settings, launchable_for
 from boo_core.runtime.arguments import is_empty, require_number, require_tensor, require_tensors
 from boo_core.runtime.autograd import Backward, launch
 
@@ -96,6 +97,38 @@ def matmul_signature_for(
                            bias=bias is not None, activation=activation, dtype=a.dtype)
 
 
+def bound_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float = 1.0,
+                 beta: float = 1.0, bias: torch.Tensor | None = None,
+                 activation: str | None = None) -> Callable[..., torch.Tensor | None] | None:
+    """``boo_matmul(a, b, c, ...)`` for tensors with exactly these tensors' metadata, settled
+    now: the returned function takes ``(a, b[, c][, bias])`` and returns the product, or
+    None (launching nothing) for tensors it was not bound for. None where boo_matmul would
+    copy an operand or run no kernel. Outside autograd only (a compiled graph's node)."""
+    if c is not None and beta == 0.0:
+        c = None
+    a, b, c, bias = _dense(a, b, c, bias)
+    shape = _result_shape(a, b, c, bias)
+    if is_empty(a, b) or (len(shape) == 3 and shape[0] == 1) or (c is not None and not c.is_contiguous()):
+        return None
+    if not all(t.is_contiguous() or t.mT.is_contiguous() for t in (a, b)):
+        return None  # an operand boo_matmul copies
+    trans_a, trans_b = not a.is_contiguous(), not b.is_contiguous()
+    launchable = _kernel(a, b, c, alpha, beta, bias, activation, trans_a, trans_b)
+
+    def run(a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor | None:
+        return launchable.try_call(a.mT if trans_a else a, b.mT if trans_b else b, *rest)
+
+    return run
+
+
+def _kernel(a, b, c, alpha, beta, bias, activation, trans_a: bool, trans_b: bool) -> Launchable:
+    """The launchable for these operands, memoized on their metadata."""
+    key = ("matmul", a.shape, b.shape, trans_a, trans_b, a.dtype, b.dtype, alpha, None if c is None else beta,
+           bias is not None, activation)
+    return launchable_for(key, lambda: matmul_signature_for(
+        a, b, c, alpha=alpha, beta=beta, bias=bias, activation=activation), a.device)
+
+
 def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
     a_stored, trans_a = _as_stored(a)
     b_stored, trans_b = _as_stored(b)
@@ -105,11 +138,7 @@ def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
     if bias is not None:
         inputs.append(bias.contiguous())
     record = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    fused = None if record else activation
-    key = ("matmul", a.shape, b.shape, trans_a, trans_b, a.dtype, b.dtype, alpha, None if c is None else beta,
-           bias is not None, fused)
-    launchable = launchable_for(key, lambda: matmul_signature_for(
-        a, b, c, alpha=alpha, beta=beta, bias=bias, activation=fused), a.device)
+    launchable = _kernel(a, b, c, alpha, beta, bias, None if record else activation, trans_a, trans_b)
     if not record:
         return launchable(*inputs)
     y = launch(launchable, *inputs, backward=_backward(launchable.signature))

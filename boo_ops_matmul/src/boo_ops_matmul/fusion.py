@@ -9,9 +9,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import FusionMatch, FusionPattern, only_user, tensor_value
+from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user, tensor_value
 
-from .eager import boo_matmul, matmul_signature_for
+from .eager import boo_matmul, bound_matmul, matmul_signature_for
 from .signature import ACTIVATIONS, MatmulSignature
 
 aten = torch.ops.aten
@@ -35,6 +35,12 @@ class _Product(FusionPattern):
 
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         return boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
+
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        run = bound_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
+        if run is None or spec["operand"] != "bias" or inputs[2].dim() == 1:
+            return run
+        return lambda a, b, bias: run(a, b, bias.reshape(-1))  # a (1, N) bias row
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs

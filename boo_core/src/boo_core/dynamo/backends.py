@@ -83,9 +83,14 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
         decompose_remaining(graph, withheld, table)
         return compile_fx_inner(graph, inputs, **kwargs)
 
+    from torch._functorch import config as functorch_config
     from torch._inductor import config
 
-    with config.patch({"triton.cudagraphs": cuda_graphs}):
+    # Inductor's caches (AOTAutograd's and the FX graph cache) key on the graph and Inductor's
+    # configuration, not on BOO's pass: a hit would hand back a graph compiled without BOO (by
+    # plain Inductor, say) or with other BOO kernels. BOO's own kernel cache keeps recompiles short.
+    with config.patch({"triton.cudagraphs": cuda_graphs, "fx_graph_cache": False}), \
+            functorch_config.patch(enable_autograd_cache=False):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
 
 

@@ -6,13 +6,14 @@ follow it) is something the plugin's kernels compute, :meth:`FusionPattern.match
 :class:`FusionMatch`: the matched nodes, the tensors the kernel takes, and a JSON-able
 ``spec`` holding every other argument. The backend compiles the pattern's
 :meth:`~FusionPattern.signatures` ahead of time (a failure falls back to PyTorch with a
-warning), then replaces the nodes with a call to :meth:`~FusionPattern.launch`.
+warning), then replaces the nodes with a call to :meth:`~FusionPattern.launch`, or to what
+:meth:`~FusionPattern.bind` settled ahead for those tensors.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -87,6 +88,24 @@ class FusionPattern(abc.ABC):
     @abc.abstractmethod
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
         """Compute the root's value with PyTorch (used if a launch fails at run time)."""
+
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        """What :meth:`launch` does for tensors with these inputs' metadata, decided once.
+
+        A compiled graph calls its nodes with tensors of the same shapes, strides, dtypes and
+        device at every step, so everything that depends only on those (argument checks,
+        layout permutations, the kernels) can be settled when the graph compiles. The
+        returned function takes the inputs and returns the root's value, or None, launching
+        nothing, when the tensors are not what it was bound for (then :meth:`launch` runs:
+        :meth:`~boo_core.Launchable.try_call` is the guard to use). ``inputs`` may be fake
+        tensors: read only their metadata. The default, None, runs :meth:`launch` at every
+        call.
+        """
+        return None
+
+
+BoundLaunch = Callable[..., Any]
+"""A pattern's launch with everything but the tensors decided (:meth:`FusionPattern.bind`)."""
 
 
 def tensor_value(node: torch.fx.Node) -> torch.Tensor | None:

@@ -18,7 +18,9 @@ class GraphReport:
     ops left to the nested backend, and ``reasons`` says why, per op, where a pattern
     matched but BOO could not take it (no entry: no pattern claims the op).
     ``substituted`` names the kernels that run substituted executables (func_name ->
-    the substitution's label).
+    the substitution's label). ``boo_flops`` is the arithmetic of the nodes BOO took and
+    ``nested_flops`` that of the ops left, by op (:mod:`.flops`: convolutions, matmuls,
+    attention and normalizations; everything else counts zero).
     """
 
     backend: str
@@ -29,6 +31,13 @@ class GraphReport:
     reasons: dict[str, str] = field(default_factory=dict)
     note: str = ""
     substituted: dict[str, str] = field(default_factory=dict)
+    boo_flops: int = 0
+    nested_flops: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def offload_share(self) -> float | None:
+        """The fraction of the graph's counted arithmetic on BOO kernels (None: none counted)."""
+        return _share(self.boo_flops, sum(self.nested_flops.values()))
 
     def line(self) -> str:
         """The one-line summary logged at INFO."""
@@ -38,6 +47,8 @@ class GraphReport:
         text = (f"{self.backend} graph {self.index} ({self.kind}): {sum(self.offloaded.values())} BOO kernels "
                 f"[{listing(self.offloaded)}]; {sum(self.fallbacks.values())} ops on the nested backend "
                 f"[{listing(self.fallbacks)}]")
+        if self.offload_share is not None:
+            text += f"; {self.offload_share:.1%} of the conv/matmul/attention/norm FLOPs on BOO"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:
@@ -67,6 +78,34 @@ class OffloadSummary:
     def fallbacks(self) -> Counter[str]:
         """Ops left to the nested backend by aten op name, over all graphs."""
         return sum((g.fallbacks for g in self.graphs), Counter())
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Why BOO did not take an op, per aten op name (the first reason given), over all graphs."""
+        found: dict[str, str] = {}
+        for graph in self.graphs:
+            for op, why in graph.reasons.items():
+                found.setdefault(op, why)
+        return found
+
+    @property
+    def boo_flops(self) -> int:
+        return sum(g.boo_flops for g in self.graphs)
+
+    @property
+    def nested_flops(self) -> Counter[str]:
+        """Counted arithmetic left to the nested backend, by aten op name, over all graphs."""
+        return sum((g.nested_flops for g in self.graphs), Counter())
+
+    @property
+    def offload_share(self) -> float | None:
+        """The fraction of all graphs' counted arithmetic on BOO kernels (each graph counted
+        once, however often it runs: forward and backward of one step weigh alike)."""
+        return _share(self.boo_flops, sum(self.nested_flops.values()))
+
+
+def _share(boo: int, nested: int) -> float | None:
+    return boo / (boo + nested) if boo + nested else None
 
 
 _reports: list[GraphReport] = []

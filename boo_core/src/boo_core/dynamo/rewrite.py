@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import operator
+import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import torch
 import torch.fx
 
 from ..errors import BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
 from ..plugins.registry import BooOpRegistry
-from ..runtime.launchable import get_launchable
+from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable, get_launchable
 from ..settings import get_settings
+from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
-from .kernel_call import KernelCall, OutputMeta
+from .flops import node_flops
+from .kernel_call import KernelCall, TensorMeta
 from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
 from .report import GraphReport, logger, new_report
+
+T = TypeVar("T")
 
 _module_logger = logging.getLogger(__name__)
 
@@ -41,20 +49,42 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         for anchor in pattern.anchors:
             by_anchor.setdefault(anchor, []).append(pattern)
     taken: set[torch.fx.Node] = set()
+    claims: list[tuple[torch.fx.Node, int, FusionPattern, FusionMatch]] = []  # (anchor node, pattern index, ...)
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node in taken:
-            continue
-        for pattern in by_anchor.get(node.target, ()):
-            match = _match(pattern, node, taken, report)
-            if match is not None and _compile_ahead(pattern, match, report):
-                _replace(gm.graph, pattern, match, as_custom_op)
-                taken.update(match.nodes)
-                report.offloaded[pattern.name] += 1
+        if node.op == "call_function" and node not in taken:
+            claim = _first_match(by_anchor.get(node.target, []), 0, node, taken, report)
+            if claim is not None:
+                claims.append((node, *claim))
+                taken.update(claim[2].nodes)
+    # Kernels compile in parallel (iree-compile runs as a process of its own); a match whose
+    # kernels fail leaves its node to the next pattern that matches it, if any.
+    signatures = [_signatures_ahead(pattern, match, report) for _, _, pattern, match in claims]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(claims), os.cpu_count() or 1))) as pool:
+        compiled = list(pool.map(lambda claim, found: _compile_ahead(claim[2], claim[3], found, report),
+                                 claims, signatures))
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for (node, index, pattern, match), ok in zip(claims, compiled):
+        while not ok:
+            taken.difference_update(match.nodes)
+            claim = _first_match(by_anchor[node.target], index + 1, node, taken, report)
+            if claim is None:
                 break
+            index, pattern, match = claim
+            taken.update(match.nodes)
+            ok = _compile_ahead(pattern, match, _signatures_ahead(pattern, match, report), report)
+        if ok:
+            report.boo_flops += sum(node_flops(n) for n in match.nodes)
+            # An input may be the root of a match replaced before this one: read its replacement.
+            match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
+            replaced[match.root] = _replace(gm.graph, pattern, match, as_custom_op)
+            report.offloaded[pattern.name] += 1
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target.namespace != "boo":
             report.fallbacks[_op_name(node.target)] += 1
+            flops = node_flops(node)
+            if flops:
+                report.nested_flops[_op_name(node.target)] += flops
     gm.graph.lint()
     gm.recompile()
     logger.info("%s", report.line())
@@ -63,6 +93,16 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
 
 def _op_name(target: torch._ops.OpOverload) -> str:
     return f"{target.namespace}.{target._opname}"
+
+
+def _first_match(patterns: Sequence[FusionPattern], start: int, node: torch.fx.Node, taken: set[torch.fx.Node],
+                 report: GraphReport) -> tuple[int, FusionPattern, FusionMatch] | None:
+    """The first of ``patterns[start:]`` that matches at ``node``, with its index and match."""
+    for index in range(start, len(patterns)):
+        match = _match(patterns[index], node, taken, report)
+        if match is not None:
+            return index, patterns[index], match
+    return None
 
 
 def _match(pattern: FusionPattern, node: torch.fx.Node, taken: set[torch.fx.Node],
@@ -120,14 +160,42 @@ def _static_value(node: torch.fx.Node) -> bool:
                for v in values)
 
 
-def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphReport) -> bool:
+def _signatures_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphReport) -> list[Signature] | None:
+    """The signatures the match will launch (read from its fake tensors: on the compiling
+    thread, since fake tensors are not thread-safe); None if the pattern fails."""
     inputs = [n.meta["val"] for n in match.inputs]
-    try:
-        for signature in pattern.signatures(match.spec, inputs):
-            launchable = get_launchable(signature, inputs[0].device)
+    return _guarded(pattern, match, report, lambda: list(pattern.signatures(match.spec, inputs)))
+
+
+def _compile_ahead(pattern: FusionPattern, match: FusionMatch, signatures: list[Signature] | None,
+                   report: GraphReport) -> bool:
+    """Build (or load) and verify the match's kernels; whether they can serve it. Runs on
+    worker threads: it touches signatures, never the graph's fake tensors."""
+    if signatures is None:
+        return False
+    device = match.inputs[0].meta["val"].device
+
+    def build() -> bool:
+        for signature in signatures:
+            launchable = get_launchable(signature, device)
+            if isinstance(launchable, ReferenceLaunchable) and not isinstance(launchable, EmptyLaunchable):
+                # Every formulation failed verification here: a BOO node would only run PyTorch.
+                _refuse(report, match.root, f"no BOO kernel for {signature.func_name} passed verification on "
+                                            f"{launchable.device.key}")
+                return False
             if launchable.substitution is not None:
                 report.substituted[signature.func_name] = launchable.substitution.label
-    except BaseException as e:  # BooError, or a pattern's bug (sys.exit() too): PyTorch computes these nodes
+        return True
+
+    return bool(_guarded(pattern, match, report, build))
+
+
+def _guarded(pattern: FusionPattern, match: FusionMatch, report: GraphReport, work: Callable[[], T]) -> T | None:
+    """``work()``, or None with a warning and the reason recorded when it fails (a BooError, or
+    the pattern's bug: PyTorch then computes these nodes); raised under BOO_COMPILE_STRICT=1."""
+    try:
+        return work()
+    except BaseException as e:  # sys.exit() too; an interrupt is the user's
         if not is_plugins_failure(e):
             raise
         if get_settings().compile_strict:
@@ -136,10 +204,9 @@ def _compile_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphRepo
             raise PluginExit(f"pattern {pattern.name}: {describe_error(e)}") from e
         said = str(e) if isinstance(e, Exception) else describe_error(e)
         warnings.warn(f"BOO cannot take {pattern.name} here ({said}); it runs on the nested backend",
-                      BooFallbackWarning, stacklevel=2)
+                      BooFallbackWarning, stacklevel=3)
         _refuse(report, match.root, describe_error(e))
-        return False
-    return True
+        return None
 
 
 def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
@@ -148,17 +215,26 @@ def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
     _module_logger.debug("not offloading %s: %s", node.format_node(), reason)
 
 
-def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> None:
+def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch,
+             as_custom_op: bool) -> torch.fx.Node:
+    """Put the kernel call in place of the match; the node that now holds the root's value."""
     root = match.root
     value = root.meta["val"]
     single = isinstance(value, torch.Tensor)
     values: Sequence[object] = (value,) if single else tuple(value)
-    call = KernelCall(pattern, match.spec, [OutputMeta.of(v) for v in values], single)
+    inputs = [n.meta["val"] for n in match.inputs]
+    call = KernelCall(pattern, match.spec, [TensorMeta.of(v) for v in values], single,
+                      [TensorMeta.of(v) for v in inputs])
+    if as_custom_op:
+        call = custom_op.kernel_call(pattern.name, call.payload())
+    if not call.bind(inputs):
+        _module_logger.debug("%s: not bound ahead; every call goes through the pattern's launch", pattern.name)
     with graph.inserting_before(root):
         if not as_custom_op:
             new = graph.call_function(call, tuple(match.inputs))
             new.meta["val"] = value
             root.replace_all_uses_with(new)
+            holder = new
         else:
             new = graph.call_function(torch.ops.boo.fused.default, (pattern.name, call.payload(), list(match.inputs)))
             tensors = [v for v in values if v is not None]
@@ -168,8 +244,11 @@ def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, 
                 item = graph.call_function(operator.getitem, (new, 0))
                 item.meta["val"] = value
                 root.replace_all_uses_with(item)
+                holder = item
             else:
+                holder = new
                 for user in list(root.users):  # getitem(root, i) -> getitem(new, position[i])
                     user.args = (new, position[user.args[1]])
     for node in reversed(match.nodes):
         graph.erase_node(node)
+    return holder

@@ -180,6 +180,25 @@ class Launchable:
         outputs = self._checked(args, out)
         if self._launcher is not None:
             return self._launch_direct(args, outputs)
+        return self._run_iree(args, outputs)
+
+    def try_call(self, *args: torch.Tensor):
+        """``self(*args)`` when every argument is exactly what the kernel takes (the checks in
+        their cheapest form); None otherwise, with nothing launched.
+
+        For callers that decided everything ahead (a compiled graph's node): None sends them
+        to their general path, whose checks name what is wrong.
+        """
+        if self.stale or not self._all_as_expected(args):
+            return None
+        device = self._torch_device
+        outputs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._output_layouts)
+        if self._launcher is not None:
+            return self._launch_direct(args, outputs)
+        return self._run_iree(args, outputs)
+
+    def _run_iree(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
+        """Run the kernel through IREE's runtime, the tensors imported through DLPack."""
         arg_list = VmVariantList(len(args) + len(outputs))
         for index, tensor in enumerate(args):
             if tensor.requires_grad:
@@ -329,6 +348,9 @@ class ReferenceLaunchable(Launchable):
 
     def __repr__(self) -> str:
         return f"<ReferenceLaunchable {self.signature.func_name} on {self.device.key} (PyTorch)>"
+
+    def try_call(self, *args: torch.Tensor):
+        return self(*args) if self._all_as_expected(args) else None
 
     def __call__(self, *args: torch.Tensor, out: torch.Tensor | Sequence[torch.Tensor] | None = None):
         outputs = self._checked(args, out)

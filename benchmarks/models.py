@@ -1,0 +1,215 @@
+"""Whole networks under torch.compile: eager, Inductor, iree_boo and iree_boo_inductor, with
+and without CUDA graphs, inference and training, measured in one run.
+
+Models: torchvision's ResNet-50 (channels-last) and ViT-B/16, random weights, and the
+GPT-style decoder block of ``boo_core.testing.models`` (8 x 1024 tokens, width 1024); bf16 on
+a GPU, float32 on the CPU. Per row: milliseconds per step (forward, or forward and backward
+of a fixed random projection of the output), the relative error of the output and of the
+parameters' gradients against eager, and the offload share: the fraction of the step's
+convolution, matmul, attention and normalization FLOPs (forward and backward graphs) that
+BOO kernels ran, from the offload summary. ``torch FLOPs`` cross-checks it with the
+profiler: the FLOPs torch's own ops executed in one step (the nested backend's share), as
+a fraction of the step's total.
+
+    python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
+                                [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
+
+``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
+smoke run). Compile time (the first step) is printed per row too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
+from boo_core.testing.models import DecoderBlock, resnet, vit
+
+
+@dataclass
+class Workload:
+    name: str
+    model: torch.nn.Module
+    make_input: Callable[[], torch.Tensor]
+
+
+def workloads(names: list[str], device: str, dtype: torch.dtype, batch: int, small: bool) -> list[Workload]:
+    found = []
+    for name in names:
+        torch.manual_seed(0)
+        if name == "resnet50":
+            model, size = (resnet(18), 64) if small else (resnet(50), 224)
+            model = model.to(device, dtype).to(memory_format=torch.channels_last)
+            shape, channels_last = (batch, 3, size, size), True
+        elif name == "vit_b_16":
+            model = vit(64, 16, 2, 4, 128, 256) if small else vit()
+            model, shape, channels_last = model.to(device, dtype), (batch, 3, 64 if small else 224,
+                                                                     64 if small else 224), False
+        elif name == "decoder":
+            width = 128 if small else 1024
+            model, shape, channels_last = DecoderBlock(width, 4 if small else 16).to(device, dtype), \
+                (batch if small else 8, 64 if small else 1024, width), False
+        else:
+            raise SystemExit(f"--models: unknown model {name!r} (resnet50, vit_b_16, decoder)")
+        generator = torch.Generator().manual_seed(1)
+        example = torch.randn(shape, generator=generator).to(device, dtype)
+        if channels_last:
+            example = example.contiguous(memory_format=torch.channels_last)
+        found.append(Workload(name, model, lambda example=example: example))
+    return found
+
+
+def step_fn(model: Callable[[torch.Tensor], torch.Tensor], training: bool, probe: torch.Tensor | None,
+            params: list[torch.nn.Parameter]) -> Callable[[torch.Tensor], tuple[torch.Tensor, list[torch.Tensor]]]:
+    def step(x: torch.Tensor):
+        if not training:
+            with torch.no_grad():
+                return model(x), []
+        for p in params:
+            p.grad = None
+        y = model(x)
+        (y.float() * probe).sum().backward()
+        return y, [p.grad for p in params]
+
+    return step
+
+
+def relative_error(got: torch.Tensor | None, want: torch.Tensor | None) -> float:
+    if got is None or want is None:
+        return float("nan") if (got is None) != (want is None) else 0.0
+    got, want64 = got.detach(), want.detach().double()
+    return float((got.double() - want64).norm() / want64.norm().clamp_min(1e-30))
+
+
+def timed_ms(step: Callable[[], object], steps: int, sync: Callable[[], None]) -> float:
+    sync()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def profiled_torch_flops(step: Callable[[], object], device: str) -> float:
+    """FLOPs torch's own ops ran in one step (the profiler's count; BOO's kernels have none)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities, with_flops=True) as prof:
+        step()
+    return float(sum(e.flops or 0 for e in prof.key_averages()))
+
+
+def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: list[torch.nn.Parameter],
+            x: torch.Tensor, backend: str | None, mode: str | None, want_y: torch.Tensor,
+            want_grads: list[torch.Tensor], device: str, steps: int, sync: Callable[[], None]) -> tuple | str:
+    """One configuration: (ms per step, first step s, output error, gradient error, BOO share
+    of FLOPs, torch's share by the profiler, reasons ops were left), or why it failed."""
+    torch._dynamo.reset()
+    reset_offload_summary()
+    model = work.model if backend is None else torch.compile(work.model, backend=backend, mode=mode, dynamic=False)
+    step = step_fn(model, training, probe, params)
+    start = time.perf_counter()
+    try:
+        step(x)
+        sync()
+    except Exception as e:  # one configuration failing must not hide the others
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    first = time.perf_counter() - start
+    for _ in range(2):
+        step(x)
+    ms = timed_ms(lambda: step(x), steps, sync)
+    got_y, got_grads = step(x)
+    y_err = relative_error(got_y, want_y)
+    g_err = max((relative_error(g, w) for g, w in zip(got_grads, want_grads)), default=0.0)
+    boo = backend is not None and "iree" in backend
+    summary = offload_summary()
+    total = summary.boo_flops + sum(summary.nested_flops.values())
+    torch_share = None
+    if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
+        torch_share = profiled_torch_flops(lambda: step(x), device) / total
+    return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons
+
+
+CONFIGS = [  # (label, backend, torch.compile mode)
+    ("eager", None, None),
+    ("inductor", "inductor", None),
+    ("iree_boo", "iree_boo", None),
+    ("iree_boo_inductor", "iree_boo_inductor", None),
+    ("inductor +graphs", "inductor", "reduce-overhead"),
+    ("iree_boo +graphs", "iree_boo", "reduce-overhead"),
+    ("iree_boo_inductor +graphs", "iree_boo_inductor", "reduce-overhead"),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--models", default="resnet50,vit_b_16,decoder")
+    parser.add_argument("--passes", default="inference,training")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
+    parser.add_argument("--backward-kernels", default="1",
+                        help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
+    parser.add_argument("--only", default="", help="run only configurations whose label contains this")
+    parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
+    args = parser.parse_args()
+
+    cuda = args.device.startswith("cuda")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    configs = [c for c in CONFIGS if (cuda or "graphs" not in c[0]) and not (args.no_graphs and "graphs" in c[0])
+               and args.only in c[0]]
+    print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, {dtype}, "
+          f"batch {args.batch}, median of {args.steps} steps")
+    print("| model | pass | configuration | bwd kernels | ms/step | vs eager | first step s | output err | "
+          "grad err | BOO share of FLOPs | torch FLOPs (profiler) |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for work in workloads(args.models.split(","), args.device, dtype, args.batch, args.small):
+        params = [p for p in work.model.parameters() if p.requires_grad]
+        x = work.make_input()
+        for pass_name in args.passes.split(","):
+            training = pass_name == "training"
+            work.model.train(training)
+            probe = None
+            if training:
+                with torch.no_grad():
+                    shape = work.model(x).shape
+                probe = torch.randn(shape, generator=torch.Generator().manual_seed(2)).to(args.device)
+            want_y, want_grads = step_fn(work.model, training, probe, params)(x)
+            want_grads = [g.clone() for g in want_grads]
+            eager_ms = None
+            for label, backend, mode in configs:
+                for bwd in (args.backward_kernels.split(",") if training and backend and "iree" in backend else ["-"]):
+                    settings = settings_override(use_backward_kernels=bwd == "1") if bwd != "-" else \
+                        contextlib.nullcontext()
+                    with settings:
+                        row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
+                                      args.device, args.steps, sync)
+                    if isinstance(row, str):
+                        print(f"| {work.name} | {pass_name} | {label} | {bwd} | failed: {row} |")
+                        continue
+                    ms, first, y_err, g_err, share, torch_share, reasons = row
+                    eager_ms = ms if backend is None else eager_ms
+                    share_text = "-" if share is None else f"{share:.1%}"
+                    flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
+                    print(f"| {work.name} | {pass_name} | {label} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
+                          f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
+                    if share is not None and reasons:
+                        left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])
+                        print(f"|  |  | left to the nested backend: {left} |")
+
+
+if __name__ == "__main__":
+    main()

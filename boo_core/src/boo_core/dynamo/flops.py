@@ -1,0 +1,70 @@
+"""How much arithmetic a graph's convolution, matmul, attention and normalization nodes do.
+
+The offload summary weighs what ran on BOO kernels by these counts, so that "90% offloaded"
+means 90% of the work, not of the nodes. Convolutions, matmuls and attention are counted
+with torch's own formulas (``torch.utils.flop_counter``: 2 per multiply-add, gradients
+included); normalizations, which torch does not count, at a few operations per element.
+Every other op counts zero: it is memory traffic, not arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_map
+
+aten = torch.ops.aten
+
+#: Operations per element of the input of normalization ops (mean, variance, normalize,
+#: scale and shift; about twice that for the gradients).
+NORMALIZATION_FLOPS_PER_ELEMENT = {
+    aten.native_layer_norm.default: 7,
+    aten.native_layer_norm_backward.default: 12,
+    aten.native_batch_norm.default: 7,
+    aten._native_batch_norm_legit.default: 7,
+    aten._native_batch_norm_legit_functional.default: 7,
+    aten._native_batch_norm_legit_no_training.default: 4,
+    aten.native_batch_norm_backward.default: 12,
+    aten.native_group_norm.default: 7,
+    aten.native_group_norm_backward.default: 12,
+}
+
+
+def node_flops(node: torch.fx.Node) -> int:
+    """The floating-point operations of one ``call_function`` node (0 for ops not counted,
+    and for nodes without compile-time metadata)."""
+    target = node.target
+    per_element = NORMALIZATION_FLOPS_PER_ELEMENT.get(target)
+    if per_element is not None:
+        first = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        return per_element * _numel(first)
+    formula = _formula(target)
+    if formula is None:
+        return 0
+    args, kwargs = tree_map(_value, (node.args, node.kwargs))
+    try:
+        return int(formula(*args, out_val=node.meta.get("val"), **kwargs))
+    except Exception:  # a formula that cannot read these arguments (symbolic shapes): not counted
+        return 0
+
+
+def _formula(target: object):
+    from torch.utils.flop_counter import flop_registry
+
+    packet = getattr(target, "overloadpacket", None)
+    return flop_registry.get(packet) if packet is not None else None
+
+
+def _value(item: object) -> object:
+    return item.meta.get("val") if isinstance(item, torch.fx.Node) else item
+
+
+def _numel(value: object) -> int:
+    if not isinstance(value, torch.Tensor):
+        return 0
+    try:
+        return math.prod(int(d) for d in value.shape)
+    except TypeError:  # symbolic
+        return 0

@@ -1,0 +1,97 @@
+"""Real networks to measure and test BOO on: torchvision's ResNets and vision transformers
+(random weights: nothing is downloaded) and a GPT-style decoder block.
+
+torchvision is the ``models`` extra (``pip install "boo-core[models]"``). Its wheels are
+built against one torch build; where its C++ operators do not load beside the installed
+torch (a CUDA-built torchvision beside a CPU torch), :func:`import_torchvision` still
+imports it: its models need none of those operators (they serve detection: nms, roi_align).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import BooError
+
+INSTALL_HINT = 'pip install "boo-core[models]"'
+
+#: The schemas torchvision's Python code registers fake kernels for at import; without its
+#: C++ library they must exist for that import to succeed.
+_TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                        "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+_stand_in: torch.library.Library | None = None
+
+
+def import_torchvision() -> ModuleType:
+    """``import torchvision``, also where its C++ operators cannot load beside this torch."""
+    global _stand_in
+    try:
+        import torchvision
+    except ModuleNotFoundError as e:
+        raise BooError(f"torchvision is not installed ({INSTALL_HINT})") from e
+    except RuntimeError as e:
+        if "torchvision::" not in str(e) or _stand_in is not None:
+            raise
+        for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
+            del sys.modules[name]
+        _stand_in = torch.library.Library("torchvision", "FRAGMENT")
+        for schema in _TORCHVISION_SCHEMAS:
+            _stand_in.define(schema)
+        import torchvision
+    return torchvision
+
+
+def _head_initialised(model: nn.Module, head: nn.Linear) -> nn.Module:
+    """torchvision zeroes some classifier heads; give it random weights so outputs and
+    their gradients carry information to compare."""
+    nn.init.normal_(head.weight, std=1 / math.sqrt(head.in_features))
+    nn.init.normal_(head.bias, std=0.01)
+    return model
+
+
+def resnet(depth: int = 50, num_classes: int = 1000) -> nn.Module:
+    """torchvision's ResNet-18/34/50/101/152 with random weights."""
+    tv = import_torchvision()
+    model = getattr(tv.models, f"resnet{depth}")(weights=None, num_classes=num_classes)
+    return _head_initialised(model, model.fc)
+
+
+def vit(image_size: int = 224, patch_size: int = 16, num_layers: int = 12, num_heads: int = 12,
+        hidden_dim: int = 768, mlp_dim: int = 3072, num_classes: int = 1000) -> nn.Module:
+    """torchvision's VisionTransformer (the defaults are ViT-B/16) with random weights."""
+    tv = import_torchvision()
+    model = tv.models.VisionTransformer(image_size=image_size, patch_size=patch_size, num_layers=num_layers,
+                                        num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=mlp_dim,
+                                        num_classes=num_classes)
+    return _head_initialised(model, model.heads.head)
+
+
+class DecoderBlock(nn.Module):
+    """A GPT-style pre-norm decoder block: causal self-attention and a GELU MLP, each after
+    a layer norm and added back to the residual stream. Input and output: (batch, tokens, width)."""
+
+    def __init__(self, width: int = 1024, heads: int = 16, mlp_ratio: int = 4) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not a multiple of heads {heads}")
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.up = nn.Linear(width, mlp_ratio * width)
+        self.down = nn.Linear(mlp_ratio * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(width, dim=-1)
+        q, k, v = (t.reshape(batch, tokens, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, tokens, width))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
