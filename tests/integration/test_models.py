@@ -1,0 +1,96 @@
+"""Real networks through both torch.compile backends on the CPU: a small torchvision ResNet
+and a small torchvision vision transformer, inference and training, against eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
+from boo_core.testing.models import resnet, vit
+
+BACKENDS = ["iree_boo", "iree_boo_inductor"]
+
+
+def _models():
+    torch.manual_seed(0)
+    convnet = resnet(18, num_classes=10).to(memory_format=torch.channels_last)
+    transformer = vit(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                      num_classes=10)
+    return {"resnet18": (convnet, (4, 3, 64, 64), True), "vit": (transformer, (2, 3, 32, 32), False)}
+
+
+def _step(call, model, x, probe):
+    for p in model.parameters():
+        p.grad = None
+    y = call(x)
+    (y * probe).sum().backward()
+    return y.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["resnet18", "vit"])
+def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, backend):
+    model, shape, channels_last = _models()[name]
+    x = torch.randn(shape)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    probe = torch.randn(shape[0], 10)
+    model.train()  # batch statistics: the compiled graph and eager compute the same thing
+    # The reference is the backend without BOO: eager for iree_boo, Inductor for
+    # iree_boo_inductor (whose batch-norm gradients differ from eager's by up to 0.4% here).
+    torch._dynamo.reset()
+    reference = model if backend == "iree_boo" else torch.compile(model, backend="inductor", dynamic=False)
+    want_y, want_grads = _step(reference, model, x, probe)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+        got_y, got_grads = _step(compiled, model, x, probe)
+    torch.testing.assert_close(got_y, want_y, rtol=1e-4, atol=1e-4)
+    for param, want in want_grads.items():
+        torch.testing.assert_close(got_grads[param], want, rtol=1e-3, atol=1e-4, msg=lambda m, p=param: f"{p}: {m}")
+
+    summary = offload_summary()
+    assert {g.kind for g in summary.graphs} == {"forward", "backward"}, summary
+    offloaded = summary.offloaded
+    if name == "resnet18":
+        # 20 convolutions and the classifier; the convs' and the linear's gradients.
+        assert offloaded["conv.forward"] == 20 and offloaded["conv.backward"] == 20, offloaded
+        assert offloaded["matmul.addmm"] == 1 and offloaded["matmul.mm"] >= 1, offloaded
+    else:
+        # Per encoder layer: two layer norms and the MLP's two linears (plus the final norm and head).
+        assert offloaded["layernorm.forward"] == 5 and offloaded["layernorm.backward"] == 5, offloaded
+        assert offloaded["conv.forward"] == 1, offloaded  # the patch embedding
+    # Everything counted that is left is batch norm (no BOO op yet) or attention's own kernels.
+    left = set(summary.nested_flops)
+    assert left <= {"aten._native_batch_norm_legit_functional", "aten.native_batch_norm_backward",
+                    "aten._scaled_dot_product_flash_attention_for_cpu",
+                    "aten._scaled_dot_product_flash_attention_for_cpu_backward", "aten.bmm", "aten.baddbmm"}, left
+    assert summary.offload_share > (0.9 if name == "resnet18" else 0.5), summary.offload_share
+    torch._dynamo.reset()
+
+
+
+_NAN = pytest.mark.xfail(strict=True, reason="known bug, not yet found: iree_boo_inductor's eval-mode ResNet-18 "
+                                             "returns NaN on the CPU (iree_boo and plain Inductor do not)")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["resnet18", "vit"])
+def test_a_real_network_infers_as_eager_does(name, backend, request):
+    if (name, backend) == ("resnet18", "iree_boo_inductor"):
+        request.applymarker(_NAN)
+    model, shape, channels_last = _models()[name]
+    x = torch.randn(shape)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    model.eval()
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        inferred = torch.compile(model, backend=backend, dynamic=False)(x)
+        torch.testing.assert_close(inferred, model(x), rtol=1e-4, atol=1e-4)
+    assert offload_summary().offloaded["conv.forward"] == (20 if name == "resnet18" else 1)
+    torch._dynamo.reset()
