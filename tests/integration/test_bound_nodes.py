@@ -97,3 +97,26 @@ def test_each_node_is_bound_at_compile_and_runs_its_kernel_directly(case, as_cus
     if not as_custom_op:
         calls = [n.target for n in gm.graph.nodes if isinstance(n.target, KernelCall)]
         assert calls and all(call._bound is not None for call in calls)
+
+
+def test_a_tensor_in_another_memory_format_than_compiled_for_is_copied_into_the_bound_layout(counted_launches):
+    """Inductor may hand a node an NCHW buffer where the graph it was given said channels-last."""
+    fn, make_inputs = CASES["conv+relu, channels-last"]
+    gm = make_fx(fn, tracing_mode="fake")(*make_inputs())
+    rewrite(gm, backend="test", kind="inference", as_custom_op=True)
+    x, w, b = make_inputs()
+    x = x.contiguous()  # NCHW now
+    torch.testing.assert_close(gm(x, w, b).double(), fn(x.double(), w.double(), b.double()), rtol=1e-4, atol=1e-4)
+    assert counted_launches == {}
+
+
+def test_boo_conv_reads_a_filter_in_another_memory_format_than_its_input():
+    """An NCHW input with a channels-last filter (IREE 3.13 builds a wrong CPU kernel for
+    that pair of layouts: the filter is copied into the input's)."""
+    from boo_ops_conv import boo_conv
+
+    x = torch.randn(2, 8, 9, 7)
+    w = torch.randn(6, 8, 3, 3).contiguous(memory_format=torch.channels_last)
+    want = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+    torch.testing.assert_close(boo_conv(x, w, padding=1).double(), want, rtol=1e-4, atol=1e-4)
+

@@ -73,15 +73,9 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
 
 
 
-_NAN = pytest.mark.xfail(strict=True, reason="known bug, not yet found: iree_boo_inductor's eval-mode ResNet-18 "
-                                             "returns NaN on the CPU (iree_boo and plain Inductor do not)")
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["resnet18", "vit"])
-def test_a_real_network_infers_as_eager_does(name, backend, request):
-    if (name, backend) == ("resnet18", "iree_boo_inductor"):
-        request.applymarker(_NAN)
+def test_a_real_network_infers_as_eager_does(name, backend):
     model, shape, channels_last = _models()[name]
     x = torch.randn(shape)
     if channels_last:

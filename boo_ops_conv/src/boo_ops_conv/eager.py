@@ -114,14 +114,16 @@ def bound_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     None (launching nothing) for tensors it was not bound for. None where boo_conv would
     copy an input or run no kernel. Outside autograd only (a compiled graph's node)."""
     call = _resolve(x, w, b, **options)
-    if call.empty or call.explicit or call.logical[0] is not x or call.logical[1] is not w:
-        return None
+    if call.empty or call.explicit or call.logical[0] is not x:
+        return None  # (a weight in another layout than x's is copied by run, as by boo_conv)
     launchable = launchable_for(call.key, call.signature, x.device)
     to_x, to_w = (layouts.to_physical(call.signature_args[k]) for k in ("input_layout", "kernel_layout"))
     to_y = layouts.to_logical(launchable.signature.output_layout)
 
     def run(x: torch.Tensor, w: torch.Tensor, *b: torch.Tensor) -> torch.Tensor | None:
-        y = launchable.try_call(layouts.permute(x, to_x), layouts.permute(w, to_w), *b)
+        # A compiler may hand over a tensor in another memory format than it said it would
+        # (Inductor does): it is copied into the bound layout.
+        y = launchable.try_call(layouts.permute(x, to_x).contiguous(), layouts.permute(w, to_w).contiguous(), *b)
         return None if y is None else layouts.permute(y, to_y)
 
     return run
@@ -132,7 +134,7 @@ def bound_conv_backward(x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[
     """:func:`boo_conv_backward` settled for these tensors, as :func:`bound_conv` is:
     ``run(dy, x, w) -> (dx, dw, db)`` or None for tensors it was not bound for."""
     call = _resolve(x, w, None, **options)
-    if call.empty or call.explicit or call.logical[0] is not x or call.logical[1] is not w:
+    if call.empty or call.explicit or call.logical[0] is not x:
         return None
     args = call.signature_args
     kernels = [launchable_for((call.key, mode), lambda mode=mode: replace(call.signature(), mode=mode), x.device)
@@ -144,9 +146,9 @@ def bound_conv_backward(x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[
         dy_stored = layouts.permute(dy, to_dy).contiguous()  # as boo_conv_backward does
         bwd, wrw, bias = kernels
         dx = dw = db = None
-        if bwd is not None and (dx := bwd.try_call(dy_stored, layouts.permute(w, to_w))) is None:
+        if bwd is not None and (dx := bwd.try_call(dy_stored, layouts.permute(w, to_w).contiguous())) is None:
             return None
-        if wrw is not None and (dw := wrw.try_call(dy_stored, layouts.permute(x, to_x))) is None:
+        if wrw is not None and (dw := wrw.try_call(dy_stored, layouts.permute(x, to_x).contiguous())) is None:
             return None
         if bias is not None and (db := bias.try_call(dy_stored)) is None:
             return None
@@ -231,6 +233,13 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
     else:
         x_logical, in_layout = _as_stored(x, "x")
         w_logical, w_layout = _as_stored(w, "w")
+        if w_layout != in_layout:
+            # The filter is read in the input's layout (a copy of the weight): IREE 3.13 builds
+            # wrong CPU kernels for an NCHW input with an NHWC filter, and one layout is the
+            # common case that tuning and the kernel libraries serve.
+            to_input = layouts.to_physical(in_layout)
+            w_logical = layouts.permute(layouts.permute(w_logical, to_input).contiguous(), layouts.to_logical(in_layout))
+            w_layout = in_layout
         out_layout = in_layout
 
     if isinstance(padding, str):
