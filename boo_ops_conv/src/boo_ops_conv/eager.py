@@ -237,8 +237,8 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
             # The filter is read in the input's layout (a copy of the weight): IREE 3.13 builds
             # wrong CPU kernels for an NCHW input with an NHWC filter, and one layout is the
             # common case that tuning and the kernel libraries serve.
-            to_input = layouts.to_physical(in_layout)
-            w_logical = layouts.permute(layouts.permute(w_logical, to_input).contiguous(), layouts.to_logical(in_layout))
+            stored = layouts.permute(w_logical, layouts.to_physical(in_layout)).contiguous()
+            w_logical = layouts.permute(stored, layouts.to_logical(in_layout))
             w_layout = in_layout
         out_layout = in_layout
 
