@@ -4,7 +4,8 @@ and without CUDA graphs, inference and training, measured in one run.
 Models: torchvision's ResNet-50 (channels-last) and ViT-B/16, random weights, and the
 GPT-style decoder block of ``boo_core.testing.models`` (8 x 1024 tokens, width 1024); bf16 on
 a GPU, float32 on the CPU. Per row: milliseconds per step (forward, or forward and backward
-of a fixed random projection of the output), the relative error of the output and of the
+of a fixed random projection of the output; ``max-autotune`` rows keep a node on BOO only
+where its kernel timed at least as fast as torch's), the relative error of the output and of the
 parameters' gradients against eager, and the offload share: the fraction of the step's
 convolution, matmul, attention and normalization FLOPs (forward and backward graphs) that
 BOO kernels ran, from the offload summary. ``torch FLOPs`` cross-checks it with the
@@ -149,6 +150,9 @@ CONFIGS = [  # (label, backend, torch.compile mode)
     ("inductor +graphs", "inductor", "reduce-overhead"),
     ("iree_boo +graphs", "iree_boo", "reduce-overhead"),
     ("iree_boo_inductor +graphs", "iree_boo_inductor", "reduce-overhead"),
+    # Each BOO node timed against torch's kernel at compile, kept only where BOO's is as fast (+ graphs).
+    ("iree_boo max-autotune", "iree_boo", "max-autotune"),
+    ("iree_boo_inductor max-autotune", "iree_boo_inductor", "max-autotune"),
 ]
 
 
@@ -162,15 +166,16 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--backward-kernels", default="1",
                         help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
-    parser.add_argument("--only", default="", help="run only configurations whose label contains this")
+    parser.add_argument("--only", default="", help="run only configurations whose label contains this (and eager)")
     parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
     args = parser.parse_args()
 
     cuda = args.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    configs = [c for c in CONFIGS if (cuda or "graphs" not in c[0]) and not (args.no_graphs and "graphs" in c[0])
-               and args.only in c[0]]
+    configs = [c for c in CONFIGS if c[1] is None or ((cuda or "graphs" not in c[0])
+                                                      and not (args.no_graphs and "graphs" in c[0])
+                                                      and args.only in c[0])]
     print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, {dtype}, "
           f"batch {args.batch}, median of {args.steps} steps")
     print("| model | pass | configuration | bwd kernels | ms/step | vs eager | first step s | output err | "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -195,3 +197,42 @@ def test_a_pattern_that_fails_to_bind_is_launched_the_general_way(patterns, capl
         x = torch.randn(5)
         torch.testing.assert_close(gm(x), x * 2.5)
     assert pattern.launches == 1 and "could not bind its launch (ValueError: cannot bind)" in caplog.text
+
+
+class TimedMul(BoundMul):
+    """BoundMul whose BOO side or torch side is made slow on purpose."""
+
+    def __init__(self, slow: str):
+        super().__init__()
+        self.slow = slow
+        self.name = f"scale.mul_slow_{slow}"
+
+    def bind(self, spec, inputs):
+        run = super().bind(spec, inputs)
+
+        def slowed(x):
+            if self.slow == "boo":
+                time.sleep(0.002)
+            return run(x)
+
+        return slowed
+
+    def reference(self, spec, inputs):
+        if self.slow == "torch":
+            time.sleep(0.002)
+        return super().reference(spec, inputs)
+
+
+@pytest.mark.parametrize("slow", ["boo", "torch"])
+def test_autotune_leaves_a_node_to_torch_only_where_torch_s_kernel_is_faster(patterns, slow):
+    pattern = TimedMul(slow)
+    gm = graph(lambda x: x * 1.5, (64,))
+    with patterns(pattern):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False, autotune=True)
+        x = torch.randn(64)
+        torch.testing.assert_close(gm(x), x * 1.5)
+    if slow == "boo":
+        assert report.offloaded == {} and report.fallbacks == {"aten.mul": 1}
+        assert report.reasons["aten.mul"].startswith("torch's kernel is faster here (")
+    else:
+        assert report.offloaded == {pattern.name: 1} and not report.reasons

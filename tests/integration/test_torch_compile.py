@@ -308,7 +308,11 @@ def test_modes_are_accepted_and_off_gpus_the_graphs_run_as_they_are(mode, privat
     for _ in range(4):  # past the warm-up calls, where a GPU graph would be recorded
         x = torch.randn(4, 16)
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
-    assert sum(offload_summary().offloaded.values()) >= 2
+    summary = offload_summary()
+    # max-autotune times each linear against torch's and leaves it to torch where torch's is faster.
+    left = summary.fallbacks["aten.addmm"] if mode.startswith("max-autotune") else 0
+    assert sum(summary.offloaded.values()) + left >= 2, summary
+    assert not left or summary.reasons["aten.addmm"].startswith("torch's kernel is faster here ("), summary
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -25,7 +25,8 @@ from .rewrite import rewrite
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
 
-def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = False) -> Backend:
+def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = False,
+                autotune: bool = False) -> Backend:
     """A torch.compile backend: BOO kernels for what the plugins claim, ``nested_backend``
     for the rest.
 
@@ -34,9 +35,11 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
     than those two receives the aten-level graphs AOTAutograd produced, with BOO calls as
     ``torch.ops.boo.fused`` nodes. ``cuda_graphs`` records each compiled graph into a CUDA
     graph (:mod:`.cuda_graphs`; Inductor's own cudagraph trees with ``"inductor"``).
+    ``autotune`` times each BOO node against torch's kernel when the graph compiles and
+    leaves it to the nested backend where torch's is faster (:mod:`.autotune`).
     """
     if nested_backend == "inductor":
-        return functools.partial(_inductor_nested, cuda_graphs=cuda_graphs)
+        return functools.partial(_inductor_nested, cuda_graphs=cuda_graphs, autotune=autotune)
     if nested_backend == "eager":
         name, nested, as_custom_op = "iree_boo", None, False
     else:
@@ -45,7 +48,7 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
         as_custom_op = True
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any], *, kind: str):
-        rewrite(gm, backend=name, kind=kind, as_custom_op=as_custom_op)
+        rewrite(gm, backend=name, kind=kind, as_custom_op=as_custom_op, autotune=autotune)
         compiled = gm.forward if nested is None else nested(gm, example_inputs)
         # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), freeing them early.
         boxed = compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
@@ -66,7 +69,7 @@ def _lookup(name: str) -> Backend:
 
 
 def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
-                     cuda_graphs: bool = False) -> Callable[..., Any]:
+                     cuda_graphs: bool = False, autotune: bool = False) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
@@ -79,7 +82,7 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
 
     def inner_compile(graph: torch.fx.GraphModule, inputs: list[Any], **kwargs: Any):
         kind = "backward" if kwargs.get("is_backward") else ("inference" if kwargs.get("is_inference") else "forward")
-        rewrite(graph, backend="iree_boo_inductor", kind=kind, as_custom_op=True)
+        rewrite(graph, backend="iree_boo_inductor", kind=kind, as_custom_op=True, autotune=autotune)
         decompose_remaining(graph, withheld, table)
         return compile_fx_inner(graph, inputs, **kwargs)
 
@@ -96,11 +99,13 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
 
 #: torch.compile modes that record CUDA graphs (as Inductor's do).
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+#: Modes that time each BOO node against torch's kernel (as Inductor's max-autotune tunes its own).
+AUTOTUNE_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
 KNOWN_MODES = (None, "default", "max-autotune-no-cudagraphs", *CUDA_GRAPH_MODES)
 
 
 def _wants_cuda_graphs(backend: str, mode: str | None, options: dict[str, Any] | None) -> bool:
-    """Whether ``torch.compile(..., mode=, options=)`` asks for CUDA graphs."""
+    """Whether ``torch.compile(..., mode=, options=)`` asks for CUDA graphs (the mode checked)."""
     if mode not in KNOWN_MODES:
         raise ValueError(f"torch.compile(backend={backend!r}): unknown mode {mode!r}; expected one of "
                          f"{', '.join(repr(m) for m in KNOWN_MODES if m)}")
@@ -111,19 +116,23 @@ def _wants_cuda_graphs(backend: str, mode: str | None, options: dict[str, Any] |
     return bool((options or {}).get("triton.cudagraphs", mode in CUDA_GRAPH_MODES))
 
 
-_iree_boo = {False: boo_backend("eager"), True: boo_backend("eager", cuda_graphs=True)}
+_iree_boo = {(graphs, tune): boo_backend("eager", cuda_graphs=graphs, autotune=tune)
+             for graphs in (False, True) for tune in (False, True)}
 
 
 def iree_boo(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
              options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """``torch.compile(model, backend="iree_boo")``: BOO kernels, PyTorch eager for the rest;
-    ``mode="reduce-overhead"`` records each graph into a CUDA graph."""
-    return _iree_boo[_wants_cuda_graphs("iree_boo", mode, options)](gm, example_inputs)
+    ``mode="reduce-overhead"`` records each graph into a CUDA graph, ``"max-autotune"`` also
+    keeps a node on BOO only where its kernel is at least as fast as torch's."""
+    graphs = _wants_cuda_graphs("iree_boo", mode, options)
+    return _iree_boo[graphs, mode in AUTOTUNE_MODES](gm, example_inputs)
 
 
 def iree_boo_inductor(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
                       options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """``torch.compile(model, backend="iree_boo_inductor")``: BOO kernels, Inductor for the
-    rest; ``mode="reduce-overhead"`` turns on Inductor's CUDA graphs."""
-    return _inductor_nested(gm, example_inputs,
-                            cuda_graphs=_wants_cuda_graphs("iree_boo_inductor", mode, options))
+    rest; ``mode="reduce-overhead"`` turns on Inductor's CUDA graphs, ``"max-autotune"`` also
+    keeps a node on BOO only where its kernel is at least as fast as torch's."""
+    return _inductor_nested(gm, example_inputs, cuda_graphs=_wants_cuda_graphs("iree_boo_inductor", mode, options),
+                            autotune=mode in AUTOTUNE_MODES)

@@ -21,6 +21,7 @@ from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable, get_launc
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .autotune import torch_is_faster
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta
 from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
@@ -31,14 +32,17 @@ T = TypeVar("T")
 _module_logger = logging.getLogger(__name__)
 
 
-def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool) -> GraphReport:
+def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
+            autotune: bool = False) -> GraphReport:
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
     Backward graphs are left alone unless ``BOO_USE_BACKWARD_KERNELS=1``.
     ``as_custom_op`` writes the calls as ``torch.ops.boo.fused`` (for compilers that trace
-    the graph again) instead of plain Python callables.
+    the graph again) instead of plain Python callables. ``autotune`` (``mode="max-autotune"``)
+    times each node against torch's kernel and leaves it to the nested backend where torch's
+    is faster (:mod:`.autotune`).
     """
     report = new_report(backend, kind)
     patterns = BooOpRegistry.default().fusion_patterns()
@@ -73,10 +77,15 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
             taken.update(match.nodes)
             ok = _compile_ahead(pattern, match, _signatures_ahead(pattern, match, report), report)
         if ok:
-            report.boo_flops += sum(node_flops(n) for n in match.nodes)
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
-            replaced[match.root] = _replace(gm.graph, pattern, match, as_custom_op)
+            call, payload = _bound_call(pattern, match, as_custom_op)
+            slower = autotune and torch_is_faster(call, payload, [n.meta["val"] for n in match.inputs])
+            if slower:
+                _refuse(report, match.root, slower)
+                continue
+            report.boo_flops += sum(node_flops(n) for n in match.nodes)
+            replaced[match.root] = _splice(gm.graph, pattern, match, call, payload, as_custom_op)
             report.offloaded[pattern.name] += 1
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
@@ -215,20 +224,29 @@ def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
     _module_logger.debug("not offloading %s: %s", node.format_node(), reason)
 
 
-def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch,
-             as_custom_op: bool) -> torch.fx.Node:
-    """Put the kernel call in place of the match; the node that now holds the root's value."""
-    root = match.root
-    value = root.meta["val"]
+def _bound_call(pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> tuple[KernelCall, str]:
+    """The match's kernel call, bound to its inputs' metadata, and its payload."""
+    value = match.root.meta["val"]
     single = isinstance(value, torch.Tensor)
     values: Sequence[object] = (value,) if single else tuple(value)
     inputs = [n.meta["val"] for n in match.inputs]
     call = KernelCall(pattern, match.spec, [TensorMeta.of(v) for v in values], single,
                       [TensorMeta.of(v) for v in inputs])
+    payload = call.payload()
     if as_custom_op:
-        call = custom_op.kernel_call(pattern.name, call.payload())
+        call = custom_op.kernel_call(pattern.name, payload)
     if not call.bind(inputs):
         _module_logger.debug("%s: not bound ahead; every call goes through the pattern's launch", pattern.name)
+    return call, payload
+
+
+def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, call: KernelCall, payload: str,
+            as_custom_op: bool) -> torch.fx.Node:
+    """Put the kernel call in place of the match; the node that now holds the root's value."""
+    root = match.root
+    value = root.meta["val"]
+    single = isinstance(value, torch.Tensor)
+    values: Sequence[object] = (value,) if single else tuple(value)
     with graph.inserting_before(root):
         if not as_custom_op:
             new = graph.call_function(call, tuple(match.inputs))
@@ -236,7 +254,7 @@ def _replace(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch,
             root.replace_all_uses_with(new)
             holder = new
         else:
-            new = graph.call_function(torch.ops.boo.fused.default, (pattern.name, call.payload(), list(match.inputs)))
+            new = graph.call_function(torch.ops.boo.fused.default, (pattern.name, payload, list(match.inputs)))
             tensors = [v for v in values if v is not None]
             new.meta["val"] = tensors
             position = {i: k for k, i in enumerate(i for i, v in enumerate(values) if v is not None)}
