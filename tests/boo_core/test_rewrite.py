@@ -236,3 +236,11 @@ def test_autotune_leaves_a_node_to_torch_only_where_torch_s_kernel_is_faster(pat
         assert report.reasons["aten.mul"].startswith("torch's kernel is faster here (")
     else:
         assert report.offloaded == {pattern.name: 1} and not report.reasons
+
+
+def test_autotune_offers_backward_graphs_and_keeps_only_gradients_that_are_not_slower(patterns):
+    pattern = TimedMul("torch")
+    gm = graph(lambda x: x * 1.5, (64,))
+    with patterns(pattern):
+        report = rewrite(gm, backend="test", kind="backward", as_custom_op=False, autotune=True)
+    assert report.offloaded == {pattern.name: 1} and not report.note

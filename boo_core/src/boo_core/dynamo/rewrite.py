@@ -38,15 +38,16 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
-    Backward graphs are left alone unless ``BOO_USE_BACKWARD_KERNELS=1``.
+    Backward graphs are left alone unless ``BOO_USE_BACKWARD_KERNELS=1`` or ``autotune``.
     ``as_custom_op`` writes the calls as ``torch.ops.boo.fused`` (for compilers that trace
     the graph again) instead of plain Python callables. ``autotune`` (``mode="max-autotune"``)
     times each node against torch's kernel and leaves it to the nested backend where torch's
-    is faster (:mod:`.autotune`).
+    is faster (:mod:`.autotune`); it offers the backward graph's gradients too, each kept on
+    BOO only where its kernel is not slower.
     """
     report = new_report(backend, kind)
     patterns = BooOpRegistry.default().fusion_patterns()
-    if kind == "backward" and not get_settings().use_backward_kernels:
+    if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor: dict[object, list[FusionPattern]] = {}
     for pattern in patterns:
