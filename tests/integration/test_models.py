@@ -13,12 +13,14 @@ from boo_core.testing.models import resnet, vit
 BACKENDS = ["iree_boo", "iree_boo_inductor"]
 
 
-def _models():
+def _workload(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A small torchvision network (random weights) and an input for it."""
     torch.manual_seed(0)
-    convnet = resnet(18, num_classes=10).to(memory_format=torch.channels_last)
-    transformer = vit(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-                      num_classes=10)
-    return {"resnet18": (convnet, (4, 3, 64, 64), True), "vit": (transformer, (2, 3, 32, 32), False)}
+    if name == "resnet18":
+        model = resnet(18, num_classes=10).to(memory_format=torch.channels_last)
+        return model, torch.randn(4, 3, 64, 64).contiguous(memory_format=torch.channels_last)
+    model = vit(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+    return model, torch.randn(2, 3, 32, 32)
 
 
 def _step(call, model, x, probe):
@@ -32,11 +34,8 @@ def _step(call, model, x, probe):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["resnet18", "vit"])
 def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, backend):
-    model, shape, channels_last = _models()[name]
-    x = torch.randn(shape)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    probe = torch.randn(shape[0], 10)
+    model, x = _workload(name)
+    probe = torch.randn(x.shape[0], 10)
     model.train()  # batch statistics: the compiled graph and eager compute the same thing
     # The reference is the backend without BOO: eager for iree_boo, Inductor for
     # iree_boo_inductor (whose batch-norm gradients differ from eager's by up to 0.4% here).
@@ -72,14 +71,10 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
     torch._dynamo.reset()
 
 
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["resnet18", "vit"])
 def test_a_real_network_infers_as_eager_does(name, backend):
-    model, shape, channels_last = _models()[name]
-    x = torch.randn(shape)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    model, x = _workload(name)
     model.eval()
     torch._dynamo.reset()
     reset_offload_summary()
