@@ -120,3 +120,26 @@ def test_boo_conv_reads_a_filter_in_another_memory_format_than_its_input():
     want = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
     torch.testing.assert_close(boo_conv(x, w, padding=1).double(), want, rtol=1e-4, atol=1e-4)
 
+
+
+@torch.library.custom_op("boo_test::conv_inside", mutates_args=())
+def _conv_inside(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A kernel built while a compiled graph runs (as a BOO node meeting new tensors does)."""
+    from boo_core import get_launchable
+    from boo_ops_conv import ConvSignature
+
+    return get_launchable(ConvSignature(tuple(x.shape), tuple(w.shape), stride=2))(x, w)
+
+
+@_conv_inside.register_fake
+def _(x, w):
+    return x.new_empty((x.shape[0], w.shape[0], (x.shape[2] + 1) // 2, (x.shape[3] + 1) // 2))
+
+
+def test_a_kernel_built_while_a_compiled_graph_runs_writes_its_output(private_cache):
+    """torch.export, run inside a compiled graph's call, dropped the writes into the outputs:
+    the kernel wrote nothing (NaN in an eval-mode ResNet under iree_boo_inductor)."""
+    x, w = torch.randn(2, 8, 10, 10), torch.randn(16, 8, 1, 1)
+    got = torch.compile(lambda x, w: torch.ops.boo_test.conv_inside(x, w) * 2, backend="inductor")(x, w)
+    want = torch.nn.functional.conv2d(x.double(), w.double(), stride=2) * 2
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)

@@ -9,13 +9,16 @@ required, since IREE cannot export its own device buffers through DLPack.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from ..errors import CompileError
 from ..signatures.signature import Signature
 
 
@@ -40,28 +43,52 @@ class _DestinationPassing(torch.nn.Module):
             out.copy_(result)
 
 
-_lock = threading.Lock()
-
-
 #: How many exports this process ran (tests check that warm-cache lookups run none).
 export_count = 0
+
+_exporter: tuple[int, ThreadPoolExecutor] | None = None
+_exporter_lock = threading.Lock()
 
 
 def export_mlir(signature: Signature, computation: Callable[..., Any] | None = None) -> str:
     """Export ``computation`` (default: ``signature.reference``) to torch-dialect MLIR with
     entry ``signature.func_name``, taking the signature's inputs then its outputs.
 
-    Exports run one at a time (torch.export is not thread-safe); compiles do not wait on this.
+    Exports run one at a time (torch.export is not thread-safe), on a thread of their own:
+    its thread-local state is torch's defaults whatever the caller's is. Exported inside a
+    compiled graph's run (a BOO node meeting new tensors), torch.export silently dropped the
+    writes into the outputs, and the kernel wrote nothing. An export that still writes fewer
+    outputs than the signature has is a :class:`~boo_core.errors.CompileError`. Compiles do
+    not wait on this.
     """
     global export_count
     export_count += 1
+    text = _exporter_thread().submit(_export, signature, computation).result()
+    writes = text.count("torch.overwrite.tensor.contents")
+    expected = len(signature.output_specs())
+    if writes < expected:
+        raise CompileError(f"{signature.func_name}: the exported computation writes {writes} of its {expected} "
+                           "outputs (torch.export dropped the writes); no kernel is built from it")
+    return text
+
+
+def _exporter_thread() -> ThreadPoolExecutor:
+    """This process's export thread (a forked child makes its own: the parent's is gone)."""
+    global _exporter
+    with _exporter_lock:
+        if _exporter is None or _exporter[0] != os.getpid():
+            _exporter = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="boo-export"))
+        return _exporter[1]
+
+
+def _export(signature: Signature, computation: Callable[..., Any] | None) -> str:
     computation = computation if computation is not None else signature.reference
     specs = [*signature.input_specs(), *signature.output_specs()]
     # Meta tensors: export traces shapes only, so even huge problems cost no memory.
     args = tuple(torch.empty(s.shape, dtype=s.dtype, device="meta") for s in specs)
-    with _lock, warnings.catch_warnings():
-        # Imported under the lock: first imports of these packages from several threads at
-        # once trip Python's import deadlock detection.
+    with warnings.catch_warnings():
+        # Imported on the one export thread: first imports of these packages from several
+        # threads at once trip Python's import deadlock detection.
         from iree.compiler import ir
         from iree.compiler.dialects import func as func_dialect
         from iree.compiler.extras.fx_importer import FxImporter
