@@ -111,8 +111,7 @@ def test_a_tensor_in_another_memory_format_than_compiled_for_is_copied_into_the_
 
 
 def test_boo_conv_reads_a_filter_in_another_memory_format_than_its_input():
-    """An NCHW input with a channels-last filter (IREE 3.13 builds a wrong CPU kernel for
-    that pair of layouts: the filter is copied into the input's)."""
+    """An NCHW input with a channels-last filter: a kernel of mixed layouts."""
     from boo_ops_conv import boo_conv
 
     x = torch.randn(2, 8, 9, 7)

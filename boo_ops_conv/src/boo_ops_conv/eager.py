@@ -115,7 +115,7 @@ def bound_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     copy an input or run no kernel. Outside autograd only (a compiled graph's node)."""
     call = _resolve(x, w, b, **options)
     if call.empty or call.explicit or call.logical[0] is not x:
-        return None  # (a weight in another layout than x's is copied by run, as by boo_conv)
+        return None
     launchable = launchable_for(call.key, call.signature, x.device)
     to_x, to_w = (layouts.to_physical(call.signature_args[k]) for k in ("input_layout", "kernel_layout"))
     to_y = layouts.to_logical(launchable.signature.output_layout)
@@ -233,13 +233,6 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
     else:
         x_logical, in_layout = _as_stored(x, "x")
         w_logical, w_layout = _as_stored(w, "w")
-        if w_layout != in_layout:
-            # The filter is read in the input's layout (a copy of the weight): IREE 3.13 builds
-            # wrong CPU kernels for an NCHW input with an NHWC filter, and one layout is the
-            # common case that tuning and the kernel libraries serve.
-            stored = layouts.permute(w_logical, layouts.to_physical(in_layout)).contiguous()
-            w_logical = layouts.permute(stored, layouts.to_logical(in_layout))
-            w_layout = in_layout
         out_layout = in_layout
 
     if isinstance(padding, str):
