@@ -112,7 +112,7 @@ def bound_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
     """``boo_conv(x, w, b, **options)`` for tensors with exactly these tensors' metadata,
     settled now: the returned function permutes, launches and permutes back, and returns
     None (launching nothing) for tensors it was not bound for. None where boo_conv would
-    copy an input or run no kernel. Outside autograd only (a compiled graph's node)."""
+    copy x or run no kernel. Outside autograd only (a compiled graph's node)."""
     call = _resolve(x, w, b, **options)
     if call.empty or call.explicit or call.logical[0] is not x:
         return None

@@ -54,13 +54,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         for anchor in pattern.anchors:
             by_anchor.setdefault(anchor, []).append(pattern)
     taken: set[torch.fx.Node] = set()
-    claims: list[tuple[torch.fx.Node, int, FusionPattern, FusionMatch]] = []  # (anchor node, pattern index, ...)
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node not in taken:
-            claim = _first_match(by_anchor.get(node.target, []), 0, node, taken, report)
-            if claim is not None:
-                claims.append((node, *claim))
-                taken.update(claim[2].nodes)
+    claims = _claims(gm.graph, by_anchor, taken, report)
     # Kernels compile in parallel (iree-compile runs as a process of its own); a match whose
     # kernels fail leaves its node to the next pattern that matches it, if any.
     signatures = [_signatures_ahead(pattern, match, report) for _, _, pattern, match in claims]
@@ -80,14 +74,9 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if ok:
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
-            call, payload = _bound_call(pattern, match, as_custom_op)
-            slower = autotune and torch_is_faster(call, payload, [n.meta["val"] for n in match.inputs])
-            if slower:
-                _refuse(report, match.root, slower)
-                continue
-            report.boo_flops += sum(node_flops(n) for n in match.nodes)
-            replaced[match.root] = _splice(gm.graph, pattern, match, call, payload, as_custom_op)
-            report.offloaded[pattern.name] += 1
+            holder = _offload(gm.graph, pattern, match, as_custom_op, autotune, report)
+            if holder is not None:
+                replaced[match.root] = holder
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target.namespace != "boo":
@@ -103,6 +92,37 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
 
 def _op_name(target: torch._ops.OpOverload) -> str:
     return f"{target.namespace}.{target._opname}"
+
+
+Claim = tuple[torch.fx.Node, int, FusionPattern, FusionMatch]
+"""A node some pattern matched at: (anchor node, the pattern's index among its anchor's, pattern, match)."""
+
+
+def _claims(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]], taken: set[torch.fx.Node],
+            report: GraphReport) -> list[Claim]:
+    """The first match at every anchor node, in graph order; their nodes go into ``taken``."""
+    claims: list[Claim] = []
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node not in taken:
+            claim = _first_match(by_anchor.get(node.target, []), 0, node, taken, report)
+            if claim is not None:
+                claims.append((node, *claim))
+                taken.update(claim[2].nodes)
+    return claims
+
+
+def _offload(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, as_custom_op: bool,
+             autotune: bool, report: GraphReport) -> torch.fx.Node | None:
+    """Replace a compiled match by its kernel call (unless autotune finds torch's kernel
+    faster); the node now holding the root's value, or None when the match stays."""
+    call, payload = _bound_call(pattern, match, as_custom_op)
+    slower = autotune and torch_is_faster(call, payload, [n.meta["val"] for n in match.inputs])
+    if slower:
+        _refuse(report, match.root, slower)
+        return None
+    report.boo_flops += sum(node_flops(n) for n in match.nodes)
+    report.offloaded[pattern.name] += 1
+    return _splice(graph, pattern, match, call, payload, as_custom_op)
 
 
 def _first_match(patterns: Sequence[FusionPattern], start: int, node: torch.fx.Node, taken: set[torch.fx.Node],
