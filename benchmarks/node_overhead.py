@@ -13,10 +13,9 @@ every call is asynchronous, so these are host times; on the CPU they include the
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
+import overhead  # benchmarks/overhead.py, beside this script
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -50,21 +49,9 @@ def cases(device: str) -> dict[str, tuple[Callable[..., object], tuple[torch.Ten
     }
 
 
-def per_call_us(fn: Callable[[], object], calls: int, device: str, repeats: int = 5) -> float:
-    """Median over ``repeats`` batches of the mean time of one call (the device synchronized
-    at the batch's end), in microseconds."""
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    for _ in range(min(calls, 200)):
-        fn()
-    sync()
-    batches = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        batches.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(batches)
+def per_call_us(fn: Callable[[], object], calls: int, device: str) -> float:
+    """:func:`overhead.per_call_us`, the device synchronized at each batch's end."""
+    return overhead.per_call_us(fn, calls, sync=torch.cuda.synchronize if device.startswith("cuda") else lambda: None)
 
 
 def measure(name: str, fn: Callable[..., object], inputs: tuple[torch.Tensor, ...], device: str,

@@ -22,15 +22,18 @@ from boo_core import clear_launchables, get_launchable
 from boo_ops_conv import ConvSignature, boo_conv
 
 
-def per_call_us(fn, calls: int, repeats: int = 5) -> float:
-    """Median over ``repeats`` batches of the mean time of one call, in microseconds."""
+def per_call_us(fn, calls: int, repeats: int = 5, sync=lambda: None) -> float:
+    """Median over ``repeats`` batches of the mean time of one call, in microseconds;
+    ``sync`` (a device synchronize) runs after the warm-up and at each batch's end."""
     for _ in range(min(calls, 200)):
         fn()
+    sync()
     batches = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
+        sync()
         batches.append((time.perf_counter() - start) / calls * 1e6)
     return statistics.median(batches)
 

@@ -76,6 +76,11 @@ class ConvForward(FusionPattern):
         return ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y
 
 
+def _conv_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A backward match's spec without its gradient mask: the forward conv's options."""
+    return {k: v for k, v in spec.items() if k != "mask"}
+
+
 class ConvBackward(FusionPattern):
     """``aten.convolution_backward``: the data, weight and bias gradients BOO kernels compute."""
 
@@ -90,18 +95,15 @@ class ConvBackward(FusionPattern):
         return FusionMatch((node,), (dy, x, w), {**options, "mask": [bool(m) for m in node.args[10]]})
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[ConvSignature]:
-        options = {k: v for k, v in spec.items() if k != "mask"}
-        forward = conv_signature_for(inputs[1], inputs[2], **options)
+        forward = conv_signature_for(inputs[1], inputs[2], **_conv_options(spec))
         modes = [mode for mode, wanted in zip(("bwd", "wrw", "bwd_bias"), spec["mask"]) if wanted]
         return [replace(forward, mode=mode) for mode in modes]
 
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
-        options = {k: v for k, v in spec.items() if k != "mask"}
-        return boo_conv_backward(*inputs, spec["mask"], **options)
+        return boo_conv_backward(*inputs, spec["mask"], **_conv_options(spec))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
-        options = {k: v for k, v in spec.items() if k != "mask"}
-        return bound_conv_backward(inputs[1], inputs[2], spec["mask"], **options)
+        return bound_conv_backward(inputs[1], inputs[2], spec["mask"], **_conv_options(spec))
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
         dy, x, w = inputs

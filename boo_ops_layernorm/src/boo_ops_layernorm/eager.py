@@ -121,7 +121,12 @@ def _boo_backward(signature: LayerNormSignature, gradients: tuple[str, ...], dy:
                   mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
                   bias: torch.Tensor | None) -> dict[str, torch.Tensor]:
     backward = backward_launchable(signature, gradients, x.device)
-    outputs = backward(dy, x, mean, rstd, *(() if weight is None else (weight,)))
+    return by_gradient(gradients, backward(dy, x, mean, rstd, *(() if weight is None else (weight,))))
+
+
+def by_gradient(gradients: tuple[str, ...],
+                outputs: torch.Tensor | tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """A backward kernel's outputs by the gradient each is (``"dx"``, ``"dw"``, ``"db"``)."""
     return dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
 
 

@@ -19,7 +19,7 @@ import torch.fx
 from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
-from .eager import backward_launchable, forward_launchable, layer_norm_signature_for
+from .eager import backward_launchable, by_gradient, forward_launchable, layer_norm_signature_for
 from .signature import GRADIENTS, LayerNormSignature
 
 aten = torch.ops.aten
@@ -34,6 +34,14 @@ def _split(spec: Mapping[str, Any], params: Sequence[torch.Tensor]) -> tuple[tor
 
 def _keepdim(signature: LayerNormSignature) -> tuple[int, ...]:
     return signature.stats_shape + (1,) * len(signature.normalized_shape)
+
+
+def _as_torch_returns(spec: Mapping[str, Any], signature: LayerNormSignature,
+                     outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The forward kernel's ``(y, mean, rstd)`` as ``native_layer_norm`` returns them."""
+    y, mean, rstd = outputs
+    keep, dtype = _keepdim(signature), dtype_from_name(spec["stats_dtype"])
+    return y, mean.reshape(keep).to(dtype), rstd.reshape(keep).to(dtype)
 
 
 class LayerNormForward(FusionPattern):
@@ -62,21 +70,15 @@ class LayerNormForward(FusionPattern):
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         x, *params = inputs
         forward = forward_launchable(x, tuple(spec["normalized_shape"]), *_split(spec, params), spec["eps"])
-        y, mean, rstd = forward(*(t.contiguous() for t in inputs))
-        keep, dtype = _keepdim(forward.signature), dtype_from_name(spec["stats_dtype"])
-        return y, mean.reshape(keep).to(dtype), rstd.reshape(keep).to(dtype)
+        return _as_torch_returns(spec, forward.signature, forward(*(t.contiguous() for t in inputs)))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
         x, *params = inputs
         forward = forward_launchable(x, tuple(spec["normalized_shape"]), *_split(spec, params), spec["eps"])
-        keep, dtype = _keepdim(forward.signature), dtype_from_name(spec["stats_dtype"])
 
         def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
             outputs = forward.try_call(*tensors)
-            if outputs is None:
-                return None
-            y, mean, rstd = outputs
-            return y, mean.view(keep).to(dtype), rstd.view(keep).to(dtype)
+            return None if outputs is None else _as_torch_returns(spec, forward.signature, outputs)
 
         return run
 
@@ -125,7 +127,7 @@ class LayerNormBackward(FusionPattern):
         stats = [t.reshape(forward.stats_shape).to(forward.stats_dtype).contiguous() for t in (mean, rstd)]
         outputs = backward_launchable(forward, gradients, x.device)(
             dy.contiguous(), x.contiguous(), *stats, *(() if weight is None else (weight.contiguous(),)))
-        found = dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
+        found = by_gradient(gradients, outputs)
         return tuple(found.get(g) for g in GRADIENTS)
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
@@ -142,7 +144,7 @@ class LayerNormBackward(FusionPattern):
             outputs = kernel.try_call(dy, x, *stats, *params[:1] if takes_weight else ())
             if outputs is None:
                 return None
-            found = dict(zip(gradients, (outputs,) if isinstance(outputs, torch.Tensor) else outputs))
+            found = by_gradient(gradients, outputs)
             return tuple(found.get(g) for g in GRADIENTS)
 
         return run

@@ -38,8 +38,7 @@ def node_flops(node: torch.fx.Node) -> int:
     target = node.target
     per_element = NORMALIZATION_FLOPS_PER_ELEMENT.get(target)
     if per_element is not None:
-        first = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        return per_element * _numel(first)
+        return per_element * _numel(_value(node.args[0]) if node.args else None)
     formula = _formula(target)
     if formula is None:
         return 0

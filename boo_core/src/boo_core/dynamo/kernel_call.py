@@ -90,12 +90,7 @@ class KernelCall:
                     return self._conformed(result)
             return self._conformed(self.pattern.launch(self.spec, inputs))
         except BaseException as e:  # BooError, or a pattern's bug (sys.exit() too): PyTorch computes it instead
-            if not is_plugins_failure(e):
-                raise
-            if get_settings().compile_strict:
-                if isinstance(e, Exception):
-                    raise
-                raise PluginExit(f"pattern {self.pattern.name}: {describe_error(e)}") from e
+            raise_unless_absorbed(e, self.pattern)
             if not self._warned:
                 warnings.warn(f"BOO kernel for {self.pattern.name} failed at run time ({describe_error(e)}); "
                               "computing it with PyTorch", BooFallbackWarning, stacklevel=2)
@@ -124,6 +119,18 @@ class KernelCall:
         outputs = [TensorMeta.from_json(m) if m else None for m in data["outputs"]]
         inputs = [TensorMeta.from_json(m) if m else None for m in data.get("inputs", ())]
         return cls(pattern, data["spec"], outputs, data["single"], inputs)
+
+
+def raise_unless_absorbed(error: BaseException, pattern: FusionPattern) -> None:
+    """Re-raise ``error`` unless it is a failure of plugin code that PyTorch can stand in for
+    (a BooError, a pattern's bug, its ``sys.exit()``); under ``BOO_COMPILE_STRICT=1`` every
+    such failure is raised too (a ``sys.exit()`` as :class:`~boo_core.errors.PluginExit`)."""
+    if not is_plugins_failure(error):
+        raise error
+    if get_settings().compile_strict:
+        if isinstance(error, Exception):
+            raise error
+        raise PluginExit(f"pattern {pattern.name}: {describe_error(error)}") from error
 
 
 def _conform(value: object, meta: TensorMeta | None, name: str) -> object:

@@ -15,7 +15,7 @@ from typing import TypeVar
 import torch
 import torch.fx
 
-from ..errors import BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
+from ..errors import BooFallbackWarning, describe_error, is_plugins_failure
 from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable, get_launchable
 from ..settings import get_settings
@@ -23,7 +23,7 @@ from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
 from .flops import node_flops
-from .kernel_call import KernelCall, TensorMeta
+from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
 from .report import GraphReport, logger, new_report
 
@@ -226,12 +226,7 @@ def _guarded(pattern: FusionPattern, match: FusionMatch, report: GraphReport, wo
     try:
         return work()
     except BaseException as e:  # sys.exit() too; an interrupt is the user's
-        if not is_plugins_failure(e):
-            raise
-        if get_settings().compile_strict:
-            if isinstance(e, Exception):
-                raise
-            raise PluginExit(f"pattern {pattern.name}: {describe_error(e)}") from e
+        raise_unless_absorbed(e, pattern)
         said = str(e) if isinstance(e, Exception) else describe_error(e)
         warnings.warn(f"BOO cannot take {pattern.name} here ({said}); it runs on the nested backend",
                       BooFallbackWarning, stacklevel=3)
@@ -245,11 +240,16 @@ def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
     _module_logger.debug("not offloading %s: %s", node.format_node(), reason)
 
 
-def _bound_call(pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> tuple[KernelCall, str]:
-    """The match's kernel call, bound to its inputs' metadata, and its payload."""
+def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
+    """The root's compile-time value, whether it is one tensor, and its values as a sequence."""
     value = match.root.meta["val"]
     single = isinstance(value, torch.Tensor)
-    values: Sequence[object] = (value,) if single else tuple(value)
+    return value, single, (value,) if single else tuple(value)
+
+
+def _bound_call(pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> tuple[KernelCall, str]:
+    """The match's kernel call, bound to its inputs' metadata, and its payload."""
+    _, single, values = _root_values(match)
     inputs = [n.meta["val"] for n in match.inputs]
     call = KernelCall(pattern, match.spec, [TensorMeta.of(v) for v in values], single,
                       [TensorMeta.of(v) for v in inputs])
@@ -265,9 +265,7 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
             as_custom_op: bool) -> torch.fx.Node:
     """Put the kernel call in place of the match; the node that now holds the root's value."""
     root = match.root
-    value = root.meta["val"]
-    single = isinstance(value, torch.Tensor)
-    values: Sequence[object] = (value,) if single else tuple(value)
+    value, single, values = _root_values(match)
     with graph.inserting_before(root):
         if not as_custom_op:
             new = graph.call_function(call, tuple(match.inputs))

@@ -177,10 +177,7 @@ class Launchable:
             if self._launcher is None:
                 hal.abandon(self._context, self._function, self._module, self._import)
             self._load()
-        outputs = self._checked(args, out)
-        if self._launcher is not None:
-            return self._launch_direct(args, outputs)
-        return self._run_iree(args, outputs)
+        return self._run(args, self._checked(args, out))
 
     def try_call(self, *args: torch.Tensor):
         """``self(*args)`` when every argument is exactly what the kernel takes (the checks in
@@ -191,11 +188,18 @@ class Launchable:
         """
         if self.stale or not self._all_as_expected(args):
             return None
-        device = self._torch_device
-        outputs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._output_layouts)
+        return self._run(args, self._new_outputs())
+
+    def _run(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
+        """Launch on checked arguments: directly where the kernel has a plan, else through IREE."""
         if self._launcher is not None:
             return self._launch_direct(args, outputs)
         return self._run_iree(args, outputs)
+
+    def _new_outputs(self) -> tuple[torch.Tensor, ...]:
+        """Fresh output tensors (after :meth:`_all_as_expected`, which records their layouts)."""
+        device = self._torch_device
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._output_layouts)
 
     def _run_iree(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
         """Run the kernel through IREE's runtime, the tensors imported through DLPack."""
@@ -249,8 +253,7 @@ class Launchable:
     def _checked(self, args: Sequence[torch.Tensor], out) -> tuple[torch.Tensor, ...]:
         """Check the arguments (and ``out=``); the output tensors to write."""
         if out is None and self._all_as_expected(args):  # the common case, in a few tenths of a microsecond each
-            device = self._torch_device
-            return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._output_layouts)
+            return self._new_outputs()
         if len(args) != len(self._inputs):
             names = ", ".join(s.name for s in self._inputs)
             raise ArgumentError(f"{self.signature.func_name} takes {len(self._inputs)} tensors ({names}), "
