@@ -244,3 +244,30 @@ def test_autotune_offers_backward_graphs_and_keeps_only_gradients_that_are_not_s
     with patterns(pattern):
         report = rewrite(gm, backend="test", kind="backward", as_custom_op=False, autotune=True)
     assert report.offloaded == {pattern.name: 1} and not report.note
+
+
+class SlowMulThenSin(TimedMul):
+    """TimedMul that also takes the ``sin`` after the mul: the match's root is not its anchor."""
+
+    def match(self, node):
+        found = super().match(node)
+        user = next(iter(node.users))
+        return FusionMatch((node, user), found.inputs, found.spec) if user.target is aten.sin.default else found
+
+    def reference(self, spec, inputs):
+        return torch.sin(super().reference(spec, inputs))
+
+    def bind(self, spec, inputs):
+        run = super().bind(spec, inputs)
+        return lambda x: torch.sin(run(x))
+
+
+def test_autotune_records_why_under_the_anchor_op_that_the_summary_counts_as_left(patterns):
+    pattern = SlowMulThenSin("boo")
+    gm = graph(lambda x: torch.sin(x * 1.5), (64,))
+    with patterns(pattern):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False, autotune=True)
+        x = torch.randn(64)
+        torch.testing.assert_close(gm(x), torch.sin(x * 1.5))
+    assert report.fallbacks == {"aten.mul": 1, "aten.sin": 1}
+    assert report.reasons["aten.mul"].startswith("torch's kernel is faster here (")

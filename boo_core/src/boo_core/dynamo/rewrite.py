@@ -74,7 +74,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if ok:
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
-            holder = _offload(gm.graph, pattern, match, as_custom_op, autotune, report)
+            holder = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
             if holder is not None:
                 replaced[match.root] = holder
     for node in gm.graph.nodes:
@@ -111,14 +111,15 @@ def _claims(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]],
     return claims
 
 
-def _offload(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, as_custom_op: bool,
-             autotune: bool, report: GraphReport) -> torch.fx.Node | None:
+def _offload(graph: torch.fx.Graph, anchor: torch.fx.Node, pattern: FusionPattern, match: FusionMatch,
+             as_custom_op: bool, autotune: bool, report: GraphReport) -> torch.fx.Node | None:
     """Replace a compiled match by its kernel call (unless autotune finds torch's kernel
-    faster); the node now holding the root's value, or None when the match stays."""
+    faster: the reason is recorded under the anchor's op, the one the summary counts as left);
+    the node now holding the root's value, or None when the match stays."""
     call, payload = _bound_call(pattern, match, as_custom_op)
     slower = autotune and torch_is_faster(call, payload, [n.meta["val"] for n in match.inputs])
     if slower:
-        _refuse(report, match.root, slower)
+        _refuse(report, anchor, slower)
         return None
     report.boo_flops += sum(node_flops(n) for n in match.nodes)
     report.offloaded[pattern.name] += 1
