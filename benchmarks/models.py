@@ -32,7 +32,7 @@ import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
-from boo_core.testing.models import DecoderBlock, resnet, vit
+from boo_core.testing.models import workload
 
 
 @dataclass
@@ -45,21 +45,11 @@ class Workload:
 def workloads(names: list[str], device: str, dtype: torch.dtype, batch: int, small: bool) -> list[Workload]:
     found = []
     for name in names:
-        torch.manual_seed(0)
-        if name == "resnet50":
-            model, size = (resnet(18), 64) if small else (resnet(50), 224)
-            model = model.to(device, dtype).to(memory_format=torch.channels_last)
-            shape, channels_last = (batch, 3, size, size), True
-        elif name == "vit_b_16":
-            model = vit(64, 16, 2, 4, 128, 256) if small else vit()
-            model, shape, channels_last = model.to(device, dtype), (batch, 3, 64 if small else 224,
-                                                                     64 if small else 224), False
-        elif name == "decoder":
-            width = 128 if small else 1024
-            model, shape, channels_last = DecoderBlock(width, 4 if small else 16).to(device, dtype), \
-                (batch if small else 8, 64 if small else 1024, width), False
-        else:
+        if name not in ("resnet50", "vit_b_16", "decoder"):
             raise SystemExit(f"--models: unknown model {name!r} (resnet50, vit_b_16, decoder)")
+        # The decoder block runs 8 sequences of 1,024 tokens whatever --batch says (the shape).
+        model, shape, channels_last = workload(name, 8 if name == "decoder" and not small else batch, small=small)
+        model = model.to(device, dtype)
         generator = torch.Generator().manual_seed(1)
         example = torch.randn(shape, generator=generator).to(device, dtype)
         if channels_last:

@@ -25,11 +25,12 @@ import pytest
 import torch
 
 from boo_core import BooOpRegistry, CachePopulator, clear_launchables, get_launchable
-from boo_core.cluster import RayCluster, Task
+from boo_core.cluster import RayCluster, Task, TaskResult
 from boo_core.kernels import cache
 from boo_core.settings import settings_override
 from boo_core.testing import write_fake_distribution
 from boo_core.tools.cli import main
+from boo_core.tune.cluster import gpu_task_summary
 from boo_core.tune.database import read_record
 from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.numerics import check_launchable
@@ -249,6 +250,9 @@ def test_tasks_spread_over_the_nodes_gpu_tasks_go_where_gpus_are(cluster, privat
     assert sorted(results, key=str) == [0, 1, 2, 3, "gpu", "refuses", "tpu"]
     assert {results[i].value[0] for i in range(4)} == set(nodes)  # both nodes ran tasks
     assert results["gpu"].value == (gpu_node, "0") and results["gpu"].node == gpu_node
+    assert results["gpu"].gpus == "0"  # where it ran, as the result says (the tuner's summary reads it)
+    for i in range(4):  # and when, by the worker's clock: around its one-second sleep
+        assert results[i].finished - results[i].started >= 1.0 and results[i].started > time.time() - 600
     assert results["refuses"].error == "ValueError: no thanks"
     assert results["tpu"].error == "no node of the cluster (2 nodes, 2 CPUs, 1 GPU) has 1 CPU, 1 TPU for a TPU task"
 
@@ -414,3 +418,14 @@ def test_a_node_that_leaves_mid_batch_loses_nothing(ray_nodes, cluster, tmp_path
     assert all(ok for _, ok, _, _ in results), results
     assert any(p.name.startswith(leaving) for p in started.iterdir())  # a task was running there
     assert leaving not in {value for _, _, value, _ in results}  # and finished elsewhere
+
+
+def test_the_gpu_task_summary_counts_tasks_per_gpu_and_the_most_at_once():
+    def ran(gpu: str, started: float, finished: float) -> TaskResult:
+        return TaskResult("k", node="a" * 20, gpus=gpu, started=started, finished=finished)
+
+    one_at_a_time = [ran("0", 0, 2), ran("1", 0, 3), ran("0", 2, 4), ran("1", 3, 5), ran("0", 4, 5)]
+    assert gpu_task_summary(one_at_a_time) == (
+        "5 GPU tasks on 2 GPUs (node aaaaaaaa GPU 0: 3, node aaaaaaaa GPU 1: 2); at most 1 at a time on a GPU")
+    assert gpu_task_summary([ran("0", 0, 2), ran("0", 1, 3), TaskResult("failed", error="x")]).endswith(
+        "on 1 GPU (node aaaaaaaa GPU 0: 2); at most 2 at a time on a GPU")

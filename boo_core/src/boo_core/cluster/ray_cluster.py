@@ -206,7 +206,7 @@ class RayCluster:
             return TaskResult(task.key, output.value, error=f"the result could not be written into {cache_dir}: {e}",
                               node=output.node, host=output.host)
         return TaskResult(task.key, output.value, written=report.written, kept=report.kept, node=output.node,
-                          host=output.host)
+                          host=output.host, gpus=output.gpus, started=output.started, finished=output.finished)
 
 
 def _check_reachable(address: str, where: str, timeout: float = 10.0) -> None:

@@ -12,10 +12,12 @@ Nothing here imports Ray: the worker already runs it, and the caller's side is
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +70,9 @@ class TaskResult:
     retried; it wrote cache entries under keys this process does not expect). ``written``
     and ``kept`` are the files (relative to the cache) that were written into the caller's
     cache, and those it already held and kept. ``node`` is the Ray node id of the worker
-    that ran it and ``host`` its address (empty when unknown).
+    that ran it and ``host`` its address (empty when unknown); ``gpus`` the GPUs Ray gave it
+    (``CUDA_VISIBLE_DEVICES`` on the worker: ``"1"``), and ``started``/``finished`` the
+    worker's wall-clock times around the task (seconds since the epoch; 0 when unknown).
     """
 
     key: Hashable
@@ -78,6 +82,9 @@ class TaskResult:
     kept: tuple[str, ...] = ()
     node: str = ""
     host: str = ""
+    gpus: str = ""
+    started: float = 0.0
+    finished: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -122,12 +129,16 @@ class TaskOutput:
     files: CacheFiles
     node: str
     host: str
+    gpus: str = ""
+    started: float = 0.0
+    finished: float = 0.0
 
 
 def execute(call: TaskCall) -> TaskOutput:
     """Run one task on this worker (see the module docstring)."""
     from ..runtime.launchable import clear_launchables
 
+    started = time.time()
     node, host = _where()
     caller_root = Path(call.caller_cache_dir)
     if call.shared_marker:
@@ -152,7 +163,7 @@ def execute(call: TaskCall) -> TaskOutput:
         finally:
             clear_launchables()
         files = collect(root, before, caller_root) if not call.shared_marker else CacheFiles()
-        return TaskOutput(value, files, node, host)
+        return TaskOutput(value, files, node, host, os.environ.get("CUDA_VISIBLE_DEVICES", ""), started, time.time())
     finally:
         if not call.shared_marker:
             shutil.rmtree(root, ignore_errors=True)

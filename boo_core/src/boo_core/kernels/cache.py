@@ -8,7 +8,7 @@ One directory per key, named ``<readable prefix>-<hash>``::
         compile_command.txt    the exact iree-compile command (the reproducer)
         compile_log.txt        the compiler's messages, when it failed
         meta.json              key material, formulation, size, SHA-256 and integrity tag of
-                               kernel.vmfb; written last
+                               kernel.vmfb, the host and pid that built it; written last
         failed.json            instead of meta.json when this key does not compile
         verdicts.json          verification verdicts per device model
     <cache dir>/.integrity-key  32 random bytes, made on the cache's first write
@@ -52,6 +52,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 import time
@@ -63,6 +64,7 @@ from typing import Any
 
 from ..errors import BooCacheWarning, CacheError, CacheUntrusted, CacheUnwritable, CompileError  # noqa: F401 (re-exported)
 from ..files import TEMP_SUFFIX, read_bytes, remove_path
+from . import activity
 from .integrity import KEY_FILE, integrity_key, integrity_tag, read_only
 from .locks import LOCKS_DIR, EntryLocked, entry_lock, lock_held, lock_path  # noqa: F401 (re-exported)
 
@@ -292,6 +294,7 @@ class CacheEntry:
             "kernel_hmac": integrity_tag(secret, self.key.digest, data),
             "compile_seconds": round(compile_seconds, 4),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
             "command": command,
             **details,
         }
@@ -328,6 +331,7 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
     if not rebuild:
         found = _usable(entry, cache_dir, validate)
         if found is not None:
+            activity.count("kernel hit")
             return found
         _raise_recorded_failure(entry)
     if read_only():  # a shared cache (BOO_CACHE_OWNER): read, never written
@@ -341,6 +345,7 @@ def fetch_or_build(cache_dir: Path, key: CacheKey, build: Builder, details: dict
             else:
                 found = _usable(entry, cache_dir, validate)  # another process may have built it while we waited
                 if found is not None:
+                    activity.count("kernel waited")
                     return found
                 _raise_recorded_failure(entry)
             return _build(entry, build, details or {}, cache_dir)
@@ -404,7 +409,9 @@ def build_uncached(key: CacheKey, build: Builder, details: dict[str, Any] | None
     """Compile without the disk cache, in memory."""
     start = time.perf_counter()
     _, data = build(None)
-    return CachedKernel(data, None, hit=False, compile_seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    activity.count("kernel compiled in memory", seconds)
+    return CachedKernel(data, None, hit=False, compile_seconds=seconds)
 
 
 def _build(entry: CacheEntry, build: Builder, details: dict[str, Any], cache_dir: Path) -> CachedKernel:
@@ -426,7 +433,9 @@ def _build(entry: CacheEntry, build: Builder, details: dict[str, Any], cache_dir
     except CacheUnwritable as e:
         warnings.warn(f"BOO's kernel cache cannot be written ({e}); the kernel {entry.key.prefix} compiled now is "
                       "used from memory", BooCacheWarning, stacklevel=4)
+        activity.count("kernel compiled in memory", seconds)
         return CachedKernel(data, None, hit=False, compile_seconds=seconds)
+    activity.count("kernel compiled", seconds)
     return CachedKernel(data, entry.directory, hit=False, compile_seconds=seconds)
 
 

@@ -153,7 +153,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
                 continue
             launchable.verified = True
         elif checked:
-            verdict = _verdict(launchable)
+            verdict = verdicts.verdict_of(launchable)
             if verdict != verdicts.PASS:
                 refuse_if_user(candidate.substitution, signature, f"it failed verification on "
                                f"{verdicts.device_identity(device.torch_device)} ({verdict})")
@@ -169,22 +169,6 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
 def _log(candidate: Candidate, message: str, *args: object) -> None:
     """A plugin's substitution passed over is worth a warning (the user expected its kernel)."""
     (logger.warning if candidate.substitution is not None else logger.info)(message, *args)
-
-
-def verdict_for(launchable: Launchable) -> str:
-    """The recorded verdict of ``launchable``'s kernel on its device model, or a new one."""
-    return _verdict(launchable)
-
-
-def _verdict(launchable: Launchable) -> str:
-    torch_device = launchable.device.torch_device
-    verdict = verdicts.read_verdict(launchable.cache_directory, torch_device)
-    if verdict is None:
-        verdict = verdicts.check(launchable)
-        verdicts.record_verdict(launchable.cache_directory, torch_device, verdict)
-        logger.info("%s (%s) verified on %s: %s", launchable.signature.func_name, launchable.formulation,
-                    verdicts.device_identity(torch_device), verdict)
-    return verdict
 
 
 def _shortened(message: str, limit: int = 300) -> str:

@@ -95,3 +95,42 @@ class DecoderBlock(nn.Module):
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(attended.transpose(1, 2).reshape(batch, tokens, width))
         return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class TinyConvNet(nn.Module):
+    """Two convolutions (the second strided), ReLUs, global pooling and a linear head: the
+    smallest network with every kind of BOO node a convnet has, for CPU tests."""
+
+    def __init__(self, channels: int = 8, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, 2 * channels, 3, stride=2, padding=1)
+        self.head = nn.Linear(2 * channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv2(F.relu(self.conv1(x))))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+#: The networks :func:`workload` builds.
+WORKLOADS = ("resnet50", "vit_b_16", "decoder", "tiny_convnet")
+
+
+def workload(name: str, batch: int, *, small: bool = False) -> tuple[nn.Module, tuple[int, ...], bool]:
+    """A benchmark network with random weights (seeded: every call builds the same one), the
+    shape of one input batch, and whether inputs are channels-last. ``small`` gives its
+    CPU-sized cousin: ResNet-18 at 64 x 64, a two-layer ViT, a narrow decoder block.
+    The decoder's batch is ``batch`` sequences of 1,024 tokens (64 when small)."""
+    torch.manual_seed(0)
+    if name == "resnet50":
+        model, size = (resnet(18), 64) if small else (resnet(50), 224)
+        return model.to(memory_format=torch.channels_last), (batch, 3, size, size), True
+    if name == "vit_b_16":
+        size = 64 if small else 224
+        return (vit(64, 16, 2, 4, 128, 256) if small else vit()), (batch, 3, size, size), False
+    if name == "decoder":
+        width = 128 if small else 1024
+        return DecoderBlock(width, 4 if small else 16), (batch, 64 if small else 1024, width), False
+    if name == "tiny_convnet":
+        return TinyConvNet(), (batch, 3, 16, 16), False
+    raise BooError(f"unknown network {name!r} (expected one of {', '.join(WORKLOADS)})")

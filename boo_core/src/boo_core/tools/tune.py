@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import BooError, is_plugins_failure
 from ..signatures.commands import Command
+from ..tune.cluster import gpu_task_summary
 from ..tune.peaks import Peaks, measure_peaks
 from ..tune.tuner import KernelTune, TuneOptions, Tuner, write_progress_bar
 from .driver import error_text
@@ -80,6 +81,8 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
     start = time.perf_counter()
     tunes = tuner.tune(kernels)
     print(f"tuned {len(tunes)} kernels on {tuner.device_name} in {time.perf_counter() - start:.0f} s")
+    if tuner.gpu_tasks:
+        print(f"Ray: {gpu_task_summary(tuner.gpu_tasks)}")
     print(f"{'kernel':<58} {'default us':>11} {'tuned us':>10} {'torch us':>10} {'speed-up':>8}  winner")
     for tune in tunes:
         name = tune.signature.func_name[:58]

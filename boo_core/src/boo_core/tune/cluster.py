@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..cluster import ClusterError, Task, TaskContext
+from ..cluster import ClusterError, Task, TaskContext, TaskResult
 from ..kernels.cache import CacheEntry, CacheKey, integrity_key
 from ..kernels.target import Target
 from ..settings import get_settings, settings_override
@@ -109,9 +109,10 @@ def _probe(context: TaskContext, cuda_target: str | None) -> tuple[str, str]:
 
 def measure_on_cluster(kernels: Sequence[tuple[Any, list[tuple[str, Compiled]]]], options: Any,
                        placement: GpuPlacement, cuda_target: str | None, cluster: ClusterHandle, *,
-                       shared: bool = False) -> Iterator[tuple[int, float | None, list[Any], str]]:
+                       shared: bool = False) -> Iterator[tuple[float | None, list[Any], TaskResult]]:
     """Verify and time each kernel's compiled candidates (``(tune, [(label, compiled)])``) in a
-    GPU task; yield (index, PyTorch's time, candidate results, error) as each finishes."""
+    GPU task; yield (PyTorch's time, candidate results, the task's result: its ``key`` is the
+    kernel's index, its ``error`` why it has no value) as each finishes."""
     worker_options = dataclasses.replace(options, device="cuda:0", ray=None, shared_cache=False)
     tasks = []
     for index, (tune, compiled) in enumerate(kernels):
@@ -128,7 +129,7 @@ def measure_on_cluster(kernels: Sequence[tuple[Any, list[tuple[str, Compiled]]]]
                           expect=tuple(seed), label=f"tune {tune.signature.func_name} on {placement.model}"))
     for result in cluster.get().run(tasks, shared=shared) if tasks else ():
         torch_us, results = result.value if result.ok else (None, [])
-        yield result.key, torch_us, results, result.error
+        yield torch_us, results, result
 
 
 def _measure_task(context: TaskContext, options: Any, model: str, cuda_target: str | None, signature: Signature,
@@ -145,3 +146,26 @@ def _measure_task(context: TaskContext, options: Any, model: str, cuda_target: s
     for result in tune.results:
         result.error = context.relocate(result.error)
     return tune.torch_us, tune.results
+
+
+def gpu_task_summary(results: Sequence[TaskResult]) -> str:
+    """Where GPU tasks ran: ``6 GPU tasks on 2 GPUs (node 1a2b3c4d GPU 0: 3, node 1a2b3c4d GPU 1: 3);
+    at most 1 at a time on a GPU`` (from the workers' own clocks and ``CUDA_VISIBLE_DEVICES``)."""
+    ran = [r for r in results if r.finished]
+    by_gpu: dict[str, list[TaskResult]] = {}
+    for result in ran:
+        by_gpu.setdefault(f"node {result.node[:8]} GPU {result.gpus or '?'}", []).append(result)
+    crowded = max((_most_at_once(tasks) for tasks in by_gpu.values()), default=0)
+    listing = ", ".join(f"{where}: {len(tasks)}" for where, tasks in sorted(by_gpu.items()))
+    return (f"{len(ran)} GPU task{'' if len(ran) == 1 else 's'} on {len(by_gpu)} GPU{'' if len(by_gpu) == 1 else 's'} "
+            f"({listing}); at most {crowded} at a time on a GPU")
+
+
+def _most_at_once(tasks: Sequence[TaskResult]) -> int:
+    """The most of ``tasks`` whose [started, finished) intervals overlap at one moment."""
+    edges = sorted([(t.started, 1) for t in tasks] + [(t.finished, -1) for t in tasks], key=lambda e: (e[0], e[1]))
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most

@@ -1,6 +1,7 @@
 """The tuner: for each kernel, every candidate compiled (in parallel processes), verified
 against float64 PyTorch into poisoned outputs, and timed with the driver's timer; the
-fastest verified one recorded in the tuning database, which every launch then uses.
+fastest verified one recorded in the tuning database, which every launch then uses
+(candidates within 1% of the fastest tie, and the first of them in the candidates' order wins).
 
 A wrong candidate is recorded as such (its verdict kept in its cache entry too) and never
 chosen, however fast. Progress is checkpointed per kernel (``<cache>/tuning/progress``),
@@ -45,6 +46,10 @@ from .space import ResolvedCandidate, resolve
 PASS = verdicts.PASS
 #: The start of a candidate's compile error when the cluster, not the compiler, failed it.
 CLUSTER_FAILURE = "compile error: on the Ray cluster: "
+#: Candidates within this fraction of the fastest time tie (timing noise: repeated tunes of
+#: one kernel on an H100 moved by up to 0.6%); the first of them in the candidates' order
+#: wins, so a record does not flip between runs, or between a local and a Ray tune, on noise.
+TIE_FRACTION = 0.01
 
 
 @dataclass
@@ -226,6 +231,8 @@ class Tuner:
         self.progress = progress
         self.log = log  # where a cluster is announced
         self._placement: Any = None  # where GPU tasks run, on a cluster
+        #: The GPU tasks' results of a tune on a cluster (where and when each ran).
+        self.gpu_tasks: list[Any] = []
         self._total = self._done = 0
         try:
             self.device: BooDevice = resolve_device(options.device)
@@ -309,10 +316,10 @@ class Tuner:
 
         kernels = [(tune, [(c.label, done) for c, done in mine if not done[1].startswith(CLUSTER_FAILURE)])
                    for tune, mine in measured]
-        for index, torch_us, results, error in measure_on_cluster(kernels, self.options, self._placement,
-                                                                  self._cuda_target(), cluster,
-                                                                  shared=self.options.shared_cache):
-            tune, mine = measured[index]
+        for torch_us, results, task in measure_on_cluster(kernels, self.options, self._placement, self._cuda_target(),
+                                                          cluster, shared=self.options.shared_cache):
+            self.gpu_tasks.append(task)
+            tune, mine, error = *measured[task.key], task.error
             tune.torch_us = torch_us
             by_label = {r.label: r for r in results}
             for candidate, (seconds, compile_error) in mine:
@@ -419,7 +426,8 @@ class Tuner:
         result.time_us = statistics.median(stats.samples_us)
 
     def _choose(self, tune: KernelTune) -> None:
-        """The fastest verified candidate wins; the record is written atomically."""
+        """The fastest verified candidate wins (of ties, the first in order: :data:`TIE_FRACTION`);
+        the record is written atomically."""
         passing = [r for r in tune.results if r.verdict == PASS and r.time_us is not None]
         plain = [r for r in passing if r.config is None and not r.flags]
         candidates = candidates_for(tune.signature, self.device.target)
@@ -427,7 +435,9 @@ class Tuner:
         plain.sort(key=lambda r: order.index(r.label) if r.label in order else math.inf)
         if not passing:
             return
-        winner = min(passing, key=lambda r: r.time_us)
+        fastest = min(r.time_us for r in passing)
+        tied = [r for r in passing if r.time_us <= fastest * (1 + TIE_FRACTION)]
+        winner = min(tied, key=lambda r: order.index(r.label) if r.label in order else math.inf)
         tune.winner = winner.label
         tune.baseline = plain[0].label if plain else ""
         baseline = tune.result(tune.baseline)

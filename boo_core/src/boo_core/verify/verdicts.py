@@ -2,28 +2,35 @@
 the verdict is kept beside the kernel in its cache entry (``verdicts.json``: device model ->
 the verdict sealed under the cache's integrity key, for that entry and that device model),
 written under the entry's lock, so the check is paid once per kernel per kind of device,
-across processes and machines sharing a cache. A verdict whose seal does not match (written
-by hand, by another user, or copied from another entry) is not read: the kernel is checked
-again, so no one who can write the cache can turn a failed verdict into a pass.
+across processes and machines sharing a cache: :func:`verdict_of` checks under a lock of its
+own per entry, so processes that want one verdict at once (the ranks of a distributed job,
+each on a GPU of one model) wait for the first one's instead of checking again.
+
+A verdict whose seal does not match (written by hand, by another user, or copied from
+another entry) is not read: the kernel is checked again, so no one who can write the cache
+can turn a failed verdict into a pass.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import describe_error, is_plugins_failure
+from ..kernels import activity
 from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_object, remove_path
 from ..kernels.integrity import integrity_key, read_only, seal, unseal
+from ..kernels.locks import EntryLocked
 from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict", "seal_verdict"]
+__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict", "seal_verdict", "verdict_of"]
 
 PASS = "pass"
 #: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
@@ -102,3 +109,38 @@ def record_verdict(directory: Path | None, torch_device: torch.device, verdict: 
             atomic_write(directory / VERDICTS_FILE, json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     except OSError as e:
         logger.warning("could not record the verdict of %s: %s", directory.name, e)
+
+
+def verdict_of(launchable: Any) -> str:
+    """The verdict recorded for ``launchable``'s kernel on its device model, or a new one,
+    checked and recorded by one process at a time (module docstring): a process that finds
+    another checking the same kernel waits for it and reads its verdict."""
+    directory, torch_device = launchable.cache_directory, launchable.device.torch_device
+    verdict = read_verdict(directory, torch_device)
+    if verdict is not None:
+        activity.count("verdict read")
+        return verdict
+    if directory is None or read_only():  # nothing to share it through
+        return _checked(launchable, directory, torch_device)
+    try:
+        with entry_lock(directory.parent, f"{directory.name}.verify"):
+            verdict = read_verdict(directory, torch_device)
+            if verdict is not None:
+                activity.count("verdict waited")
+                return verdict
+            return _checked(launchable, directory, torch_device)
+    except EntryLocked:  # the process checking it is stopped or hung: check it here
+        return _checked(launchable, directory, torch_device)
+    except OSError as e:  # the lock cannot be made (CacheUnwritable among them): check without it
+        logger.info("verifying %s without its lock: %s", directory.name, e)
+        return _checked(launchable, directory, torch_device)
+
+
+def _checked(launchable: Any, directory: Path | None, torch_device: torch.device) -> str:
+    start = time.perf_counter()
+    verdict = check(launchable)
+    activity.count("verdict checked", time.perf_counter() - start)
+    record_verdict(directory, torch_device, verdict)
+    logger.info("%s (%s) verified on %s: %s", launchable.signature.func_name, launchable.formulation,
+                device_identity(torch_device), verdict)
+    return verdict
