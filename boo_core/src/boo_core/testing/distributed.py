@@ -148,7 +148,7 @@ def run_rank(model_name: str, backend: str, steps: int, batch: int, *, small: bo
         losses, times = _train(step_model, optimizer, batches, sync)
         return module, losses, times[1:], times[0] / 1e3
 
-    eager_module, eager_losses, eager_ms, _ = trained(None)
+    _, eager_losses, eager_ms, _ = trained(None)
     result = RankResult(rank, world, os.getpid(), str(device), model_name, backend, eager_losses, eager_ms)
     if backend == "eager":
         return result

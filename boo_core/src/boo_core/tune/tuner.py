@@ -319,7 +319,7 @@ class Tuner:
         for torch_us, results, task in measure_on_cluster(kernels, self.options, self._placement, self._cuda_target(),
                                                           cluster, shared=self.options.shared_cache):
             self.gpu_tasks.append(task)
-            tune, mine, error = *measured[task.key], task.error
+            (tune, mine), error = measured[task.key], task.error
             tune.torch_us = torch_us
             by_label = {r.label: r for r in results}
             for candidate, (seconds, compile_error) in mine:
