@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from boo_core import ArgumentError, DeviceError, get_launchable, resolve_device
+from boo_core.settings import SETTINGS, settings_override
 from boo_core.signatures.signature import bounded_symbol
 
 from .fake_plugins.scale_op import ScaleSignature
@@ -66,6 +67,21 @@ def test_each_call_allocates_fresh_outputs(scale8):
     x = torch.randn(8)
     first, second = scale8(x), scale8(x)
     assert first.data_ptr() != second.data_ptr()
+
+
+def test_a_launchable_is_remembered_per_value_of_every_setting_that_selects_kernels(scale_registry, private_cache,
+                                                                                  tmp_path):
+    signature = ScaleSignature(24)
+    first = get_launchable(signature)
+    assert get_launchable(signature) is first
+    for change in ({"cuda_launch": "iree"}, {"cache_dir": tmp_path / "other"}, {"verify": "all"},
+                   {"compile_timeout": 60.0}, {"use_tuned": False}):
+        with settings_override(**change):
+            assert get_launchable(signature) is not first, change
+    with settings_override(lock_timeout=5.0, use_backward_kernels=True, compile_strict=True):
+        assert get_launchable(signature) is first  # these choose no kernel
+    selecting = {s.name for s in SETTINGS if s.selects_kernel}
+    assert {"cuda_launch", "cache_dir", "verify", "substitutions", "extra_compile_flags"} <= selecting
 
 
 def test_launchables_share_one_runtime_per_device(scale_registry):

@@ -42,14 +42,11 @@ def test_kernels_are_launched_directly_and_right(signature):
 
 
 def test_the_iree_route_still_serves_when_asked():
-    with settings_override(cuda_launch="iree"):
-        from boo_core import clear_launchables
-
-        clear_launchables()
+    with settings_override(cuda_launch="iree"):  # the setting is part of the launchable's key
         launchable = get_launchable(KERNELS[0], DEVICE)
         assert launchable.launch == "iree"
         assert all(c.passed for c in check_launchable(launchable))
-    clear_launchables()
+    assert get_launchable(KERNELS[0], DEVICE).launch == "direct"
 
 
 def test_a_call_returns_before_its_kernel_ends():

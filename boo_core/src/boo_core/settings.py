@@ -132,6 +132,10 @@ class Setting:
     default: Callable[[], Any]
     shown_default: str
     doc: str
+    #: Whether the setting can change which kernel serves a signature, or how it runs (its
+    #: value is then part of every in-memory launchable's key: :meth:`Settings.kernel_key`).
+    #: Declared for each setting, so a new one cannot be left out of the key by accident.
+    selects_kernel: bool = dataclasses.field(kw_only=True)
 
     def from_environment(self) -> Any:
         raw = os.environ.get(self.env)
@@ -149,49 +153,54 @@ def _const(value: Any) -> Callable[[], Any]:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("cache_enabled", "BOO_CACHE_ON", _boolean, _const(True), "`1`",
-            "keep compiled kernels on disk (`0`: in memory, this process only)"),
+            "keep compiled kernels on disk (`0`: in memory, this process only)", selects_kernel=True),
     Setting("cache_dir", "BOO_CACHE_DIR", _path, _default_cache_dir, "`~/.cache/boo`",
-            "where the cache lives (`$XDG_CACHE_HOME/boo` if set)"),
+            "where the cache lives (`$XDG_CACHE_HOME/boo` if set)", selects_kernel=True),
     Setting("cache_owner", "BOO_CACHE_OWNER", _user, _const(None), "you",
             "the user (name or uid) whose integrity key a shared cache holds: this process then uses entries that "
-            "user signed, read-only (docs/architecture.md, \"Threat model\")"),
+            "user signed, read-only (docs/architecture.md, \"Threat model\")", selects_kernel=True),
     Setting("extra_compile_flags", "BOO_EXTRA_COMPILE_FLAGS", _flags, _const(()), "empty",
-            "iree-compile flags added to every kernel (part of the cache key)"),
+            "iree-compile flags added to every kernel (part of the cache key)", selects_kernel=True),
     Setting("tuning_spec", "BOO_TUNING_SPEC_PATH", _optional_path, _const(None), "empty",
-            "an IREE transform-dialect tuning spec applied to every compile (its content is part of the cache key)"),
+            "an IREE transform-dialect tuning spec applied to every compile (its content is part of the cache key)",
+            selects_kernel=True),
     Setting("compile_timeout", "BOO_COMPILE_TIMEOUT", _seconds, _const(900.0), "`900`",
-            "seconds one iree-compile may take before it is stopped and reported"),
+            "seconds one iree-compile may take before it is stopped and reported", selects_kernel=True),
     Setting("lock_timeout", "BOO_LOCK_TIMEOUT", _seconds, _const(1200.0), "`1200`",
             "seconds to wait for another process compiling the same kernel before compiling it in memory (a stopped "
-            "holder is given up on after 5 s)"),
+            "holder is given up on after 5 s)", selects_kernel=False),
     Setting("cpu_driver", "BOO_CPU_DRIVER", _choice("auto", "local-sync", "local-task"), _const("auto"), "`auto`",
-            "`local-sync` (inline), `local-task` (threads), or `auto`: small kernels inline"),
+            "`local-sync` (inline), `local-task` (threads), or `auto`: small kernels inline", selects_kernel=True),
     Setting("cuda_target", "BOO_CUDA_TARGET", _text_or_none, _const(None), "from the GPU",
-            "IREE CUDA target (`sm_80`, `sm_89`...); `get_launchable(..., target=)` per call"),
+            "IREE CUDA target (`sm_80`, `sm_89`...); `get_launchable(..., target=)` per call", selects_kernel=True),
     Setting("cuda_launch", "BOO_CUDA_LAUNCH", _choice("direct", "iree"), _const("direct"), "`direct`",
             "`direct`: CUDA kernels launched on torch's current stream, no host wait (CUDA-graph capturable); "
-            "`iree`: through IREE's runtime, which waits on the host (a kernel with no launch plan always does)"),
+            "`iree`: through IREE's runtime, which waits on the host (a kernel with no launch plan always does)",
+            selects_kernel=True),
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
-            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels"),
+            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
             "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
-            "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)"),
+            "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)",
+            selects_kernel=True),
     Setting("substitutions", "BOO_SUBSTITUTIONS", _optional_path, _const(None), "empty",
             "a directory of replacement executables: `<target>/<func_name>/{sources,configurations,binaries}/"
             "<executable>.<ext>` (docs/cli.md); their content is part of the cache key, and substituted kernels "
-            "are always verified"),
+            "are always verified", selects_kernel=True),
     Setting("use_tuned", "BOO_USE_TUNED", _boolean, _const(True), "`1`",
-            "`0`: ignore the tuning database (`boo tune` results)"),
+            "`0`: ignore the tuning database (`boo tune` results)", selects_kernel=True),
     Setting("compile_strict", "BOO_COMPILE_STRICT", _boolean, _const(False), "`0`",
-            "`1`: in torch.compile, a kernel BOO cannot compile or run is an error, not a fallback"),
+            "`1`: in torch.compile, a kernel BOO cannot compile or run is an error, not a fallback",
+            selects_kernel=False),
     Setting("strict_plugins", "BOO_STRICT_PLUGINS", _boolean, _const(False), "`0`",
-            "`1`: a plugin that fails to load is an error, not a warning"),
+            "`1`: a plugin that fails to load is an error, not a warning", selects_kernel=False),
     Setting("plugin_autoload", "BOO_DISABLE_PLUGIN_AUTOLOAD", lambda t: not _boolean(t), _const(True), "`0`",
-            "`1`: load no entry points; register plugins with `BooOpRegistry.register_plugin`"),
+            "`1`: load no entry points; register plugins with `BooOpRegistry.register_plugin`", selects_kernel=False),
     Setting("disabled_plugins", "BOO_DISABLE_PLUGINS", _names, _const(frozenset()), "empty",
-            "comma-separated plugin (entry-point) names to skip"),
+            "comma-separated plugin (entry-point) names to skip", selects_kernel=False),
     Setting("trace_hooks", "BOO_TRACE_HOOKS", _boolean, _const(False), "`0`",
-            "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`"),
+            "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`",
+            selects_kernel=False),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -236,6 +245,11 @@ class Settings:
     @classmethod
     def from_environment(cls) -> Settings:
         return cls(**{s.name: s.from_environment() for s in SETTINGS})
+
+    def kernel_key(self) -> tuple[Any, ...]:
+        """The values of the settings that select kernels (``Setting.selects_kernel``): what
+        an in-memory launchable's key holds of the settings."""
+        return tuple(getattr(self, setting.name) for setting in SETTINGS if setting.selects_kernel)
 
     def verifies(self, device_type: str) -> bool:
         """Whether kernels are verified on first use on a device of ``device_type``."""

@@ -458,9 +458,7 @@ def get_launchable(signature: Signature | str, device: str | torch.device | BooD
 
         substitutions = Substitution.from_directory(substitutions)
     memory_key = (_registry_revision(), signature, boo_device.key, boo_device.target, driver, formulation,
-                  settings.extra_compile_flags,
-                  settings.tuning_spec, settings.verify, settings.use_tuned, settings.cache_enabled,
-                  settings.substitutions, substitutions.digest if substitutions is not None else None)
+                  settings.kernel_key(), substitutions.digest if substitutions is not None else None)
     launchable = _launchables.get(memory_key)
     if launchable is not None and not launchable.stale:
         return launchable
