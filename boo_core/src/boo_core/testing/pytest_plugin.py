@@ -6,6 +6,8 @@ installed; ``-p no:boo`` turns it off).
   through ``BOO_CACHE_DIR``).
 * Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
   memory before or after it.
+* The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
+  (:mod:`.kernel_marker`): ``pytest -m "not kernel"`` is the fast loop.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from .kernel_marker import MARK, KernelTestRecorder, built_in_private_cache, cache_entries
+
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="boo-test-cache-")
@@ -25,10 +29,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from boo_core.settings import reload_from_environment
 
     reload_from_environment()
+    config.addinivalue_line("markers", MARK)
+    config.pluginmanager.register(KernelTestRecorder(config, Path(cache_dir)), "boo-kernel-tests")
 
 
 @pytest.fixture
-def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Path]:
     """A kernel cache of the test's own (its directory), with no launchables in memory."""
     from boo_core import clear_launchables
     from boo_core.settings import reload_from_environment
@@ -38,6 +44,8 @@ def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     reload_from_environment()
     clear_launchables()
     yield directory
+    if cache_entries(directory):
+        request.node.stash[built_in_private_cache] = True
     clear_launchables()
     monkeypatch.undo()
     reload_from_environment()

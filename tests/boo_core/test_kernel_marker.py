@@ -1,0 +1,37 @@
+"""The ``kernel`` mark of BOO's pytest plugin: recorded from what each test did, given on the
+next run, so that ``pytest -m "not kernel"`` runs only the tests that need no kernel."""
+
+from __future__ import annotations
+
+pytest_plugins = ["pytester"]
+
+TESTS = '''
+from boo_core import get_launchable
+
+
+def test_needs_no_kernel():
+    assert 1 + 1 == 2
+
+
+def test_builds_a_kernel():
+    get_launchable("gemm -m 4 -n 4 -k 4")
+
+
+def test_builds_one_in_its_private_cache(boo_cache):
+    get_launchable("gemm -m 4 -n 8 -k 4")
+'''
+
+
+def test_tests_that_built_a_kernel_are_marked_on_the_next_run_and_the_fast_loop_skips_them(pytester):
+    pytester.makepyfile(test_inner=TESTS)
+    first = pytester.runpytest_subprocess()
+    first.assert_outcomes(passed=3)  # nothing recorded yet: everything runs
+    fast = pytester.runpytest_subprocess("-m", "not kernel", "-v")
+    fast.assert_outcomes(passed=1, deselected=2)
+    fast.stdout.fnmatch_lines(["*test_needs_no_kernel PASSED*"])
+    kernels = pytester.runpytest_subprocess("-m", "kernel", "-v")
+    kernels.assert_outcomes(passed=2, deselected=1)
+    # A test that stops needing kernels loses the mark once it has run again.
+    pytester.makepyfile(test_inner=TESTS.replace('get_launchable("gemm -m 4 -n 4 -k 4")', "pass"))
+    pytester.runpytest_subprocess().assert_outcomes(passed=3)
+    pytester.runpytest_subprocess("-m", "not kernel").assert_outcomes(passed=2, deselected=1)
