@@ -3,6 +3,8 @@ next run, so that ``pytest -m "not kernel"`` runs only the tests that need no ke
 
 from __future__ import annotations
 
+import pytest
+
 pytest_plugins = ["pytester"]
 
 TESTS = '''
@@ -17,11 +19,15 @@ def test_builds_a_kernel():
     get_launchable("gemm -m 4 -n 4 -k 4")
 
 
-def test_builds_one_in_its_private_cache(boo_cache):
-    get_launchable("gemm -m 4 -n 8 -k 4")
+def test_builds_one_in_a_child_process(tmp_path):
+    import os, subprocess, sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BOO_")}
+    subprocess.run([sys.executable, "-c", "from boo_core import get_launchable; get_launchable('gemm -m 4 -n 8 -k 4')"],
+                   env={**env, "BOO_CACHE_DIR": str(tmp_path)}, check=True)
 '''
 
 
+@pytest.mark.kernel  # its inner sessions build kernels, which they log for themselves
 def test_tests_that_built_a_kernel_are_marked_on_the_next_run_and_the_fast_loop_skips_them(pytester):
     pytester.makepyfile(test_inner=TESTS)
     first = pytester.runpytest_subprocess()

@@ -94,3 +94,12 @@ def test_tokenize_strips_log_prefix_and_program(command):
 
 def test_tokenize_keeps_a_base_argument_that_merely_contains_the_program_name():
     assert tokenize("MIOpenDriverX conv")[0] == "MIOpenDriverX"
+
+
+def test_a_parser_with_directions_but_no_forw_flag_is_refused_when_made_naming_the_fix():
+    class NoForw(type(PARSER)):
+        flags = [f for f in type(PARSER).flags if f.long != "forw"]
+
+    with pytest.raises(ValueError, match=r"NoForw: directions are read from the -F/--forw flag, which flags lacks; "
+                                         r"add NoForw\.directions\.flag\(\) to flags"):
+        NoForw()

@@ -9,6 +9,7 @@ once per device model (``verdict checked``; the others read it: ``verdict read``
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
@@ -23,6 +24,13 @@ EVENTS = {
     "verdict checked": "verified by this process against PyTorch",
 }
 
+#: Events that mean the process needed a kernel (compiled, or loaded from a cache).
+KERNEL_EVENTS = ("kernel hit", "kernel waited", "kernel compiled", "kernel compiled in memory")
+#: A file every BOO process appends its kernel events to, when set (BOO's pytest plugin sets
+#: it, so that kernels built in a test's child processes and Ray workers are seen too). Not a
+#: ``BOO_`` setting: tests that clear those for their children keep it.
+LOG_VARIABLE = "PYTEST_BOO_KERNEL_LOG"
+
 _lock = threading.Lock()
 _counts: Counter[str] = Counter()
 _seconds: Counter[str] = Counter()
@@ -35,6 +43,21 @@ def count(event: str, seconds: float = 0.0) -> None:
     with _lock:
         _counts[event] += 1
         _seconds[event] += seconds
+    log = os.environ.get(LOG_VARIABLE)
+    if log and event in KERNEL_EVENTS:
+        _append(log, f"{os.getpid()} {event}\n")
+
+
+def _append(path: str, line: str) -> None:
+    """Append ``line`` to ``path`` (one write: lines of processes appending at once stay whole)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def counts() -> dict[str, int]:

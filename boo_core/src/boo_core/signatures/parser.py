@@ -143,6 +143,10 @@ class CommandParser:
                 if flag.short in self._by_short:
                     raise ValueError(f"{type(self).__name__}: short flag -{flag.short} listed twice")
                 self._by_short[flag.short] = flag
+        if self.directions is not None and "forw" not in self._by_long:
+            name = type(self).__name__
+            raise ValueError(f"{name}: directions are read from the -F/--forw flag, which flags lacks; add "
+                             f"{name}.directions.flag() to flags (or set directions = None for an op of one mode)")
 
     def flag(self, long: str) -> Flag:
         """The table row for a long name."""

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from .kernel_marker import MARK, KernelTestRecorder, built_in_private_cache, cache_entries
+from ..kernels.activity import LOG_VARIABLE
+from .kernel_marker import MARK, KernelTestRecorder
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,11 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     reload_from_environment()
     config.addinivalue_line("markers", MARK)
-    config.pluginmanager.register(KernelTestRecorder(config, Path(cache_dir)), "boo-kernel-tests")
+    log = Path(tempfile.mkdtemp(prefix="boo-test-kernels-")) / "kernels.log"
+    os.environ[LOG_VARIABLE] = str(log)
+    config.pluginmanager.register(KernelTestRecorder(config, log), "boo-kernel-tests")
 
 
 @pytest.fixture
-def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Path]:
+def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A kernel cache of the test's own (its directory), with no launchables in memory."""
     from boo_core import clear_launchables
     from boo_core.settings import reload_from_environment
@@ -44,8 +47,6 @@ def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.F
     reload_from_environment()
     clear_launchables()
     yield directory
-    if cache_entries(directory):
-        request.node.stash[built_in_private_cache] = True
     clear_launchables()
     monkeypatch.undo()
     reload_from_environment()
