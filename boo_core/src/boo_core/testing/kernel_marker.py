@@ -1,6 +1,6 @@
 """The ``kernel`` mark, given automatically: a test that built or loaded a BOO kernel when it
-last ran is marked ``kernel`` from then on, so ``pytest -m "not kernel"`` runs only the tests
-that need no kernel (the fast loop).
+last ran is marked ``kernel`` from then on, so ``pytest -m "not kernel and not slow"`` runs
+only the tests that need no kernel (the fast loop).
 
 What each test did is read from the kernel log of :mod:`boo_core.kernels.activity`: every
 BOO process started under this session (the test's own, its child processes, Ray workers)
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 RECORD_KEY = "boo/kernel-tests"
-MARK = "kernel: built or loaded a BOO kernel when last run (recorded; `pytest -m 'not kernel'` is the fast loop)"
+MARK = "kernel: built or loaded a BOO kernel when last run (recorded; `-m 'not kernel and not slow'`: the fast loop)"
 
 
 def _size(path: Path) -> int:

@@ -7,7 +7,7 @@ installed; ``-p no:boo`` turns it off).
 * Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
   memory before or after it.
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
-  (:mod:`.kernel_marker`): ``pytest -m "not kernel"`` is the fast loop.
+  (:mod:`.kernel_marker`): ``pytest -m "not kernel and not slow"`` is the fast loop.
 """
 
 from __future__ import annotations
