@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 
 from boo_core.kernels.cache import entry_directories
-from boo_core.testing.distributed import RankResult, launch
+from boo_core.testing.distributed import RankResult, launch, rank_environment
 
 
 def run(model: str, backend: str, gpus: int, args: argparse.Namespace, work: Path) -> tuple[list[RankResult], int]:
@@ -37,9 +36,7 @@ def run(model: str, backend: str, gpus: int, args: argparse.Namespace, work: Pat
     entries their cache holds after it."""
     cache = work / (f"cache-{model}-{backend}" if args.warm else f"cache-{model}-{backend}-{gpus}")
     out = work / f"out-{model}-{backend}-{gpus}"
-    env = {name: value for name, value in os.environ.items() if not name.startswith("BOO_")}
-    env.update(BOO_CACHE_DIR=str(cache), BOO_USE_BACKWARD_KERNELS=args.backward_kernels,
-               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+    env = rank_environment(cache, BOO_USE_BACKWARD_KERNELS=args.backward_kernels)
     if torch.cuda.is_available():
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
     arguments = ["--model", model, "--backend", backend, "--steps", str(args.steps), "--batch", str(args.batch)]

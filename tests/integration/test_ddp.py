@@ -8,20 +8,13 @@ model; training gives eager DDP's losses, and the replicas stay equal.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from boo_core.kernels.cache import META_FILE, VERDICTS_FILE, entry_directories
-from boo_core.testing.distributed import RankResult, launch
-
-
-def _environment(cache: Path, **settings: str) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("BOO_")}
-    env.update(BOO_CACHE_DIR=str(cache), OMP_NUM_THREADS="1", **settings)
-    return env
+from boo_core.testing.distributed import RankResult, launch, rank_environment
 
 
 def _check_shared_cache(results: list[RankResult], cache: Path) -> None:
@@ -58,7 +51,7 @@ def _check_training(results: list[RankResult], tolerance: float) -> None:
 def test_two_cpu_ranks_train_with_boo_sharing_one_cache(backend: str, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     results = launch(2, tmp_path / "out", ["--model", "tiny_convnet", "--backend", backend, "--steps", "4"],
-                     env=_environment(cache, BOO_USE_BACKWARD_KERNELS="1", BOO_VERIFY="1",
+                     env=rank_environment(cache, OMP_NUM_THREADS="1", BOO_USE_BACKWARD_KERNELS="1", BOO_VERIFY="1",
                                       CUDA_VISIBLE_DEVICES=""))
     assert [r.device for r in results] == ["cpu", "cpu"]
     _check_training(results, tolerance=1e-4)
@@ -72,7 +65,8 @@ def test_two_gpu_ranks_train_with_boo_sharing_one_cache(backend: str, tmp_path: 
     cache = tmp_path / "cache"
     results = launch(2, tmp_path / "out", ["--model", "tiny_convnet", "--backend", backend, "--steps", "6",
                                            "--batch", "32"],
-                     env=_environment(cache, BOO_USE_BACKWARD_KERNELS="1", CUDA_VISIBLE_DEVICES="0,1"))
+                     env=rank_environment(cache, OMP_NUM_THREADS="1", BOO_USE_BACKWARD_KERNELS="1",
+                                          CUDA_VISIBLE_DEVICES="0,1"))
     assert [r.device for r in results] == ["cuda:0", "cuda:1"]
     _check_training(results, tolerance=3e-2)  # bf16
     _check_shared_cache(results, cache)

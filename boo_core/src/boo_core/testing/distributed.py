@@ -170,6 +170,15 @@ def run_rank(model_name: str, backend: str, steps: int, batch: int, *, small: bo
     return result
 
 
+def rank_environment(cache_dir: Path, **variables: str) -> dict[str, str]:
+    """The environment for a job's ranks: this process's without its ``BOO_*`` settings, the
+    kernel cache at ``cache_dir`` (shared by the ranks), one OpenMP thread per rank unless
+    ``OMP_NUM_THREADS`` says otherwise, and ``variables``."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("BOO_")}
+    env.update({"BOO_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), **variables})
+    return env
+
+
 def launch(ranks: int, out: Path, arguments: list[str], *, env: dict[str, str] | None = None,
            timeout: float = 1800) -> list[RankResult]:
     """Run :func:`main` on ``ranks`` processes of this host through torchrun (a free port, a

@@ -417,8 +417,7 @@ class Tuner:
         except BooError as e:
             result.verdict, result.error = "compile error", str(e).splitlines()[0]
             return
-        result.verdict = verdicts.check(launchable)
-        verdicts.record_verdict(launchable.cache_directory, self.device.torch_device, result.verdict)
+        result.verdict = verdicts.check_and_record(launchable)
         if result.verdict != PASS:
             return
         stats = timer(lambda: launchable(*inputs), device=self.device.torch_device,
@@ -432,12 +431,16 @@ class Tuner:
         plain = [r for r in passing if r.config is None and not r.flags]
         candidates = candidates_for(tune.signature, self.device.target)
         order = [c.label for c in candidates]
-        plain.sort(key=lambda r: order.index(r.label) if r.label in order else math.inf)
+
+        def position(result: CandidateResult) -> float:
+            return order.index(result.label) if result.label in order else math.inf
+
+        plain.sort(key=position)
         if not passing:
             return
         fastest = min(r.time_us for r in passing)
         tied = [r for r in passing if r.time_us <= fastest * (1 + TIE_FRACTION)]
-        winner = min(tied, key=lambda r: order.index(r.label) if r.label in order else math.inf)
+        winner = min(tied, key=position)
         tune.winner = winner.label
         tune.baseline = plain[0].label if plain else ""
         baseline = tune.result(tune.baseline)

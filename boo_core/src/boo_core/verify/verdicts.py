@@ -13,6 +13,7 @@ can turn a failed verdict into a pass.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -30,7 +31,8 @@ from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PASS", "VERDICTS_FILE", "device_identity", "read_verdict", "record_verdict", "seal_verdict", "verdict_of"]
+__all__ = ["PASS", "VERDICTS_FILE", "check_and_record", "device_identity", "read_verdict", "record_verdict",
+           "seal_verdict", "verdict_of"]
 
 PASS = "pass"
 #: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
@@ -121,22 +123,26 @@ def verdict_of(launchable: Any) -> str:
         activity.count("verdict read")
         return verdict
     if directory is None or read_only():  # nothing to share it through
-        return _checked(launchable, directory, torch_device)
-    try:
-        with entry_lock(directory.parent, f"{directory.name}.verify"):
-            verdict = read_verdict(directory, torch_device)
+        return check_and_record(launchable)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(entry_lock(directory.parent, f"{directory.name}.verify"))
+        except EntryLocked:  # the process checking it is stopped or hung: check it here
+            pass
+        except OSError as e:  # the lock cannot be made (CacheUnwritable among them): check without it
+            logger.info("verifying %s without its lock: %s", directory.name, e)
+        else:
+            verdict = read_verdict(directory, torch_device)  # another process's, checked while this one waited
             if verdict is not None:
                 activity.count("verdict waited")
                 return verdict
-            return _checked(launchable, directory, torch_device)
-    except EntryLocked:  # the process checking it is stopped or hung: check it here
-        return _checked(launchable, directory, torch_device)
-    except OSError as e:  # the lock cannot be made (CacheUnwritable among them): check without it
-        logger.info("verifying %s without its lock: %s", directory.name, e)
-        return _checked(launchable, directory, torch_device)
+        return check_and_record(launchable)
 
 
-def _checked(launchable: Any, directory: Path | None, torch_device: torch.device) -> str:
+def check_and_record(launchable: Any) -> str:
+    """Check ``launchable`` now (:func:`check`), whatever is recorded, and record the verdict
+    for its device model."""
+    directory, torch_device = launchable.cache_directory, launchable.device.torch_device
     start = time.perf_counter()
     verdict = check(launchable)
     activity.count("verdict checked", time.perf_counter() - start)
