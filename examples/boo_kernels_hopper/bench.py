@@ -1,15 +1,18 @@
-"""Measure the library on a Hopper GPU: Triton's own launch of candidate tile configs
-(``--sweep``), then the routes through BOO (get_launchable, boo_matmul, BooLinear,
-torch.compile(backend="iree_boo")), each checked against float64 and timed as
-benchmarks/gpu.py times (device time from the profiler, median of 5 batches of 5 calls).
+"""Measure the library's matmuls on a Hopper GPU: Triton's own launch of every tile
+configuration on the shapes real models give (``--sweep``); BOO's kernel on those shapes
+against torch's; then the routes through BOO (get_launchable, boo_matmul, BooLinear,
+torch.compile(backend="iree_boo")) on three large shapes. Each result is checked against
+float64 and timed as benchmarks/gpu.py times (device time from the profiler, median of 5
+batches of 5 calls).
 
-    python examples/boo_kernels_hopper/bench.py [--sweep]
+    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import statistics
 import sys
 from pathlib import Path
 
@@ -24,30 +27,84 @@ from boo_ops_matmul import BooLinear, MatmulSignature, boo_matmul  # noqa: E402
 
 BF16 = torch.bfloat16
 SHAPES = ((8192, 4096, 1024), (8192, 1024, 4096), (4096, 4096, 4096))  # (m, n, k) of benchmarks/gpu.py
-SWEEP = (gemm.GemmConfig(), gemm.GemmConfig(num_stages=4), gemm.GemmConfig(bm=256, bn=128),
-         gemm.GemmConfig(bm=128, bn=128, num_warps=4, num_stages=4), gemm.GemmConfig(group=16))
+#: Shapes real models give a matmul (batch 32): ViT-B/16's linear layers (6,304 tokens), forward,
+#: data and weight gradients, its attention's batched products, a decoder block's MLP (8×1024
+#: tokens, width 1024), and odd sizes.
+ANY_SHAPE = (
+    MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=BF16),  # qkv projection
+    MatmulSignature(m=6304, n=768, k=768, trans_b=True, bias=True, dtype=BF16),  # attention output
+    MatmulSignature(m=6304, n=3072, k=768, trans_b=True, bias=True, dtype=BF16),  # MLP up
+    MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, dtype=BF16),  # MLP down
+    MatmulSignature(m=6304, n=768, k=3072, dtype=BF16),  # MLP up's data gradient (dY @ W)
+    MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16),  # MLP up's weight gradient
+    MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=BF16),  # attention output's weight gradient
+    MatmulSignature(m=197, n=197, k=64, batch=384, trans_b=True, dtype=BF16),  # q @ k^T
+    MatmulSignature(m=197, n=64, k=197, batch=384, dtype=BF16),  # p @ v
+    MatmulSignature(m=8192, n=4096, k=1024, trans_b=True, bias=True, activation="gelu", dtype=BF16),  # decoder MLP
+    MatmulSignature(m=8192, n=1024, k=4096, trans_b=True, bias=True, dtype=torch.float16),
+    MatmulSignature(m=1000, n=1000, k=1000, dtype=BF16),
+)
 
 
-def error(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
-    ref = a.double() @ b.double()
+def error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
 
-def sweep(device: str) -> None:
-    import triton
+def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple[torch.Tensor, ...]):
+    """A call of the library's kernel through Triton's own launcher."""
     from boo_kernels_hopper._triton_gemm import boo_hopper_gemm
 
-    for m, n, k in SHAPES:
-        a, b = torch.randn(m, k, device=device, dtype=BF16), torch.randn(k, n, device=device, dtype=BF16)
-        for config in SWEEP:
-            c = torch.empty(m, n, device=device, dtype=BF16)
-            grid = ((m // config.bm) * (n // config.bn),)
-            run = functools.partial(boo_hopper_gemm[grid], a, b, None, c, m, n, k, False, False, config.bm,
-                                    config.bn, config.bk, config.group, num_warps=config.num_warps,
-                                    num_stages=config.num_stages)
+    p = gemm.problem_of(signature)
+    a, b, *rest = args
+    c = rest.pop(0) if p.has_c else None
+    bias = rest.pop(0) if p.bias else None
+    out = torch.empty(signature.output_shape, device=a.device, dtype=a.dtype)
+    grid = (p.tiles(config), p.batch)
+    return out, functools.partial(
+        boo_hopper_gemm[grid], a, b, c, bias, out, p.m, p.n, p.k, p.trans_a, p.trans_b, p.alpha, p.beta, p.has_c,
+        p.bias, p.activation or "", config.bm, config.bn, config.bk, config.group, num_warps=config.num_warps,
+        num_stages=config.num_stages)
+
+
+def sweep(device: str) -> None:
+    """Every configuration on every shape, through Triton's launcher (its host time hides
+    kernels under ~20 us: use the routes' table for those)."""
+    import triton
+
+    peak, _ = peaks(device)
+    for signature in ANY_SHAPE:
+        args = signature.get_sample_args(device=device)
+        ref = signature.reference(*(t.double() for t in args))
+        for index, config in enumerate(gemm.configs_for(gemm.problem_of(signature))):
+            out, run = _triton_run(signature, config, args)
             ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
-            print(f"sweep {m}x{k}@{k}x{n} {config}: {2 * m * n * k / ms / 1e9:.0f} TFLOP/s, "
-                  f"error {error(c, a, b):.1e}", flush=True)
+            tflops = signature.flops / ms / 1e9
+            print(f"sweep {signature.func_name} {config}{' (first)' if index == 0 else ''}: {ms * 1e3:.1f} us "
+                  f"{tflops:.0f} TFLOP/s {100 * tflops / peak:.1f}% error {error(out, ref):.1e}", flush=True)
+
+
+def any_shape(device: str) -> None:
+    """BOO's kernel for each shape (the first configuration, verified, launched directly)
+    against torch's (cuBLAS), device time from the profiler."""
+    peak, _ = peaks(device)
+    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
+    print(f"{'signature':<64} {'torch us':>9} {'BOO us':>9} {'BOO/torch':>9} {'torch %':>8} {'BOO %':>6} "
+          f"{'error':>8}  served by")
+    ratios = []
+    for signature in ANY_SHAPE:
+        args = signature.get_sample_args(device=device)
+        launchable = get_launchable(signature, device)
+        sub = launchable.substitution
+        served = f"{launchable.formulation}{' + ' + sub.label if sub else ''}, verified={launchable.verified}"
+        with torch.no_grad():
+            torch_us = device_us(signature.eager, args)
+            boo_us = device_us(launchable, args)
+            err = error(launchable(*args), signature.reference(*(t.double() for t in args)))
+        ratios.append(boo_us / torch_us)
+        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, boo_us)]
+        print(f"{signature.func_name:<64} {torch_us:>9.1f} {boo_us:>9.1f} {boo_us / torch_us:>9.2f} "
+              f"{share[0]:>7.1f}% {share[1]:>5.1f}% {err:>8.1e}  {served}", flush=True)
+    print(f"geometric mean BOO/torch over {len(ratios)} shapes: {statistics.geometric_mean(ratios):.2f}")
 
 
 def routes(device: str) -> None:
@@ -71,7 +128,7 @@ def routes(device: str) -> None:
                 us = device_us(fn, (a, b))
             tflops = 2 * m * n * k / us / 1e6
             rows.append(f"{m}x{k}@{k}x{n:<6} {name:<24} {us:8.1f} us {tflops:6.0f} TFLOP/s {100 * tflops / peak:5.1f}% "
-                        f"err {error(out, a, b):.1e}")
+                        f"err {error(out, a.double() @ b.double()):.1e}")
         rows.append(f"    get_launchable served by: {served}")
     print("\n".join(rows))
 
@@ -79,8 +136,11 @@ def routes(device: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="every tile configuration through Triton's launcher")
+    parser.add_argument("--any-shape", action="store_true", help="the shapes real models give (ANY_SHAPE) only")
     args = parser.parse_args()
     if args.sweep:
         sweep(args.device)
-    routes(args.device)
+    any_shape(args.device)
+    if not args.any_shape:
+        routes(args.device)

@@ -1,7 +1,8 @@
-"""The Hopper kernel library (examples/boo_kernels_hopper) on a Hopper GPU: the bf16
-matmuls of benchmarks/gpu.py are served by its Triton-built sm_90a kernel, substituted into
-IREE's module, verified by BOO, and right against float64. Skipped without the library,
-Triton or a GPU of compute capability 9.0.
+"""The Hopper kernel library (examples/boo_kernels_hopper) on a Hopper GPU: 16-bit matmuls
+of any shape (the bf16 ones of benchmarks/gpu.py, odd sizes, transposes, batches, epilogues)
+are served by its Triton-built sm_90a kernel, substituted into IREE's module, verified by BOO,
+and right against float64. Skipped without the library, Triton or a GPU of compute capability
+9.0.
 Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library.py``."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from boo_ops_matmul import BooLinear, MatmulSignature
 
 pytestmark = pytest.mark.gpu
 gemm = pytest.importorskip("boo_kernels_hopper.gemm")
+ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 
 DEVICE = "cuda:0"
 BF16 = torch.bfloat16
@@ -22,7 +24,7 @@ BENCHMARK_SHAPES = ((8192, 4096, 1024), (8192, 1024, 4096), (4096, 4096, 4096)) 
 
 @pytest.fixture(autouse=True)
 def hopper():
-    reason = gemm.unavailable_reason()
+    reason = ptx.unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
 
@@ -34,7 +36,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 @pytest.mark.parametrize(("m", "n", "k"), BENCHMARK_SHAPES)
 def test_a_benchmark_matmul_is_served_by_the_library_kernel(private_cache, m, n, k):
     launchable = get_launchable(MatmulSignature(m=m, n=n, k=k, dtype=BF16), DEVICE)
-    assert launchable.substitution is not None and launchable.substitution.name == "hopper_gemm"
+    assert launchable.substitution is not None and launchable.substitution.name.startswith("hopper_gemm")
     assert launchable.verified and not launchable.passed_over
     assert launchable.launch == "direct"  # launched by BOO on torch's stream, from the launch plan
     a = torch.randn(m, k, device=DEVICE, dtype=BF16)
@@ -51,5 +53,31 @@ def test_a_linear_layer_with_bias_is_served_too(private_cache):
     assert relative_error(out, ref) < 1e-2
     signature = MatmulSignature(m=2048, n=1024, k=512, trans_b=True, bias=True, dtype=BF16)
     launchable = get_launchable(signature, DEVICE)
-    assert launchable.substitution is not None and launchable.substitution.name == "hopper_gemm"
+    assert launchable.substitution is not None and launchable.substitution.name.startswith("hopper_gemm")
     assert launchable.verified
+
+
+# Every class of the library's matmuls: edges in M, N and K (masked tiles), A transposed (and
+# both, where IREE transposes A first), batches, float16, and the whole epilogue.
+ANY_SHAPE = [
+    MatmulSignature(m=6304, n=768, k=768, trans_b=True, bias=True, dtype=BF16),  # a ViT-B/16 linear, batch 32
+    MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=BF16),  # its weight gradient
+    MatmulSignature(m=6304, n=3072, k=768, dtype=torch.float16, activation="gelu", bias=True, trans_b=True),
+    MatmulSignature(m=100, n=50, k=70, dtype=BF16),
+    MatmulSignature(m=1, n=64, k=64, dtype=BF16),  # one row
+    MatmulSignature(m=300, n=100, k=200, trans_a=True, trans_b=True, alpha=2.0, beta=0.5, bias=True,
+                    activation="silu", dtype=BF16),
+    MatmulSignature(m=197, n=197, k=64, batch=12, trans_b=True, dtype=BF16),  # attention scores
+    MatmulSignature(m=197, n=64, k=197, batch=12, dtype=torch.float16, activation="relu"),
+]
+
+
+@pytest.mark.parametrize("signature", ANY_SHAPE, ids=lambda s: s.func_name)
+def test_a_matmul_of_any_shape_is_served_and_right(private_cache, signature):
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name.startswith("hopper_gemm")
+    assert launchable.verified and launchable.launch == "direct"
+    for _ in range(2):  # fresh inputs each time
+        args = signature.get_sample_args(device=DEVICE)
+        ref = signature.reference(*(a.double() for a in args))
+        assert relative_error(launchable(*args), ref) < 1e-2

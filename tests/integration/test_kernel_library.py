@@ -4,6 +4,8 @@ are tested on a Hopper GPU (tests/gpu/test_kernel_library.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ from boo_ops_matmul import MatmulSignature
 gemm = pytest.importorskip("boo_kernels_hopper.gemm")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
 hooks = pytest.importorskip("boo_kernels_hopper.hooks")
+ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
@@ -28,15 +31,55 @@ def resnet_conv(c: int, k: int, window: int, stride: int, size: int, mode: str) 
 
 
 def test_it_knows_which_matmuls_it_serves():
-    assert gemm.choose_config(gemm.problem_of(SERVED)) is not None
-    for other in (MatmulSignature(m=256, n=512, k=512),  # float32
-                  MatmulSignature(m=100, n=512, k=512, dtype=torch.bfloat16),  # not a multiple of the tiles
-                  MatmulSignature(m=256, n=512, k=512, trans_a=True, dtype=torch.bfloat16)):
-        problem = gemm.problem_of(other)
-        assert problem is None or gemm.choose_config(problem) is None
+    served = [SERVED, MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, dtype=torch.bfloat16),
+              MatmulSignature(m=100, n=50, k=70, trans_a=True, trans_b=True, alpha=2.0, beta=0.5, bias=True,
+                              activation="gelu", dtype=torch.float16),
+              MatmulSignature(m=197, n=197, k=64, batch=12, trans_b=True, dtype=torch.bfloat16)]
+    for signature in served:
+        problem = gemm.problem_of(signature)
+        assert (problem.m, problem.n, problem.k, problem.batch) == (signature.m, signature.n, signature.k,
+                                                                    signature.batch)
+    for other in (MatmulSignature(m=256, n=512, k=512),  # float32: IREE's kernels (TF32 is the user's call)
+                  MatmulSignature(m=256, n=512, k=512, col_major=True, dtype=torch.bfloat16),
+                  ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, dtype=torch.bfloat16)):
+        assert gemm.problem_of(other) is None
 
 
-@pytest.mark.skipif(gemm.unavailable_reason() is None, reason="this machine can build the library's kernels")
+def test_small_products_get_smaller_tiles_so_that_every_sm_has_work():
+    def first(m: int, n: int, k: int) -> tuple[int, int]:
+        config = gemm.choose_config(gemm.problem_of(MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16)))
+        return config.bm, config.bn
+
+    assert first(8192, 4096, 1024) == (128, 256)  # 1024 programs of the largest tile
+    assert first(768, 768, 6304) == (64, 128)  # 72 programs, not 18
+    assert first(100, 50, 70) == (64, 64)
+    every = gemm.configs_for(gemm.problem_of(MatmulSignature(m=64, n=64, k=64, dtype=torch.bfloat16)))
+    assert {(c.bm, c.bn) for c in every} == {(c.bm, c.bn) for c in gemm.CONFIGS}  # all of them, for the tuner
+    assert all(c.num_stages == 2 for c in every)  # one step of K: no deeper pipeline
+
+
+# The product's executable in IREE's module for each class the library serves: one executable
+# of the op's tensors, or (both operands transposed) IREE's transpose of A, then the product.
+@pytest.mark.parametrize(("signature", "executables", "trans_a"), [
+    (MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=torch.bfloat16), 1, False),
+    (MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=torch.bfloat16), 1, True),
+    (MatmulSignature(m=300, n=100, k=200, trans_a=True, trans_b=True, alpha=2.0, beta=0.5, bias=True,
+                     activation="gelu", dtype=torch.bfloat16), 2, False),
+    (MatmulSignature(m=197, n=197, k=64, batch=12, trans_b=True, dtype=torch.float16), 1, False)])
+def test_it_finds_the_product_in_the_modules_iree_makes(private_cache, signature, executables, trans_a):
+    problem = gemm.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", hooks.GEMM_FORMULATION)  # cross-compiled: no GPU needed
+    assert len(found.executables) == executables
+    product = gemm.plan(problem, found.executables)
+    assert product.name == found.names[-1]
+    assert gemm.kernel_problem(problem, product).trans_a == trans_a
+    bindings = [b.tensor for b in product.exports[0].bindings]
+    assert bindings[-1] == f"tensor<{'x'.join(map(str, signature.output_shape))}x{problem.dtype}>"
+    with pytest.raises(ValueError):  # another size's module: BOO would pass the substitution over
+        gemm.plan(gemm.problem_of(dataclasses.replace(signature, n=signature.n + 1)), found.executables)
+
+
+@pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")
 def test_without_triton_or_a_hopper_gpu_it_supplies_nothing(private_cache):
     assert hooks.boo_kernel_substitutions(SERVED, Target.parse("cuda:sm_80")) is None
     assert hooks.boo_kernel_substitutions(SERVED, Target.parse("cpu")) is None
@@ -72,7 +115,7 @@ def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache,
         conv.plan(other, found.executables)
 
 
-@pytest.mark.skipif(gemm.unavailable_reason() is None, reason="this machine can build the library's kernels")
+@pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")
 def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cpu")) is None
@@ -131,7 +174,7 @@ def test_each_replaced_executable_runs_its_own_object(private_cache):
     problem = wgrad.problem_of(signature)
     found = executables_of(signature, "cuda:sm_80", wgrad.formulation_of(problem))
     build = hooks._build_launches(lambda executables: wgrad.plan(problem, wgrad.choose_config(problem), executables),
-                                  lambda launch, entry: conv.Kernel(f".entry {entry}", 128, 1, 0), "hopper_wgrad")
+                                  lambda launch, entry: ptx.Kernel(f".entry {entry}", 128, 1, 0), "hopper_wgrad")
     files = build(found)
     objects = {name: text for name, text in files.items() if name.startswith("objects/")}
     assert len(objects) == len(found.executables) == 13

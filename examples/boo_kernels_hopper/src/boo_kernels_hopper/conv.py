@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from . import gemm
+from .ptx import Kernel, compile_for_iree
 
 BF16 = torch.bfloat16
 ELEMENT = 2  # bytes per bf16
@@ -266,35 +267,6 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
 # -- PTX ------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Kernel:
-    ptx: str
-    block: int
-    grid: int
-    shared_bytes: int
-
-
-def _compile(fn: Any, pointers: list[str], constants: dict[str, Any], order: list[str], num_warps: int,
-             num_stages: int, entry: str, types: dict[str, str] | None = None) -> tuple[Any, str]:
-    """Triton's sm_90a build of ``fn`` with IREE's ABI; ``types``: pointers that are not ``*bf16``."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    signature: dict[str, str] = {name: "constexpr" for name in constants}
-    signature.update({name: (types or {}).get(name, "*bf16") for name in pointers})
-    source = triton.compiler.ASTSource(
-        fn, signature={name: signature[name] for name in order}, constexprs=constants,
-        attrs={(order.index(name),): [["tt.divisibility", 16]] for name in pointers})
-    with gemm._compile_lock:
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": num_warps, "num_stages": num_stages})
-    metadata = compiled.metadata
-    if metadata.num_ctas != 1 or getattr(metadata, "global_scratch_size", 0) or \
-            getattr(metadata, "profile_scratch_size", 0):
-        raise RuntimeError(f"Triton's kernel needs what IREE cannot give it: {metadata}")
-    return compiled, gemm.to_iree_abi(compiled.asm["ptx"], metadata.name, entry, len(pointers))
-
-
 def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
                    ) -> dict[str, Any]:
     return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n,
@@ -332,7 +304,7 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
         pointers = ["x", "y"] if launch.w_from_x else ["x", "w", "y"]
         if launch.w_from_x:
             constants["w"] = None
-        compiled, ptx = _compile(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
+        compiled, ptx = compile_for_iree(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
                                  config.num_stages, entry)
         grid = conv_grid(problem, config)
     else:
@@ -344,5 +316,5 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
             last = p.cout if p.in_major else p.cin
             rows = p.weight_numel // last
             constants, grid = pad_constants(rows, 1, 1, last, 1, 1, 0, 0, 1, 1, launch.offsets[0])
-        compiled, ptx = _compile(boo_hopper_pad, ["src", "dst"], constants, PAD_ORDER, 4, 1, entry)
+        compiled, ptx = compile_for_iree(boo_hopper_pad, ["src", "dst"], constants, PAD_ORDER, 4, 1, entry)
     return Kernel(ptx, compiled.metadata.num_warps * 32, grid, int(compiled.metadata.shared))

@@ -1,23 +1,29 @@
-"""Which matmuls this library serves, with what tiles, and their PTX.
+"""Which matmuls this library serves, with what tiles, which of IREE's executables the
+kernel replaces, and its PTX.
 
-Everything here but :func:`generate_ptx` runs without Triton or a GPU; :func:`generate_ptx`
-imports Triton, compiles for sm_90a and rewrites the PTX to IREE's CUDA kernel ABI
-(docs/gpu.md of BOO): the entry named after the export, one 64-bit pointer per binding and
-nothing else.
+Served (:func:`problem_of`): a BOO ``matmul`` signature in bf16 or f16, row-major, of any
+M, N, K and batch, either operand transposed, with its whole epilogue (alpha, beta and C,
+a bias vector, relu/gelu/silu). IREE 3.13's module for such a signature holds one
+executable computing the whole op on the op's tensors (A, B, [C], [bias], out), except
+where both operands are transposed: IREE then writes A transposed into a transient first
+and the product reads that (:func:`plan` finds the product either way; the transpose stays
+IREE's). Everything here but :func:`generate` runs without Triton or a GPU.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import re
-import threading
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-BF16 = torch.bfloat16
+from .ptx import Kernel, compile_for_iree
+
+#: The element types served, as IREE's tensor types and Triton's pointer types name them.
+DTYPES = {torch.bfloat16: ("bf16", "*bf16"), torch.float16: ("f16", "*fp16")}
+#: Streaming multiprocessors of an H100 SXM: one wave of programs.
+SMS = 132
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,14 @@ class GemmConfig:
                 f"stages {self.num_stages}")
 
 
-#: The best of five configurations swept on an H100 for the three benchmark shapes (README.md).
+#: The best of five configurations swept on an H100 for the three large benchmark shapes
+#: (README.md), then smaller tiles for problems that would leave SMs idle with it.
 DEFAULT = GemmConfig()
+CONFIGS = (DEFAULT, GemmConfig(bm=128, bn=128), GemmConfig(bm=64, bn=128, num_warps=4),
+           GemmConfig(bm=64, bn=64, num_warps=4))
+#: Guessed throughput of one SM on a tile of each size, relative to 128×256 (larger tiles
+#: reuse each loaded element more); only ranks the configurations, the tuner measures them.
+_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.85, (64, 128): 0.7, (64, 64): 0.5}
 
 
 @dataclass(frozen=True)
@@ -50,11 +62,35 @@ class GemmProblem:
     k: int
     trans_b: bool
     bias: bool
+    batch: int = 1
+    trans_a: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+    activation: str | None = None
+    dtype: str = "bf16"
+
+    @property
+    def has_c(self) -> bool:
+        return self.beta != 0.0
+
+    def tiles(self, config: GemmConfig) -> int:
+        """Programs per batch."""
+        return math.ceil(self.m / config.bm) * math.ceil(self.n / config.bn)
+
+    def bindings(self) -> list[str]:
+        """The tensor types of the product's executable, in binding order: A and B as stored,
+        [C], [bias], out (2-D for one batch, batch first otherwise)."""
+        lead = (self.batch,) if self.batch > 1 else ()
+        shapes = [lead + ((self.k, self.m) if self.trans_a else (self.m, self.k)),
+                  lead + ((self.n, self.k) if self.trans_b else (self.k, self.n))]
+        shapes += [lead + (self.m, self.n)] if self.has_c else []
+        shapes += [(self.n,)] if self.bias else []
+        shapes += [lead + (self.m, self.n)]
+        return [f"tensor<{'x'.join(map(str, s))}x{self.dtype}>" for s in shapes]
 
 
 def problem_of(signature: Any) -> GemmProblem | None:
-    """The problem for a BOO ``matmul`` signature this library serves (bf16, one batch,
-    row-major, A not transposed, alpha 1, no C, no activation; a bias vector is allowed),
+    """The problem for a BOO ``matmul`` signature this library serves (module docstring),
     else None. Duck-typed so that the library needs no op package."""
     if getattr(signature, "op_name", None) != "matmul":
         return None
@@ -63,101 +99,75 @@ def problem_of(signature: Any) -> GemmProblem | None:
     if not all(hasattr(signature, f) for f in fields):
         return None
     s = signature
-    if (s.dtype != BF16 or s.batch != 1 or s.trans_a or s.col_major or s.alpha != 1.0 or s.beta != 0.0
-            or s.activation is not None):
+    if s.dtype not in DTYPES or s.col_major or s.activation not in (None, "relu", "gelu", "silu"):
         return None
-    return GemmProblem(s.m, s.n, s.k, bool(s.trans_b), bool(s.bias))
+    return GemmProblem(s.m, s.n, s.k, bool(s.trans_b), bool(s.bias), batch=s.batch, trans_a=bool(s.trans_a),
+                       alpha=float(s.alpha), beta=float(s.beta), activation=s.activation, dtype=DTYPES[s.dtype][0])
 
 
-def choose_config(problem: GemmProblem) -> GemmConfig | None:
-    """The tiles for ``problem``, or None where its sizes are not multiples of them (the
-    kernel has no masked edges) or K is too short to fill the pipeline."""
-    config = DEFAULT
-    if problem.m % config.bm or problem.n % config.bn or problem.k % config.bk:
-        return None
-    if problem.k // config.bk < config.num_stages:
-        return None
-    return config
+def configs_for(problem: GemmProblem) -> list[GemmConfig]:
+    """Every configuration, the likely fastest first: the fewest waves of programs over the
+    SMs, weighted by the guessed speed of a tile (a 768×768 product takes 64×128 tiles: 72
+    programs instead of 18). BOO uses the first; ``boo tune`` times them all."""
+    def cost(config: GemmConfig) -> float:
+        waves = math.ceil(problem.tiles(config) * problem.batch / SMS)
+        return waves * config.bm * config.bn / _TILE_EFFICIENCY[(config.bm, config.bn)]
+
+    ranked = sorted(CONFIGS, key=lambda c: (cost(c), CONFIGS.index(c)))
+    # A reduction shorter than the pipeline needs fewer stages (less shared memory, same work).
+    steps = math.ceil(problem.k / DEFAULT.bk)
+    return [replace(c, num_stages=max(2, min(c.num_stages, steps))) for c in ranked]
 
 
-@functools.cache
-def unavailable_reason() -> str | None:
-    """Why no kernel can be made here (None: Triton is installed and GPU 0 is a Hopper)."""
-    if importlib.util.find_spec("triton") is None:
-        return "Triton is not installed (pip install boo-kernels-hopper[triton])"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible"
-    capability = torch.cuda.get_device_capability()
-    if capability != (9, 0):
-        return f"the GPU has compute capability {capability[0]}.{capability[1]}, not 9.0 (Hopper)"
-    return None
+def choose_config(problem: GemmProblem) -> GemmConfig:
+    """The configuration BOO tries first."""
+    return configs_for(problem)[0]
 
 
-def triton_version() -> str:
-    import triton
+def plan(problem: GemmProblem, executables: Any) -> Any:
+    """The executable of IREE's module that computes the product (the one whose bindings
+    are the problem's; where both operands are transposed, the one reading IREE's transient
+    of A transposed). ValueError for a module of any other shape."""
+    wanted = [problem.bindings()]
+    if problem.trans_a and problem.trans_b:
+        wanted.append(replace(problem, trans_a=False).bindings())
+    found = []
+    for executable in executables:
+        if len(executable.exports) == 1 and not executable.exports[0].constants:
+            tensors = [b.tensor for b in executable.exports[0].bindings]
+            found += [(executable, tensors == expected) for expected in wanted]
+    matching = [executable for executable, ok in found if ok]
+    if len(matching) != 1:
+        described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
+        raise ValueError(f"expected one executable with bindings {wanted[0]}, found {described}")
+    return matching[0]
 
-    return str(triton.__version__)
+
+def kernel_problem(problem: GemmProblem, executable: Any) -> GemmProblem:
+    """The problem as the replaced executable sees it (A already transposed by IREE, where
+    it transposed it)."""
+    tensors = [b.tensor for b in executable.exports[0].bindings]
+    return problem if tensors == problem.bindings() else replace(problem, trans_a=False)
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """PTX ready for IREE, and how to launch it."""
-
-    ptx: str
-    block: int  # threads per block (x)
-    grid: int  # blocks (x)
-    shared_bytes: int  # dynamic shared memory
+ORDER = ["a", "b", "c", "bias", "out", "M", "N", "K", "TRANS_A", "TRANS_B", "ALPHA", "BETA", "HAS_C", "HAS_BIAS",
+         "ACT", "BM", "BN", "BK", "GROUP"]
 
 
-_compile_lock = threading.Lock()  # BOO sets kernels up from several threads; compile one at a time
-_ENTRY = "boo_hopper_gemm"
-
-
-def generate_ptx(problem: GemmProblem, config: GemmConfig, entry: str, bindings: int) -> Kernel:
-    """Compile the kernel for ``problem`` to sm_90a PTX named ``entry`` taking exactly
-    ``bindings`` pointers."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-
+def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
+    """Compile the kernel for ``problem`` to sm_90a PTX named ``entry``, taking one pointer
+    per binding of :meth:`GemmProblem.bindings`."""
     from ._triton_gemm import boo_hopper_gemm
 
-    constants: dict[str, Any] = {"M": problem.m, "N": problem.n, "K": problem.k, "TRANS_B": problem.trans_b,
-                                 "HAS_BIAS": problem.bias, "BM": config.bm, "BN": config.bn, "BK": config.bk,
-                                 "GROUP": config.group}
-    pointers = ["a", "b", "bias", "c"] if problem.bias else ["a", "b", "c"]
-    if not problem.bias:
-        constants["bias"] = None
-    signature = {name: "constexpr" for name in constants}
-    signature.update({name: "*bf16" for name in pointers})
-    order = ["a", "b", "bias", "c", "M", "N", "K", "TRANS_B", "HAS_BIAS", "BM", "BN", "BK", "GROUP"]
-    source = triton.compiler.ASTSource(
-        boo_hopper_gemm, signature={name: signature[name] for name in order}, constexprs=constants,
-        # BOO's tensors are 64-byte aligned: let Triton issue 16-byte loads and stores
-        attrs={(order.index(name),): [["tt.divisibility", 16]] for name in pointers})
-    with _compile_lock:
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": config.num_warps, "num_stages": config.num_stages})
-    metadata = compiled.metadata
-    if metadata.num_ctas != 1 or getattr(metadata, "global_scratch_size", 0) or \
-            getattr(metadata, "profile_scratch_size", 0):
-        raise RuntimeError(f"Triton's kernel needs what IREE cannot give it: {metadata}")
-    ptx = to_iree_abi(compiled.asm["ptx"], metadata.name, entry, bindings)
-    tiles = (problem.m // config.bm) * (problem.n // config.bn)
-    return Kernel(ptx, metadata.num_warps * 32, tiles, int(metadata.shared))
-
-
-def to_iree_abi(ptx: str, name: str, entry: str, bindings: int) -> str:
-    """Rename kernel ``name`` to ``entry`` and drop its parameters past the first
-    ``bindings`` (the scratch pointers Triton appends), which must be unused."""
-    match = re.search(rf"\.entry\s+{re.escape(name)}\s*\((.*?)\)", ptx, re.S)
-    if match is None:
-        raise RuntimeError(f"no .entry {name} in Triton's PTX")
-    params = [p.strip() for p in match.group(1).split(",") if p.strip()]
-    if len(params) < bindings or not all(p.startswith(".param .u64") for p in params[:bindings]):
-        raise RuntimeError(f"{name} takes {params}, not {bindings} pointers first")
-    for extra in params[bindings:]:
-        symbol = extra.split()[-1]
-        if len(re.findall(rf"\b{re.escape(symbol)}\b", ptx)) != 1:
-            raise RuntimeError(f"{name} uses its parameter {symbol}: cannot drop it")
-    ptx = ptx[:match.start(1)] + "\n\t" + ",\n\t".join(params[:bindings]) + "\n" + ptx[match.end(1):]
-    return re.sub(rf"\b{re.escape(name)}(_param_\d+)?\b", lambda m: entry + (m.group(1) or ""), ptx)
+    p = problem
+    constants: dict[str, Any] = {
+        "M": p.m, "N": p.n, "K": p.k, "TRANS_A": p.trans_a, "TRANS_B": p.trans_b, "ALPHA": p.alpha,
+        "BETA": p.beta, "HAS_C": p.has_c, "HAS_BIAS": p.bias, "ACT": p.activation or "", "BM": config.bm,
+        "BN": config.bn, "BK": config.bk, "GROUP": config.group}
+    pointers = ["a", "b"] + (["c"] if p.has_c else []) + (["bias"] if p.bias else []) + ["out"]
+    constants.update({name: None for name in ("c", "bias") if name not in pointers})
+    pointer_type = dict(DTYPES.values())[p.dtype]
+    compiled, ptx = compile_for_iree(boo_hopper_gemm, pointers, constants, ORDER, config.num_warps,
+                                     config.num_stages, entry, types=dict.fromkeys(pointers, pointer_type))
+    return Kernel(ptx, compiled.metadata.num_warps * 32, (p.tiles(config), p.batch, 1),
+                  int(compiled.metadata.shared))

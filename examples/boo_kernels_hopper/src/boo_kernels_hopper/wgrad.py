@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import conv
+from .ptx import Kernel, compile_for_iree
 
 SMS = 132  # an H100 SXM's multiprocessors
 SPLITS = (32, 128)  # the op's im2col_splitN formulations
@@ -385,13 +386,13 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
 # -- PTX ------------------------------------------------------------------------------------------
 
 
-def generate(launch: Launch, entry: str) -> conv.Kernel:
+def generate(launch: Launch, entry: str) -> Kernel:
     """Compile the kernel of one replaced executable to sm_90a PTX named ``entry``."""
     from ._triton_conv import boo_hopper_copy, boo_hopper_pad, boo_hopper_subsample, boo_hopper_sum, boo_hopper_wgrad
 
     fn, order = {"wgrad": (boo_hopper_wgrad, WGRAD_ORDER), "sum": (boo_hopper_sum, SUM_ORDER),
                  "subsample": (boo_hopper_subsample, SUBSAMPLE_ORDER), "copy": (boo_hopper_copy, COPY_ORDER),
                  "pad": (boo_hopper_pad, conv.PAD_ORDER)}[launch.kernel]
-    compiled, ptx = conv._compile(fn, list(launch.pointers), dict(launch.constants), order, launch.num_warps,
+    compiled, ptx = compile_for_iree(fn, list(launch.pointers), dict(launch.constants), order, launch.num_warps,
                                   launch.num_stages, entry, launch.types)
-    return conv.Kernel(ptx, compiled.metadata.num_warps * 32, launch.grid, int(compiled.metadata.shared))
+    return Kernel(ptx, compiled.metadata.num_warps * 32, launch.grid, int(compiled.metadata.shared))
