@@ -49,9 +49,10 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
             signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride,
                                       padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
             out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
-    for tokens, width in ((8192, 1024), (8192, 4096)):
+    for tokens, width in ((8192, 1024), (8192, 4096), (6304, 768)):  # the last: ViT-B/16's, batch 32
         for command in (f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 1",
-                        f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 2"):
+                        f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 2",
+                        f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 14"):
             try:
                 for signature in BooOpRegistry.parse_signatures(command):
                     out.append((f"layer norm {tokens}x{width} {command.split()[-1]}", signature))

@@ -92,3 +92,21 @@ def test_backward_sample_args_carry_the_true_statistics():
     xd = x.double()
     torch.testing.assert_close(mean.double(), xd.mean(1))
     torch.testing.assert_close(rstd.double(), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5))
+
+
+@pytest.mark.parametrize("rows", [9, 64, 131, 6304])  # groups of 8; zero rows fill the last group of a stage
+def test_gpu_backward_sums_dw_and_db_in_stages_to_the_same_values(rows):
+    from boo_core import Target
+    from boo_ops_layernorm.hooks import formulations
+
+    signature = S((rows, 24), 1, weight=True, bias=True, mode="bwd")
+    chunked, default = formulations(signature, Target.parse("cuda:sm_80"))
+    assert (chunked.name, default.name) == ("chunked_column_sums", "default")
+    args = [t.double() for t in signature.get_sample_args()]
+    args[3] = args[3].abs() + 0.5  # rstd is positive
+    expected = signature.reference(*args)
+    got = chunked.computation(*args)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    dx_only = S((rows, 24), 1, weight=True, mode="bwd", gradients=("dx",))
+    assert [f.name for f in formulations(dx_only, Target.parse("cuda:sm_80"))] == ["default"]

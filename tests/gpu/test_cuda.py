@@ -71,9 +71,12 @@ def test_matmul_numerics(dtype, trans):
 def test_layernorm_numerics(dtype):
     pytest.importorskip("boo_ops_layernorm")
     for command in (f"layernorm{'' if dtype == f32 else 'fp16' if dtype == f16 else 'bfp16'} "
-                    f"--input 64x384 -o 1 -m {m} -F {f}" for m in (0, 1) for f in (1, 2)):
+                    f"--input {rows}x384 -o 1 -m {m} -F {f}" for rows in (64, 100)
+                    for m, f in ((0, 1), (0, 2), (1, 1), (1, 2), (1, 14))):  # forward; dx; dx, dw and db
         for signature in BooOpRegistry.parse_signatures(command):
             assert_matches_pytorch(signature)
+            if signature.mode == "bwd" and "dw" in signature.gradients:  # summed in stages, and verified
+                assert get_launchable(signature, DEVICE).formulation == "chunked_column_sums"
 
 
 def test_eager_calls_with_cuda_tensors_select_the_gpu():

@@ -184,7 +184,10 @@ class LayerNormSignature(Signature):
         return y.to(x.dtype).reshape(self.input_shape), mean.reshape(stats), rstd.reshape(stats)
 
     def _backward(self, dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                  weight: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                  weight: torch.Tensor | None = None, *, column_chunk: int | None = None) -> tuple[torch.Tensor, ...]:
+        """The gradients; ``column_chunk`` sums dw and db over the rows in two steps (partial
+        sums of that many rows each, then their sum): the same sums, in an order a GPU can
+        spread over more threads than one per column."""
         acc = stats_dtype(x.dtype)
         rows, n = self.rows, self.row_length
         rstd = rstd.to(acc).reshape(rows, 1)
@@ -196,9 +199,9 @@ class LayerNormSignature(Signature):
             dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True))
             results.append(dx.reshape(self.input_shape))
         if "dw" in self.gradients:
-            results.append((dyf * xhat).sum(0).reshape(self.normalized_shape))
+            results.append(_column_sums(dyf * xhat, column_chunk).reshape(self.normalized_shape))
         if "db" in self.gradients:
-            results.append(dyf.sum(0).reshape(self.normalized_shape))
+            results.append(_column_sums(dyf, column_chunk).reshape(self.normalized_shape))
         return tuple(r.to(x.dtype) for r in results)
 
     def eager(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -263,3 +266,16 @@ class LayerNormSignature(Signature):
             return max(self.rows, self.row_length if "dx" in self.gradients else 1)
         return self.row_length
 
+
+def _column_sums(values: torch.Tensor, chunk: int | None) -> torch.Tensor:
+    """Sums over the rows of a (rows, n) tensor: at once, or (``chunk``) in stages, each
+    summing groups of ``chunk`` consecutive rows (zero rows added to fill the last group)
+    until at most ``chunk`` rows are left, then those."""
+    if chunk is None:
+        return values.sum(0)
+    while values.shape[0] > chunk:
+        rows, n = values.shape
+        groups = -(-rows // chunk)
+        padded = torch.nn.functional.pad(values, (0, 0, 0, groups * chunk - rows))
+        values = padded.reshape(groups, chunk, n).sum(1)
+    return values.sum(0)
