@@ -13,7 +13,7 @@ from boo_core.kernels.export import export_mlir
 from boo_core.kernels.request import KernelRequest
 from boo_core.runtime.devices import Target
 from boo_ops_layernorm import LayerNormSignature as S
-from boo_ops_layernorm.hooks import CPU_FLAGS
+from boo_ops_layernorm.hooks import CPU_FLAGS, GPU_FORWARD_FLAGS
 from boo_ops_layernorm.mlir import block_rows
 
 CPU = Target.parse("cpu")
@@ -49,9 +49,12 @@ def test_the_plugin_sets_cpu_flags_and_provides_mlir_on_the_cpu_only(mode):
     assert [f.name for f in BooOpRegistry.default().formulations(signature, CPU)] == ["linalg", "default"]
     elsewhere = KernelRequest.create(signature, Target.parse("cuda:sm_80"))  # an export, no CPU flags
     # On GPUs the forward exports its statistics as plain means (the reference's scaled sums
-    # do not compile for CUDA); the backward exports the reference.
+    # do not compile for CUDA) and is fused into one dispatch; the backward exports the
+    # reference (8 rows: too few for dw and db in stages).
     assert elsewhere.formulation.name == ("mean_statistics" if mode == "fwd" else "default")
-    assert not set(CPU_FLAGS) & set(elsewhere.flags)
+    assert "--iree-llvmcpu-reassociate-fp-reductions=true" not in elsewhere.flags
+    assert set(GPU_FORWARD_FLAGS) <= set(elsewhere.flags) if mode == "fwd" else \
+        not set(GPU_FORWARD_FLAGS) & set(elsewhere.flags)
 
 
 @pytest.mark.parametrize("rows, block", [(4096, 16), (48, 16), (1000, 10), (37, 1), (6, 6), (1, 1)])
