@@ -49,6 +49,7 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
             signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride,
                                       padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
             out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
+    out += batch_norm_rows(batch)
     for tokens, width in ((8192, 1024), (8192, 4096), (6304, 768)):  # the last: ViT-B/16's, batch 32
         for command in (f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 1",
                         f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 2",
@@ -61,6 +62,25 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
                 break
     for m, n, k in ((8192, 4096, 1024), (8192, 1024, 4096), (4096, 4096, 4096)):
         out.append((f"matmul {m}x{k} @ {k}x{n}", MatmulSignature(m=m, n=n, k=k, dtype=BF16)))
+    return out
+
+
+def batch_norm_rows(batch: int) -> list[tuple[str, Signature]]:
+    """ResNet-50's batch norms (bf16, NHWC): training forward (statistics saved, running
+    statistics updated), inference with the ReLU that follows most of them, backward."""
+    try:
+        from boo_ops_batchnorm import BatchNormSignature
+    except ImportError:  # the batch-norm plugin may not be installed
+        print("(skipping batch norm: boo-ops-batchnorm is not installed)")
+        return []
+    shapes = sorted({(k, size // stride) for _, k, _, stride, size in RESNET50} | {(c, size) for c, _, _, _, size in
+                                                                                  RESNET50[1:]})
+    out = []
+    for channels, size in shapes:
+        common = dict(input_shape=(batch, channels, size, size), channels_last=True, dtype=BF16)
+        for mode, extra in (("train", dict(save=True, running=True)), ("infer", dict(running=True, activation="relu")),
+                            ("bwd", dict(save=True))):
+            out.append((f"resnet50 bnorm {channels} @{size} {mode}", BatchNormSignature(mode=mode, **common, **extra)))
     return out
 
 

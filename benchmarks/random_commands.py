@@ -3,13 +3,14 @@
 Draws valid commands (a drawn command the parser refuses is counted and redrawn): conv in
 every mode (-F bitmasks, bias gradients), 1-D/2-D/3-D, groups, layouts, strides and
 dilations above 1, transposed, every dtype, at small sizes; layer norm (old dialect, any
-rank and normalized dim, weight/bias) and gemm (transposes, batches, column-major, alpha,
-beta, bias, activations). Each kernel is compiled (in parallel, as ``boo preload`` does),
+rank and normalized dim, weight/bias), gemm (transposes, batches, column-major, alpha,
+beta, bias, activations) and bnorm (every direction, 2-D and 3-D, both layouts, spatial and
+per-activation, saved and running statistics, ReLU). Each kernel is compiled (in parallel, as ``boo preload`` does),
 then launched as a user would (``get_launchable``: the op's formulation chain) on random
 inputs into poisoned outputs and compared with the float64 reference. Prints, per op, how
 many ran right, and the formulation that served them.
 
-    python benchmarks/random_commands.py [--conv 1000] [--layernorm 200] [--gemm 200] [--seed 0] [-j N]
+    python benchmarks/random_commands.py [--conv 1000] [--layernorm 200] [--gemm 200] [--bnorm 200] [--seed 0] [-j N]
                                          [--device cuda:0]
 
 On a GPU (``--device cuda:0``) kernels are verified on first use, as with default settings,
@@ -80,7 +81,20 @@ def gemm_command(rng: random.Random) -> str:
     return " ".join(map(str, parts))
 
 
-GENERATORS = {"conv": conv_command, "layernorm": layernorm_command, "gemm": gemm_command}
+def bnorm_command(rng: random.Random) -> str:
+    depth = rng.choice((0, 0, 0, rng.randint(1, 5)))
+    layout = rng.choice(("NCDHW", "NDHWC") if depth else ("NCHW", "NHWC"))
+    direction = rng.choice((("-F", 1), ("-F", 2), ("-F", 0, "-b", 1)))
+    parts = [rng.choice(("bnorm", "bnormfp16", "bnormbfp16")), "-n", rng.randint(2, 9), "-c", rng.randint(1, 40),
+             "-D", depth, "-H", rng.randint(1, 12), "-W", rng.randint(1, 12), "-L", layout,
+             "-m", rng.choice((0, 1, 1)), "-s", rng.choice((0, 1)), "-r", rng.choice((0, 1)), *direction,
+             "--epsilon", rng.choice(("1e-5", "1e-3"))]
+    if direction[1] and rng.random() < 0.3:
+        parts += ["--activation", "relu"]
+    return " ".join(map(str, parts))
+
+
+GENERATORS = {"conv": conv_command, "layernorm": layernorm_command, "gemm": gemm_command, "bnorm": bnorm_command}
 
 
 def draw(op: str, count: int, rng: random.Random) -> tuple[list[str], int]:
@@ -99,7 +113,7 @@ def draw(op: str, count: int, rng: random.Random) -> tuple[list[str], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for op, default in (("conv", 1000), ("layernorm", 200), ("gemm", 200)):
+    for op, default in (("conv", 1000), ("layernorm", 200), ("gemm", 200), ("bnorm", 200)):
         parser.add_argument(f"--{op}", type=int, default=default, help=f"{op} commands (default {default})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)

@@ -46,6 +46,8 @@ def test_install_core_and_conv_then_uninstall_conv(venv, tmp_path):
     ("boo_ops_layernorm", "boo-ops-layernorm", "layernormbfp16 --input 8x64 -o 1 -m 1 -F 1",
      "boo_ops_layernorm.signature LayerNormSignature"),
     ("boo_ops_matmul", "boo-ops-matmul", "gemm -m 64 -k 32 -n 128", "boo_ops_matmul.signature MatmulSignature"),
+    ("boo_ops_batchnorm", "boo-ops-batchnorm", "bnormbfp16 -n 8 -c 16 -H 4 -W 4 -m 1 -F 1 -L NHWC",
+     "boo_ops_batchnorm.signature BatchNormSignature"),
 ])
 def test_each_op_installs_without_the_others(venv, tmp_path, folder, distribution, command, expected):
     python = str(venv / "bin" / "python")

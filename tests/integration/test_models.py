@@ -48,24 +48,28 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
         compiled = torch.compile(model, backend=backend, dynamic=False)
         got_y, got_grads = _step(compiled, model, x, probe)
     torch.testing.assert_close(got_y, want_y, rtol=1e-4, atol=1e-4)
+    # Gradients as a whole: BOO's batch-norm gradients sum in another order than torch's, and
+    # after 20 layers a few elements near 0 differ by more than an elementwise tolerance
+    # allows; against float64 eager both are within 1.1e-5 of the norm (measured).
     for param, want in want_grads.items():
-        torch.testing.assert_close(got_grads[param], want, rtol=1e-3, atol=1e-4, msg=lambda m, p=param: f"{p}: {m}")
+        error = float((got_grads[param] - want).norm() / want.norm())
+        assert error < 1e-4, f"{param}: gradient off by {error:.2e} of its norm"
 
     summary = offload_summary()
     assert {g.kind for g in summary.graphs} == {"forward", "backward"}, summary
     offloaded = summary.offloaded
     if name == "resnet18":
-        # 20 convolutions and the classifier; the convs' and the linear's gradients.
+        # 20 convolutions, 20 batch norms and the classifier; their gradients.
         assert offloaded["conv.forward"] == 20 and offloaded["conv.backward"] == 20, offloaded
+        assert offloaded["bnorm.training"] == 20 and offloaded["bnorm.backward"] == 20, offloaded
         assert offloaded["matmul.addmm"] == 1 and offloaded["matmul.mm"] >= 1, offloaded
     else:
         # Per encoder layer: two layer norms and the MLP's two linears (plus the final norm and head).
         assert offloaded["layernorm.forward"] == 5 and offloaded["layernorm.backward"] == 5, offloaded
         assert offloaded["conv.forward"] == 1, offloaded  # the patch embedding
-    # Everything counted that is left is batch norm (no BOO op yet) or attention's own kernels.
+    # Everything counted that is left is attention's own kernels.
     left = set(summary.nested_flops)
-    assert left <= {"aten._native_batch_norm_legit_functional", "aten.native_batch_norm_backward",
-                    "aten._scaled_dot_product_flash_attention_for_cpu",
+    assert left <= {"aten._scaled_dot_product_flash_attention_for_cpu",
                     "aten._scaled_dot_product_flash_attention_for_cpu_backward", "aten.bmm", "aten.baddbmm"}, left
     assert summary.offload_share > (0.9 if name == "resnet18" else 0.5), summary.offload_share
     torch._dynamo.reset()
@@ -81,5 +85,7 @@ def test_a_real_network_infers_as_eager_does(name, backend):
     with torch.no_grad():
         inferred = torch.compile(model, backend=backend, dynamic=False)(x)
         torch.testing.assert_close(inferred, model(x), rtol=1e-4, atol=1e-4)
-    assert offload_summary().offloaded["conv.forward"] == (20 if name == "resnet18" else 1)
+    offloaded = offload_summary().offloaded
+    assert offloaded["conv.forward"] == (20 if name == "resnet18" else 1)
+    assert offloaded["bnorm.inference"] == (20 if name == "resnet18" else 0)
     torch._dynamo.reset()

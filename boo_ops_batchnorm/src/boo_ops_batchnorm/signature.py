@@ -1,0 +1,324 @@
+"""BatchNormSignature: one batch-normalization kernel (training forward, inference forward
+or backward), completely described."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from boo_core import Signature, TensorSpec, UnsupportedError
+from boo_core.signatures.dtypes import short_name
+from boo_core.signatures.signature import require_representable
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MODES = ("train", "infer", "bwd")
+#: Activations a forward may apply last (batch norm + ReLU, as convnets follow it).
+ACTIVATIONS = {"relu": torch.relu}
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of every statistic (mean, inverse standard deviation, running mean and
+    variance) and of every accumulation: at least float32."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+@dataclass(frozen=True)
+class BatchNormSignature(Signature):
+    """Batch normalization of an ``(N, C, *spatial)`` input, as MIOpen and PyTorch define it.
+
+    ``spatial=True`` (MIOpen's ``-m 1``, PyTorch's only mode) normalizes each channel over
+    N and every spatial position: statistics and the scale and bias have shape ``(C,)``.
+    ``spatial=False`` (``-m 0``, per-activation) normalizes each (channel, position) over N
+    alone: they have shape ``(C, *spatial)``, laid out like the input without its N.
+
+    Tensors are passed as stored: ``channels_last`` holds the input as ``(N, *spatial, C)``
+    (NHWC, NDHWC), and a per-activation scale as ``(*spatial, C)``. Statistics are float32
+    (float64 for float64 inputs); scale and bias have the input's dtype, as in PyTorch.
+
+    ``mode="train"``: takes ``(x, weight, bias[, running_mean, running_var, momentum])`` and
+    returns ``y``, then ``(mean, invstd)`` of the batch if ``save``, then, if ``running``,
+    the running mean and variance after this batch: ``(1 - momentum) * old + momentum *
+    batch``, the batch's variance unbiased, as ``torch.nn.BatchNorm`` updates them.
+    ``momentum`` is a one-element tensor (a value per call, as MIOpen's expAvgFactor, so a
+    cumulative average costs no kernel per step).
+    ``mode="infer"``: takes ``(x, weight, bias[, running_mean, running_var])`` and returns
+    ``y``, normalized with the running statistics if ``running``, else with the batch's.
+    ``mode="bwd"``: takes ``(x, dy, weight[, mean, invstd])`` and returns ``(dx, dweight,
+    dbias)`` of a training forward, from the saved statistics if ``save``, else recomputed
+    from ``x``. A forward may end in an ``activation`` (``relu``) applied to y.
+    """
+
+    op_name: ClassVar[str] = "bnorm"
+
+    input_shape: tuple[int, ...]
+    mode: str = "train"
+    spatial: bool = True
+    channels_last: bool = False
+    save: bool = False
+    running: bool = False
+    eps: float = 1e-5
+    dtype: torch.dtype = torch.float32
+    activation: str | None = None
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("input_shape", tuple(int(d) for d in self.input_shape))
+        for name in ("spatial", "channels_last", "save", "running"):
+            set_(name, bool(getattr(self, name)))
+        if self.mode == "infer":
+            set_("save", False)  # inference saves no statistics: one signature, one name
+        set_("eps", float(self.eps))
+        if len(self.input_shape) < 2 or min(self.input_shape) < 1:
+            raise ValueError(f"input_shape {self.input_shape} must be (N, C, *spatial) with every size positive")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} must be one of {', '.join(MODES)}")
+        if self.channels_last and len(self.input_shape) not in (4, 5):
+            raise ValueError(f"channels_last needs a 4-D or 5-D input, got {len(self.input_shape)}-D")
+        if not (math.isfinite(self.eps) and self.eps >= 0):
+            raise ValueError(f"eps {self.eps} must be finite and not negative")
+        if self.dtype not in FLOAT_DTYPES:
+            raise UnsupportedError(f"bnorm dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
+        require_representable(self, stats_dtype(self.dtype), "eps")
+        if self.mode == "train" and not self.spatial and self.input_shape[0] < 2 and self.running:
+            raise ValueError("a per-activation running variance needs at least 2 samples (N >= 2)")
+        if self.mode == "bwd" and self.running:
+            raise ValueError("a backward kernel takes no running statistics")
+        if self.activation not in (None, *ACTIVATIONS) or (self.activation and self.mode == "bwd"):
+            raise UnsupportedError(f"bnorm activation {self.activation!r}: a forward may end in "
+                                   f"{', '.join(ACTIVATIONS)} (or none); a backward in none")
+
+    # -- geometry -------------------------------------------------------------------------------
+
+    @property
+    def channels(self) -> int:
+        return self.input_shape[1]
+
+    @property
+    def spatial_shape(self) -> tuple[int, ...]:
+        return self.input_shape[2:]
+
+    @property
+    def stored_shape(self) -> tuple[int, ...]:
+        """The input as stored: ``(N, *spatial, C)`` when channels-last."""
+        n, c, *rest = self.input_shape
+        return (n, *rest, c) if self.channels_last else self.input_shape
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        """Scale, bias and statistics as stored: ``(C,)``, or per activation the input
+        without its N, in the input's layout."""
+        return (self.channels,) if self.spatial else self.stored_shape[1:]
+
+    @property
+    def reduced_dims(self) -> tuple[int, ...]:
+        """The dims of the stored input that one statistic sums over."""
+        if not self.spatial:
+            return (0,)
+        channel = len(self.input_shape) - 1 if self.channels_last else 1
+        return tuple(d for d in range(len(self.input_shape)) if d != channel)
+
+    @property
+    def reduction_size(self) -> int:
+        """Elements in one statistic: N, times the spatial positions if spatial."""
+        return math.prod(self.stored_shape[d] for d in self.reduced_dims)
+
+    @property
+    def stats_dtype(self) -> torch.dtype:
+        return stats_dtype(self.dtype)
+
+    @property
+    def layout(self) -> str:
+        rank = len(self.input_shape)
+        if self.channels_last:
+            return "NHWC" if rank == 4 else "NDHWC"
+        return {4: "NCHW", 5: "NCDHW"}.get(rank, "N" + "C" + "X" * (rank - 2))
+
+    # -- Signature contract -----------------------------------------------------------------------
+
+    def readable_name(self) -> str:
+        parts = [f"bnorm_{self.mode}_{short_name(self.dtype)}", "x".join(map(str, self.input_shape)),
+                 self.layout.lower(), "spatial" if self.spatial else "peract"]
+        if self.mode != "bwd" and self.running:
+            parts.append("run")
+        if self.mode != "infer" and self.save:
+            parts.append("save")
+        parts.append("eps" + repr(self.eps).replace("-", "m").replace("+", "p").replace(".", "p"))
+        if self.activation:
+            parts.append(self.activation)
+        return "_".join(parts)
+
+    def _param(self, name: str, dtype: torch.dtype | None = None) -> TensorSpec:
+        return TensorSpec(name, self.param_shape, dtype or self.dtype)
+
+    def input_specs(self) -> list[TensorSpec]:
+        x = TensorSpec("x", self.stored_shape, self.dtype, self.layout)
+        if self.mode == "bwd":
+            saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
+            return [x, TensorSpec("dy", self.stored_shape, self.dtype, self.layout), self._param("weight"), *saved]
+        running = [self._param(n, self.stats_dtype) for n in ("running_mean", "running_var")] if self.running else []
+        if self.mode == "train" and self.running:
+            running.append(TensorSpec("momentum", (1,), self.stats_dtype))
+        return [x, self._param("weight"), self._param("bias"), *running]
+
+    def output_specs(self) -> list[TensorSpec]:
+        if self.mode == "bwd":
+            return [TensorSpec("dx", self.stored_shape, self.dtype, self.layout), self._param("dweight"),
+                    self._param("dbias")]
+        y = TensorSpec("y", self.stored_shape, self.dtype, self.layout)
+        if self.mode == "infer":
+            return [y]
+        saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
+        running = [self._param(n, self.stats_dtype) for n in ("running_mean", "running_var")] if self.running else []
+        return [y, *saved, *running]
+
+    def reference(self, *args: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        if self.mode == "bwd":
+            return self._backward(*args)
+        return self._forward(*args)
+
+    def eager(self, *args: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """PyTorch's own batch-norm kernels (cuDNN or native) in the signature's dtype, on
+        the logical NC... tensors (channels-last memory where the signature's is): the
+        benchmarks' baseline. Per-activation signatures, which PyTorch has no kernel for,
+        run the reference."""
+        if not self.spatial or self.activation:
+            return self.reference(*args)
+        if self.mode == "bwd":
+            x, dy = (self._logical(t) for t in args[:2])
+            weight, *saved = args[2:]
+            mean, invstd = saved if saved else self._batch_stats(args[0])
+            dx, dw, db = torch.ops.aten.native_batch_norm_backward(
+                dy, x, weight, None, None, mean, invstd, True, self.eps, [True, True, True])
+            return self._stored(dx), dw, db
+        x = self._logical(args[0])
+        weight, bias, *running = args[1:]
+        running_mean, running_var = (t.clone() for t in running[:2]) if running else (None, None)
+        momentum = float(running[2]) if self.mode == "train" and running else 0.1
+        training = self.mode == "train" or not self.running
+        y, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training,
+                                                           momentum, self.eps)
+        if self.mode == "infer":
+            return self._stored(y)
+        outputs = [self._stored(y)] + ([mean, invstd] if self.save else [])
+        return tuple(outputs + ([running_mean, running_var] if self.running else []))
+
+    # -- the computation ----------------------------------------------------------------------------
+
+    def _logical(self, t: torch.Tensor) -> torch.Tensor:
+        """A stored input as the (N, C, *spatial) tensor it is (a view)."""
+        if not self.channels_last:
+            return t
+        rank = t.dim()
+        return t.permute(0, rank - 1, *range(1, rank - 1))
+
+    def _stored(self, t: torch.Tensor) -> torch.Tensor:
+        """A logical (N, C, *spatial) result in the signature's stored layout."""
+        if not self.channels_last:
+            return t.contiguous()
+        return t.permute(0, *range(2, t.dim()), 1).contiguous()
+
+    def _batch_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, invstd) of a stored input, in the stats dtype, shaped like the parameters."""
+        xf = x.to(torch.promote_types(x.dtype, self.stats_dtype))
+        mean = xf.mean(self.reduced_dims, keepdim=True)
+        var = (xf - mean).square().mean(self.reduced_dims, keepdim=True)
+        return mean.reshape(self.param_shape), torch.rsqrt(var + self.eps).reshape(self.param_shape)
+
+    def _broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        """A parameter-shaped tensor shaped to broadcast against the stored input."""
+        shape = [1] * len(self.input_shape)
+        if self.spatial:
+            channel = len(self.input_shape) - 1 if self.channels_last else 1
+            shape[channel] = self.channels
+        else:
+            shape[1:] = self.param_shape
+        return t.reshape(shape)
+
+    def _forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                 *running: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
+        xf = x.to(acc)
+        use_running = self.mode == "infer" and self.running
+        if use_running:
+            mean = running[0].to(acc)
+            invstd = torch.rsqrt(running[1].to(acc) + self.eps)
+        else:
+            b_mean = xf.mean(self.reduced_dims, keepdim=True)
+            var = (xf - b_mean).square().mean(self.reduced_dims, keepdim=True)
+            mean = b_mean.reshape(self.param_shape)
+            invstd = torch.rsqrt(var + self.eps).reshape(self.param_shape)
+        scale = self._broadcast(invstd * weight.to(acc))
+        y = (xf - self._broadcast(mean)) * scale + self._broadcast(bias.to(acc))
+        y = (ACTIVATIONS[self.activation](y) if self.activation else y).to(x.dtype)
+        if self.mode == "infer":
+            return y
+        outputs = [y] + ([mean, invstd] if self.save else [])
+        if self.running:
+            n = self.reduction_size
+            unbiased = var.reshape(self.param_shape) * (n / max(n - 1, 1))
+            m = running[2].to(acc)
+            outputs += [(1 - m) * running[0].to(acc) + m * mean, (1 - m) * running[1].to(acc) + m * unbiased]
+        return tuple(outputs)  # statistics in the accumulation dtype: the stats dtype, or float64
+
+    def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
+                  *saved: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
+        xf, dyf = x.to(acc), dy.to(acc)
+        if saved:
+            mean, invstd = (self._broadcast(t.to(acc)) for t in saved)
+        else:
+            b_mean = xf.mean(self.reduced_dims, keepdim=True)
+            var = (xf - b_mean).square().mean(self.reduced_dims, keepdim=True)
+            mean, invstd = b_mean, torch.rsqrt(var + self.eps)
+        xhat = (xf - mean) * invstd
+        dbias = dyf.sum(self.reduced_dims, keepdim=True)
+        dweight = (dyf * xhat).sum(self.reduced_dims, keepdim=True)
+        n = self.reduction_size
+        dx = (self._broadcast(weight.to(acc)) * invstd / n) * (n * dyf - dbias - xhat * dweight)
+        return (dx.to(x.dtype), dweight.reshape(self.param_shape).to(x.dtype),
+                dbias.reshape(self.param_shape).to(x.dtype))
+
+    def get_sample_args(self, *, device: str | torch.device = "cpu", seed: int | None = None,
+                        splat_value: float | None = None) -> tuple[torch.Tensor, ...]:
+        """Random inputs; running variances are positive, saved statistics are x's own."""
+        args = list(super().get_sample_args(device=device, seed=seed, splat_value=splat_value))
+        if splat_value is not None:
+            return tuple(args)
+        if self.mode != "bwd" and self.running:
+            args[4] = args[4].abs() + 0.5
+        if self.mode == "train" and self.running:  # an update factor in [0, 1)
+            args[5] = (args[5].abs() / (1 + args[5].abs())).to(self.stats_dtype)
+        if self.mode == "bwd" and self.save:
+            mean, invstd = self._batch_stats(args[0].to(torch.float64))
+            args[3], args[4] = mean.to(self.stats_dtype), invstd.to(self.stats_dtype)
+        return tuple(args)
+
+    # -- cost model -------------------------------------------------------------------------------
+
+    @property
+    def flops(self) -> int:
+        """Per element: training forward 7 (two sums, subtract, square, scale, shift, and the
+        normalization), inference 2 (a fused scale and shift), backward 8."""
+        per_element = {"train": 7, "infer": 2 if self.running else 7, "bwd": 8}[self.mode]
+        return per_element * math.prod(self.input_shape)
+
+    @property
+    def accumulation_length(self) -> int:
+        """Terms summed into one statistic or parameter gradient."""
+        return 1 if self.mode == "infer" and self.running else self.reduction_size
+
+    def error_scales(self, args: Sequence[torch.Tensor]) -> Mapping[str, float]:
+        """A mean's error scales with the mean of |x| (values of both signs can average to
+        nearly 0), not with the mean itself; so do the running mean's and dbias's."""
+        if not args or not args[0].numel():
+            return {}
+        scale = args[0].detach().to(torch.float64).abs().mean().item()
+        if self.mode == "bwd":
+            dy = args[1].detach().to(torch.float64).abs()
+            return {"dbias": dy.sum(self.reduced_dims).max().item(),
+                    "dweight": dy.sum(self.reduced_dims).max().item()}
+        return {"mean": scale, "running_mean": scale}

@@ -1,0 +1,66 @@
+"""torch.compile with BOO's backends takes a network's batch norms: inference (with the
+ReLU that follows fused into the kernel), training (statistics and running statistics),
+and with backward kernels on, their gradients."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
+from boo_ops_batchnorm.fusion import BatchNormInference
+
+
+def convnet() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8))
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_inference_batch_norms_run_on_boo_with_the_relu_fused(backend, monkeypatch):
+    compiled_for = []  # the signatures the pattern asks BOO to build (the real method, recorded)
+    original = BatchNormInference.signatures
+
+    def recording(self, spec, inputs):
+        found = original(self, spec, inputs)
+        compiled_for.extend(found)
+        return found
+
+    monkeypatch.setattr(BatchNormInference, "signatures", recording)
+    model = convnet().eval()
+    for module in model:
+        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(model, backend=backend, dynamic=False)(x)
+        expected = model(x)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    offloaded = offload_summary().offloaded
+    assert offloaded["bnorm.inference"] == 2, offloaded
+    assert sorted(s.activation or "none" for s in compiled_for) == ["none", "relu"]  # one with its ReLU
+
+
+def test_training_batch_norms_and_their_gradients_run_on_boo():
+    model = convnet().train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+        compiled(x).square().sum().backward()
+    reference(x).square().sum().backward()
+    offloaded = offload_summary().offloaded
+    assert offloaded["bnorm.training"] == 2 and offloaded["bnorm.backward"] == 2, offloaded
+    for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
+    for (name, got), want in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # running statistics updated

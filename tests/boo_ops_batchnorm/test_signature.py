@@ -1,0 +1,83 @@
+"""BatchNormSignature: tensors, validation and the reference against PyTorch's own kernels
+(no kernels compiled)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_ops_batchnorm import BatchNormSignature as S
+
+f32, bf16 = torch.float32, torch.bfloat16
+
+
+def specs(tensor_specs):
+    return [(s.name, s.shape, s.dtype) for s in tensor_specs]
+
+
+def test_training_forward_tensors_nhwc():
+    s = S((2, 3, 4, 5), channels_last=True, save=True, running=True, dtype=bf16)
+    assert specs(s.input_specs()) == [("x", (2, 4, 5, 3), bf16), ("weight", (3,), bf16), ("bias", (3,), bf16),
+                                      ("running_mean", (3,), f32), ("running_var", (3,), f32),
+                                      ("momentum", (1,), f32)]
+    assert specs(s.output_specs()) == [("y", (2, 4, 5, 3), bf16), ("mean", (3,), f32), ("invstd", (3,), f32),
+                                       ("running_mean", (3,), f32), ("running_var", (3,), f32)]
+
+
+def test_per_activation_parameters_follow_the_layout():
+    assert S((2, 3, 4, 5), spatial=False).param_shape == (3, 4, 5)
+    assert S((2, 3, 4, 5), spatial=False, channels_last=True).param_shape == (4, 5, 3)
+    assert S((2, 3, 4, 5), mode="bwd", spatial=False, save=True).input_specs()[3].shape == (3, 4, 5)
+
+
+@pytest.mark.parametrize("bad", [dict(input_shape=(3,)), dict(input_shape=(2, 0, 4)), dict(mode="eval"),
+                                 dict(input_shape=(2, 3, 4), channels_last=True), dict(eps=-1.0),
+                                 dict(mode="bwd", running=True)])
+def test_invalid_signatures_are_refused(bad):
+    with pytest.raises(ValueError):
+        S(**{"input_shape": (2, 3, 4, 5), **bad})
+
+
+CASES = [S((4, 6, 5, 3), mode=mode, channels_last=cl, save=save, running=running)
+         for cl in (False, True) for mode in ("train", "infer", "bwd") for save in ((False, True) if mode != "infer"
+                                                                                      else (False,))
+         for running in ((False, True) if mode != "bwd" else (False,))]
+
+
+@pytest.mark.parametrize("signature", CASES, ids=lambda s: s.func_name)
+def test_the_reference_is_pytorchs_batch_norm_in_float64(signature):
+    args = [a.double() for a in signature.get_sample_args()]
+    expected = signature.eager(*args)  # aten.native_batch_norm and its backward
+    got = signature.reference(*args)
+    expected, got = ((t,) if isinstance(t, torch.Tensor) else t for t in (expected, got))
+    assert len(got) == len(signature.output_specs())
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_per_activation_normalizes_each_position_over_the_batch():
+    s = S((5, 3, 2, 2), spatial=False, save=True, running=True)
+    x, w, b, rm, rv, m = (a.double() for a in s.get_sample_args())
+    y, mean, invstd, new_mean, new_var = s.reference(x, w, b, rm, rv, m)
+    torch.testing.assert_close(mean, x.mean(0))
+    torch.testing.assert_close(invstd, torch.rsqrt(x.var(0, unbiased=False) + s.eps))
+    torch.testing.assert_close(y, (x - x.mean(0)) * invstd * w + b)
+    torch.testing.assert_close(new_var, (1 - m) * rv + m * x.var(0))  # the running variance is unbiased
+    torch.testing.assert_close(new_mean, (1 - m) * rm + m * x.mean(0))
+
+
+def test_per_activation_backward_is_autograd_of_its_forward():
+    s = S((5, 3, 2, 2), mode="bwd", spatial=False)
+    x, dy, w = (a.double() for a in s.get_sample_args())
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    br = torch.zeros_like(w, requires_grad=True)
+    ((xr - xr.mean(0)) * torch.rsqrt(xr.var(0, unbiased=False) + s.eps) * wr + br).backward(dy)
+    for got, want in zip(s.reference(x, dy, w), (xr.grad, wr.grad, br.grad), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_relu_follows_the_normalization():
+    s = S((4, 3, 2, 2), mode="infer", running=True, activation="relu")
+    args = [a.double() for a in s.get_sample_args()]
+    plain = S((4, 3, 2, 2), mode="infer", running=True).reference(*args)
+    torch.testing.assert_close(s.reference(*args), plain.clamp_min(0))
