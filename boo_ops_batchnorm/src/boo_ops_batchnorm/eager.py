@@ -43,25 +43,27 @@ def boo_batch_norm(
     if x.numel() == 0 or (training and x.numel() // x.shape[1] == 1):
         # As torch: an empty result; one value per channel in training is torch's error to give.
         return torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
-    signature = batch_norm_signature_for(x, training, running_mean is not None, eps)
-    kernel = launchable_for(("bnorm", signature), lambda: signature, x.device)
+    running = running_mean is not None
+    key = ("bnorm", x.shape, x.dtype, x.stride(), training, running, eps)  # cheap: a dict lookup per call
+    kernel = launchable_for(key, lambda: batch_norm_signature_for(x, training, running, eps), x.device)
+    signature = kernel.signature
     x_stored = stored(x, signature)
     params = (weight if weight is not None else torch.ones(x.shape[1], dtype=x.dtype, device=x.device),
               bias if bias is not None else torch.zeros(x.shape[1], dtype=x.dtype, device=x.device))
-    running = () if running_mean is None else tuple(
+    stats = () if running_mean is None else tuple(
         t.to(signature.stats_dtype).contiguous() for t in (running_mean, running_var))
-    if signature.mode == "train" and running:
-        running += (torch.full((1,), momentum, dtype=signature.stats_dtype, device=x.device),)
+    if signature.mode == "train" and stats:
+        stats += (torch.full((1,), momentum, dtype=signature.stats_dtype, device=x.device),)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     if signature.mode == "infer":
         if needs_grad:
-            return _EvalBatchNorm.apply(kernel, x, params[0], params[1], running[0], running[1])
-        return logical(kernel(x_stored, *params, *running), signature)
+            return _EvalBatchNorm.apply(kernel, x, params[0], params[1], stats[0], stats[1])
+        return logical(kernel(x_stored, *params, *stats), signature)
     if needs_grad:
-        outputs = _TrainBatchNorm.apply(kernel, x, params[0], params[1], *running)
+        outputs = _TrainBatchNorm.apply(kernel, x, params[0], params[1], *stats)
         y, *mean_var = outputs if isinstance(outputs, tuple) else (outputs,)
     else:
-        y, *rest = kernel(x_stored, *params, *running)
+        y, *rest = kernel(x_stored, *params, *stats)
         y, mean_var = logical(y, signature), rest[2:]
     if running_mean is not None:
         with torch.no_grad():

@@ -182,10 +182,10 @@ class BatchNormSignature(Signature):
 
     def eager(self, *args: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """PyTorch's own batch-norm kernels (cuDNN or native) in the signature's dtype, on
-        the logical NC... tensors (channels-last memory where the signature's is): the
-        benchmarks' baseline. Per-activation signatures, which PyTorch has no kernel for,
-        run the reference."""
-        if not self.spatial or self.activation:
+        the logical NC... tensors (channels-last memory where the signature's is), then
+        ``torch.relu`` where the signature has it: the benchmarks' baseline. Per-activation
+        signatures, which PyTorch has no kernel for, run the reference."""
+        if not self.spatial:
             return self.reference(*args)
         if self.mode == "bwd":
             x, dy = (self._logical(t) for t in args[:2])
@@ -201,6 +201,8 @@ class BatchNormSignature(Signature):
         training = self.mode == "train" or not self.running
         y, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                            momentum, self.eps)
+        if self.activation:
+            y = ACTIVATIONS[self.activation](y)
         if self.mode == "infer":
             return self._stored(y)
         outputs = [self._stored(y)] + ([mean, invstd] if self.save else [])
