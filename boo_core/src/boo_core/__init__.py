@@ -9,7 +9,7 @@ The package is laid out by stage: ``plugins`` (the contract and loading), ``sign
 (torch.compile). What plugins and users need is re-exported here.
 """
 
-from .dynamo.patterns import Decline, FusionMatch, FusionPattern, node_arguments, only_user
+from .dynamo.patterns import Decline, FusionMatch, FusionPattern, GraphRewrite, insert_aten, node_arguments, only_user
 from .errors import (
     ArgumentError,
     BooError,
@@ -57,6 +57,7 @@ __all__ = [
     "Formulation",
     "FusionMatch",
     "FusionPattern",
+    "GraphRewrite",
     "LaunchError",
     "Launchable",
     "OpEntry",
@@ -77,6 +78,7 @@ __all__ = [
     "get_launchable",
     "get_settings",
     "hookimpl",
+    "insert_aten",
     "launch",
     "launchable_for",
     "node_arguments",

@@ -179,6 +179,10 @@ SETTINGS: tuple[Setting, ...] = (
             selects_kernel=True),
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
+    Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _boolean, _const(False), "`0`",
+            "`1`: torch.compile applies the plugins' graph rewrites before matching (an inference batch norm "
+            "folded into the convolution before it); off: measured slower so far (docs/plugins.md, Graph rewrites)",
+            selects_kernel=False),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
             "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
             "`auto` on GPUs, `1` on every device, `0` never (unsafe: a GPU kernel IREE miscompiled then runs)",
@@ -233,6 +237,7 @@ class Settings:
     cuda_target: str | None = None
     cuda_launch: str = "direct"
     use_backward_kernels: bool = False
+    graph_rewrites: bool = False
     verify: str = "auto"
     substitutions: Path | None = None
     use_tuned: bool = True

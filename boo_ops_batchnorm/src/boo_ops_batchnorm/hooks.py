@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from boo_core import OpSpec, Target, hookimpl
 
+from .folding import FoldIntoConvolution
 from .fusion import PATTERNS
 from .parser import BatchNormParser
 from .signature import BatchNormSignature
@@ -30,4 +31,5 @@ def boo_register_ops(register):
                     "bnormfp16, bnormbfp16)",
         compile_flags=compile_flags,
         fusion_patterns=PATTERNS,
+        graph_rewrites=(FoldIntoConvolution(),),
     ))

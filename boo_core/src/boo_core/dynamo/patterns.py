@@ -13,6 +13,7 @@ warning), then replaces the nodes with a call to :meth:`~FusionPattern.launch`, 
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -106,6 +107,42 @@ class FusionPattern(abc.ABC):
 
 BoundLaunch = Callable[..., Any]
 """A pattern's launch with everything but the tensors decided (:meth:`FusionPattern.bind`)."""
+
+
+class GraphRewrite(abc.ABC):
+    """An equivalent rewrite of aten nodes that runs on every forward and inference graph
+    before the fusion patterns match: how one plugin hands its op to another plugin's
+    patterns without importing that plugin. Aten ops are the common language: the batch-norm
+    plugin folds an inference batch norm into the ``aten.convolution`` before it (new weight
+    and bias computed by aten ops in the graph), and the conv plugin's pattern then takes
+    that convolution, bias and following activation as one kernel.
+
+    Build new nodes with :func:`insert_aten` (it records their fake values, which patterns
+    read) and leave the graph valid whatever the rest of BOO does with it: the nested
+    backend runs whatever no pattern takes.
+    """
+
+    #: Unique name, ``<op>.<what>``; rewrites applied are counted under it in the report.
+    name: ClassVar[str]
+    #: The aten ops :meth:`apply` is called for.
+    anchors: ClassVar[tuple[torch._ops.OpOverload, ...]] = ()
+
+    @abc.abstractmethod
+    def apply(self, node: torch.fx.Node) -> bool:
+        """Rewrite the graph at ``node`` (an anchor op) in place; whether it did."""
+
+
+def insert_aten(graph: torch.fx.Graph, op: torch._ops.OpOverload, *args: Any) -> torch.fx.Node:
+    """A ``call_function`` node of ``op`` on ``args`` (nodes or constants), inserted at the
+    graph's current insertion point, with ``meta["val"]`` computed from its inputs' fake
+    values."""
+    node = graph.call_function(op, tuple(args))
+    values = [a.meta["val"] for a in args if isinstance(a, torch.fx.Node)]
+    mode = torch._guards.detect_fake_mode(values)
+    fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+    with mode if mode is not None else contextlib.nullcontext():
+        node.meta["val"] = op(*fake_args)
+    return node
 
 
 def tensor_value(node: torch.fx.Node) -> torch.Tensor | None:

@@ -20,7 +20,8 @@ class GraphReport:
     ``substituted`` names the kernels that run substituted executables (func_name ->
     the substitution's label). ``boo_flops`` is the arithmetic of the nodes BOO took and
     ``nested_flops`` that of the ops left, by op (:mod:`.flops`: convolutions, matmuls,
-    attention and normalizations; everything else counts zero).
+    attention and normalizations; everything else counts zero). ``rewritten`` counts the
+    plugins' graph rewrites applied before matching (``GraphRewrite``), by name.
     """
 
     backend: str
@@ -33,6 +34,7 @@ class GraphReport:
     substituted: dict[str, str] = field(default_factory=dict)
     boo_flops: int = 0
     nested_flops: Counter[str] = field(default_factory=Counter)
+    rewritten: Counter[str] = field(default_factory=Counter)
 
     @property
     def offload_share(self) -> float | None:
@@ -49,6 +51,8 @@ class GraphReport:
                 f"[{listing(self.fallbacks)}]")
         if self.offload_share is not None:
             text += f"; {self.offload_share:.1%} of the conv/matmul/attention/norm FLOPs on BOO"
+        if self.rewritten:
+            text += f"; rewritten first: {listing(self.rewritten)}"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:
@@ -73,6 +77,11 @@ class OffloadSummary:
     def substituted(self) -> dict[str, str]:
         """Kernels running substituted executables (func_name -> substitution), over all graphs."""
         return {k: v for g in self.graphs for k, v in g.substituted.items()}
+
+    @property
+    def rewritten(self) -> Counter[str]:
+        """Graph rewrites applied (``GraphRewrite``, by name), over all graphs."""
+        return sum((g.rewritten for g in self.graphs), Counter())
 
     @property
     def fallbacks(self) -> Counter[str]:

@@ -24,7 +24,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
-from .patterns import Decline, FusionMatch, FusionPattern, has_static_shape
+from .patterns import Decline, FusionMatch, FusionPattern, GraphRewrite, has_static_shape
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")
@@ -53,6 +53,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     for pattern in patterns:
         for anchor in pattern.anchors:
             by_anchor.setdefault(anchor, []).append(pattern)
+    if kind != "backward" and get_settings().graph_rewrites:
+        _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report)
     taken: set[torch.fx.Node] = set()
     claims = _claims(gm.graph, by_anchor, taken, report)
     # Kernels compile in parallel (iree-compile runs as a process of its own); a match whose
@@ -88,6 +90,29 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     gm.recompile()
     logger.info("%s", report.line())
     return report
+
+
+def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], report: GraphReport) -> None:
+    """Run the plugins' graph rewrites at every node of their anchor ops, in graph order; the
+    first that applies at a node wins. One that raises is skipped there with a warning (an
+    error under BOO_COMPILE_STRICT=1): a rewrite builds its new nodes before it replaces any
+    use, so what it left behind is unused."""
+    by_anchor: dict[object, list[GraphRewrite]] = {}
+    for rewrite in rewrites:
+        for anchor in rewrite.anchors:
+            by_anchor.setdefault(anchor, []).append(rewrite)
+    for node in list(graph.nodes):
+        for rewrite in by_anchor.get(node.target, []) if node.op == "call_function" else []:
+            try:
+                done = rewrite.apply(node)
+            except Exception as e:
+                raise_unless_absorbed(e, rewrite)
+                warnings.warn(f"BOO's graph rewrite {rewrite.name} failed ({describe_error(e)}); the graph is "
+                              "compiled without it", BooFallbackWarning, stacklevel=2)
+                done = False
+            if done:
+                report.rewritten[rewrite.name] += 1
+                break
 
 
 def _op_name(target: torch._ops.OpOverload) -> str:

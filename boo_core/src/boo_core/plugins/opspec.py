@@ -12,7 +12,7 @@ from ..signatures.parser import CommandParser
 from ..signatures.signature import Signature
 
 if TYPE_CHECKING:
-    from ..dynamo.patterns import FusionPattern
+    from ..dynamo.patterns import FusionPattern, GraphRewrite
     from ..kernels.target import Target
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -37,6 +37,8 @@ class OpSpec:
       compiles and, where it verifies kernels, passes; ``boo tune`` times them all.
     * ``compile_flags(signature, target)``: iree-compile flags for every formulation.
     * ``fusion_patterns``: subgraphs the torch.compile backends may hand to this op.
+    * ``graph_rewrites``: equivalent rewrites of aten nodes the backends apply before any
+      pattern matches (this op expressed in another op's terms).
     * ``tuning_space(signature, target)``: candidates ``boo tune`` sweeps (docs/plugins.md).
     """
 
@@ -48,6 +50,7 @@ class OpSpec:
     formulations: FormulationsFn = default_formulations
     compile_flags: FlagsFn | None = None
     fusion_patterns: Sequence[FusionPattern] = ()
+    graph_rewrites: Sequence[GraphRewrite] = ()
     tuning_space: Callable[[Any, Target], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -74,29 +77,33 @@ class OpSpec:
                 raise TypeError(f"op {self.name!r}: {field} must be callable (signature, target) -> ..., "
                                 f"got {type(value).__name__}")
         object.__setattr__(self, "fusion_patterns", _checked_patterns(self.name, self.fusion_patterns))
+        object.__setattr__(self, "graph_rewrites", _checked_patterns(self.name, self.graph_rewrites, rewrites=True))
 
 
-def _checked_patterns(op: str, patterns: object) -> tuple[FusionPattern, ...]:
-    """``patterns`` as a tuple, each a :class:`FusionPattern` named ``<op>.<what>`` (unique)
-    with a non-empty tuple of aten overloads as anchors: what the backends rely on."""
+def _checked_patterns(op: str, patterns: object, *, rewrites: bool = False) -> tuple[Any, ...]:
+    """``patterns`` as a tuple, each a :class:`FusionPattern` (``rewrites``: a
+    :class:`GraphRewrite`) named ``<op>.<what>`` (unique) with a non-empty tuple of aten
+    overloads as anchors: what the backends rely on."""
     import torch
 
-    from ..dynamo.patterns import FusionPattern
+    from ..dynamo.patterns import FusionPattern, GraphRewrite
 
+    kind, field = (GraphRewrite, "graph_rewrites") if rewrites else (FusionPattern, "fusion_patterns")
+    what = "graph rewrite" if rewrites else "fusion pattern"
     if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
-        raise TypeError(f"op {op!r}: fusion_patterns must be a sequence of FusionPattern")
+        raise TypeError(f"op {op!r}: {field} must be a sequence of {kind.__name__}")
     names: set[str] = set()
     for pattern in patterns:
-        if not isinstance(pattern, FusionPattern):
-            raise TypeError(f"op {op!r}: fusion_patterns holds a {type(pattern).__name__}, not a FusionPattern")
+        if not isinstance(pattern, kind):
+            raise TypeError(f"op {op!r}: {field} holds a {type(pattern).__name__}, not a {kind.__name__}")
         name = getattr(pattern, "name", None)
         if not isinstance(name, str) or not name.startswith(f"{op}.") or name in names:
-            raise ValueError(f"op {op!r}: fusion pattern {type(pattern).__name__} has name {name!r}; expected a "
+            raise ValueError(f"op {op!r}: {what} {type(pattern).__name__} has name {name!r}; expected a "
                              f"unique '{op}.<what>'")
         names.add(name)
         anchors = getattr(pattern, "anchors", None)
         if not isinstance(anchors, tuple) or not anchors or \
                 not all(isinstance(a, torch._ops.OpOverload) for a in anchors):
-            raise TypeError(f"op {op!r}: fusion pattern {name} has anchors {anchors!r:.80}; expected a non-empty "
+            raise TypeError(f"op {op!r}: {what} {name} has anchors {anchors!r:.80}; expected a non-empty "
                             "tuple of aten overloads (torch.ops.aten.convolution.default...)")
     return tuple(patterns)

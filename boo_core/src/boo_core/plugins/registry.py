@@ -30,7 +30,7 @@ from .manager import BooPlugins, PluginFailure, PluginInfo, call_blamed
 from .opspec import OpSpec
 
 if TYPE_CHECKING:
-    from ..dynamo.patterns import FusionPattern
+    from ..dynamo.patterns import FusionPattern, GraphRewrite
     from ..kernels.target import Target
 
 
@@ -237,6 +237,12 @@ class OpRegistry:
                     f"{keyword!r} + {suffix or 'no suffix'!r} (plugin {entry.plugin.label})"
                     for keyword, suffix, entry in found))
         return messages
+
+    def graph_rewrites(self) -> list[GraphRewrite]:
+        """Every op's graph rewrites, ops in name order (as :meth:`fusion_patterns`). Ops
+        whose name or keyword is in conflict offer none."""
+        return [rewrite for entry in self.list_ops() if len(self._ops[entry.name]) == 1
+                for rewrite in entry.spec.graph_rewrites]
 
     def fusion_patterns(self) -> list[FusionPattern]:
         """Every op's fusion patterns, for the torch.compile backends: ops in name order,

@@ -1,0 +1,97 @@
+"""Under BOO_GRAPH_REWRITES=1, an inference batch norm after a convolution is folded into it
+(the batch-norm plugin's GraphRewrite), and the conv plugin's pattern takes the result, with
+the ReLU that follows, as one kernel: two plugins cooperating through aten ops only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.settings import settings_override
+
+
+def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
+    """Non-trivial running statistics and affine parameters in every batch norm."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.normal_()
+            module.bias.data.normal_()
+    return model.eval()
+
+
+def compiled(model: torch.nn.Module, x: torch.Tensor, backend: str = "iree_boo", rewrites: bool = True):
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with settings_override(graph_rewrites=rewrites), torch.no_grad():
+        return torch.compile(model, backend=backend, dynamic=False)(x), offload_summary()
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_batch_norms_after_convolutions_fold_into_them(backend):
+    torch.manual_seed(0)
+    model = with_statistics(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, bias=False, groups=2), torch.nn.BatchNorm2d(8)))
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    got, summary = compiled(model, x, backend)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    assert summary.rewritten == {"bnorm.fold_into_conv": 2}
+    assert summary.offloaded == {"conv.forward": 2}, summary.offloaded  # no batch-norm kernel left
+
+
+def test_without_the_setting_nothing_is_rewritten():
+    torch.manual_seed(0)
+    model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)))
+    _, summary = compiled(model, torch.randn(2, 3, 8, 8), rewrites=False)
+    assert not summary.rewritten and summary.offloaded == {"conv.forward": 1, "bnorm.inference": 1}
+
+
+class TwoUses(torch.nn.Module):
+    """A convolution whose output the batch norm shares with a residual add: not folded."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.norm(y) + y
+
+
+@pytest.mark.parametrize("model", [
+    TwoUses(),
+    torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 4, 3), torch.nn.BatchNorm2d(4)),  # weight is (in, out, ...)
+    torch.nn.Sequential(torch.nn.ReLU(), torch.nn.BatchNorm2d(4)),  # no convolution before it
+], ids=["shared-output", "transposed", "no-conv"])
+def test_batch_norms_that_cannot_fold_stay_batch_norms(model):
+    torch.manual_seed(0)
+    model = with_statistics(model)
+    x = torch.randn(2, 4, 6, 6)
+    got, summary = compiled(model, x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    assert not summary.rewritten and summary.offloaded["bnorm.inference"] == 1, summary.offloaded
+
+
+def test_an_opspec_refuses_rewrites_that_are_not_graph_rewrites_or_misnamed():
+    from boo_core import OpSpec
+    from boo_ops_batchnorm import BatchNormParser, BatchNormSignature
+    from boo_ops_batchnorm.folding import FoldIntoConvolution
+
+    def spec(rewrites):
+        return OpSpec(name="bnorm", keywords=("bnorm",), signature_class=BatchNormSignature, parser=BatchNormParser(),
+                      graph_rewrites=rewrites)
+
+    assert spec((FoldIntoConvolution(),)).graph_rewrites[0].name == "bnorm.fold_into_conv"
+    with pytest.raises(TypeError, match="graph_rewrites holds a object, not a GraphRewrite"):
+        spec((object(),))
+
+    class Misnamed(FoldIntoConvolution):
+        name = "conv.fold"
+
+    with pytest.raises(ValueError, match="graph rewrite Misnamed has name 'conv.fold'"):
+        spec((Misnamed(),))
