@@ -50,16 +50,24 @@ def _gemm_substitutions(signature: Any) -> list[Substitution] | None:
     """One candidate per tile configuration, the likely fastest first (``gemm.configs_for``):
     BOO uses the first that verifies, ``boo tune`` times them all."""
     problem = gemm.problem_of(signature)
-    if problem is None:
+    if problem is None or not _buildable(signature):
         return None
+    return [Substitution(f"hopper_gemm_{config.bm}x{config.bn}", build=_gemm_build(problem, config),
+                         key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
+            for config in gemm.configs_for(problem)]
+
+
+def _buildable(signature: Any) -> bool:
+    """Whether this machine can build the library's kernels (it says why not at debug level)."""
     reason = ptx.unavailable_reason()
     if reason is not None:
         logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
-        return None
-    key = f"boo_kernels_hopper {VERSION} triton {ptx.triton_version()} sm_90a gemm {problem}"
-    return [Substitution(f"hopper_gemm_{config.bm}x{config.bn}", build=_gemm_build(problem, config),
-                         key=f"{key} {config}", formulation=GEMM_FORMULATION)
-            for config in gemm.configs_for(problem)]
+    return reason is None
+
+
+def _key(*parts: object) -> str:
+    """A substitution's key: the library's and Triton's versions, the target, what it builds."""
+    return " ".join(["boo_kernels_hopper", VERSION, "triton", ptx.triton_version(), "sm_90a", *map(str, parts)])
 
 
 def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callable[[Any, str], Any], prefix: str):
@@ -73,7 +81,7 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
             made = generate(launch, executable.exports[0].kernel_name)
             obj = f"objects/{prefix}_{index}_{launch.kernel}.ptx"  # one per executable: each names its own entry
             files[f"sources/{executable.name}.mlir"] = external_source(
-                executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=(made.grid, 1, 1),
+                executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=made.grid_xyz,
                 workgroup_local_memory=made.shared_bytes)
             files[obj] = made.ptx
         return files
@@ -84,7 +92,7 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
 def _wgrad_substitution(problem: wgrad.WgradProblem) -> Substitution:
     config = wgrad.choose_config(problem)
     formulation = wgrad.formulation_of(problem)
-    key = f"boo_kernels_hopper {VERSION} triton {ptx.triton_version()} sm_90a wgrad {problem} {config} {formulation}"
+    key = _key("wgrad", problem, config, formulation)
     build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
                             "hopper_wgrad")
     return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
@@ -93,16 +101,12 @@ def _wgrad_substitution(problem: wgrad.WgradProblem) -> Substitution:
 def _conv_substitution(signature: Any) -> Substitution | None:
     weight_gradient = getattr(signature, "mode", None) == "wrw"
     problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
-    if problem is None:
-        return None
-    reason = ptx.unavailable_reason()
-    if reason is not None:
-        logger.debug("boo_kernels_hopper supplies nothing for %s: %s", signature.func_name, reason)
+    if problem is None or not _buildable(signature):
         return None
     if weight_gradient:
         return _wgrad_substitution(problem)
     config = conv.choose_config(problem)
-    key = f"boo_kernels_hopper {VERSION} triton {ptx.triton_version()} sm_90a conv {problem} {config}"
+    key = _key("conv", problem, config)
     build = _build_launches(lambda executables: conv.plan(problem, executables),
                             lambda launch, name: conv.generate(problem, config, launch, name), "hopper_conv")
     return Substitution("hopper_conv", build=build, key=key, formulation=CONV_FORMULATION)
