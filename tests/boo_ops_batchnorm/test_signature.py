@@ -81,3 +81,32 @@ def test_a_relu_follows_the_normalization():
     args = [a.double() for a in s.get_sample_args()]
     plain = S((4, 3, 2, 2), mode="infer", running=True).reference(*args)
     torch.testing.assert_close(s.reference(*args), plain.clamp_min(0))
+
+
+STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_last=True, save=True, running=True),
+          S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),
+          S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False)]
+
+
+@pytest.mark.parametrize("signature", STAGED, ids=lambda s: s.func_name)
+def test_gpu_formulation_sums_in_stages_to_the_same_values(signature):
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import formulations
+
+    staged, default = formulations(signature, Target.parse("cuda:sm_80"))
+    assert (staged.name, default.name) == ("staged_sums", "default")
+    args = [a.double() for a in signature.get_sample_args()]
+    expected = signature.reference(*args)
+    got = staged.computation(*args)
+    expected, got = ((t,) if isinstance(t, torch.Tensor) else t for t in (expected, got))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_inference_with_running_statistics_has_no_sums_to_stage():
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import formulations
+
+    signature = S((9, 5, 3, 2), mode="infer", running=True)
+    assert [f.name for f in formulations(signature, Target.parse("cuda:sm_80"))] == ["default"]
+    assert [f.name for f in formulations(S((9, 5, 3, 2)), Target.parse("cpu"))] == ["default"]

@@ -240,8 +240,31 @@ class BatchNormSignature(Signature):
             shape[1:] = self.param_shape
         return t.reshape(shape)
 
+    def _sum(self, t: torch.Tensor, groups: int | None) -> torch.Tensor:
+        """``t`` (stored layout) summed over the reduced dims, keeping them. ``groups``: the
+        same sums in an order a GPU spreads over a thread per output: an NCHW input's spatial
+        rows first (contiguous), then the columns left, groups of ``groups`` rows per stage."""
+        if groups is None:
+            return t.sum(self.reduced_dims, keepdim=True)
+        kept = [1 if d in self.reduced_dims else size for d, size in enumerate(t.shape)]
+        if self.spatial and not self.channels_last and t.dim() > 2:
+            t = t.sum(tuple(range(2, t.dim())), keepdim=True)
+        columns = t.reshape(-1, math.prod(self.param_shape))
+        while columns.shape[0] > groups:
+            rows, n = columns.shape
+            parts = -(-rows // groups)
+            padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * groups - rows))
+            columns = padded.reshape(parts, groups, n).sum(1)
+        return columns.sum(0).reshape(kept)
+
+    def _mean_var(self, xf: torch.Tensor, groups: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's mean and biased variance (kept dims) of a stored input."""
+        n = self.reduction_size
+        mean = self._sum(xf, groups) / n
+        return mean, self._sum((xf - mean).square(), groups) / n
+
     def _forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                 *running: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+                 *running: torch.Tensor, groups: int | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
         acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
         xf = x.to(acc)
         use_running = self.mode == "infer" and self.running
@@ -249,8 +272,7 @@ class BatchNormSignature(Signature):
             mean = running[0].to(acc)
             invstd = torch.rsqrt(running[1].to(acc) + self.eps)
         else:
-            b_mean = xf.mean(self.reduced_dims, keepdim=True)
-            var = (xf - b_mean).square().mean(self.reduced_dims, keepdim=True)
+            b_mean, var = self._mean_var(xf, groups)
             mean = b_mean.reshape(self.param_shape)
             invstd = torch.rsqrt(var + self.eps).reshape(self.param_shape)
         scale = self._broadcast(invstd * weight.to(acc))
@@ -267,18 +289,17 @@ class BatchNormSignature(Signature):
         return tuple(outputs)  # statistics in the accumulation dtype: the stats dtype, or float64
 
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
-                  *saved: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                  *saved: torch.Tensor, groups: int | None = None) -> tuple[torch.Tensor, ...]:
         acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
         xf, dyf = x.to(acc), dy.to(acc)
         if saved:
             mean, invstd = (self._broadcast(t.to(acc)) for t in saved)
         else:
-            b_mean = xf.mean(self.reduced_dims, keepdim=True)
-            var = (xf - b_mean).square().mean(self.reduced_dims, keepdim=True)
-            mean, invstd = b_mean, torch.rsqrt(var + self.eps)
+            mean, var = self._mean_var(xf, groups)
+            invstd = torch.rsqrt(var + self.eps)
         xhat = (xf - mean) * invstd
-        dbias = dyf.sum(self.reduced_dims, keepdim=True)
-        dweight = (dyf * xhat).sum(self.reduced_dims, keepdim=True)
+        dbias = self._sum(dyf, groups)
+        dweight = self._sum(dyf * xhat, groups)
         n = self.reduction_size
         dx = (self._broadcast(weight.to(acc)) * invstd / n) * (n * dyf - dbias - xhat * dweight)
         return (dx.to(x.dtype), dweight.reshape(self.param_shape).to(x.dtype),
