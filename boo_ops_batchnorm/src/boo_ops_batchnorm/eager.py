@@ -72,16 +72,16 @@ def boo_batch_norm(
     return y
 
 
-def batch_norm_signature_for(x: torch.Tensor, training: bool, running: bool, eps: float = 1e-5
-                             ) -> BatchNormSignature:
-    """The :class:`BatchNormSignature` ``boo_batch_norm`` runs for an input like ``x``: a
-    training forward saves its statistics (the backward's inputs); inference uses the
-    running statistics."""
+def batch_norm_signature_for(x: torch.Tensor, training: bool, running: bool, eps: float = 1e-5,
+                             activation: str | None = None) -> BatchNormSignature:
+    """The :class:`BatchNormSignature` ``boo_batch_norm`` (and the torch.compile patterns)
+    run for an input like ``x``: a training forward saves its statistics (the backward's
+    inputs); inference uses the running statistics."""
     if x.dtype not in FLOAT_DTYPES:
         raise ArgumentError(f"{WHERE}: input has dtype {x.dtype}; expected float32, float16 or bfloat16")
     return BatchNormSignature(tuple(x.shape), mode="train" if training else "infer", spatial=True,
                               channels_last=is_channels_last(x), save=training, running=running, eps=eps,
-                              dtype=x.dtype)
+                              dtype=x.dtype, activation=activation)
 
 
 def backward_launchable(forward: BatchNormSignature, device: str | torch.device = "cpu") -> Launchable:

@@ -27,8 +27,8 @@ from boo_core import Launchable, launchable_for
 from boo_core.dynamo.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
-from .eager import backward_launchable
-from .layout import is_channels_last, logical, memory_format_of, stored
+from .eager import backward_launchable, batch_norm_signature_for
+from .layout import logical, memory_format_of, stored
 from .signature import BatchNormSignature
 
 aten = torch.ops.aten
@@ -36,10 +36,7 @@ _RELU = (aten.relu.default,)
 
 
 def _forward_signature(spec: Mapping[str, Any], x: torch.Tensor) -> BatchNormSignature:
-    mode = spec["mode"]
-    return BatchNormSignature(tuple(x.shape), mode=mode, spatial=True, channels_last=is_channels_last(x),
-                              save=mode == "train", running=True, eps=spec["eps"], dtype=x.dtype,
-                              activation=spec.get("activation"))
+    return batch_norm_signature_for(x, spec["mode"] == "train", True, spec["eps"], spec.get("activation"))
 
 
 def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
@@ -179,9 +176,7 @@ class BatchNormBackward(FusionPattern):
         return FusionMatch((node,), (dy, x, weight, save_mean, save_invstd), spec)
 
     def _kernel(self, spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
-        forward = BatchNormSignature(tuple(x.shape), mode="train", channels_last=is_channels_last(x), save=True,
-                                     eps=spec["eps"], dtype=x.dtype)
-        return backward_launchable(forward, x.device)
+        return backward_launchable(batch_norm_signature_for(x, True, False, spec["eps"]), x.device)
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [self._kernel(spec, inputs[1]).signature]

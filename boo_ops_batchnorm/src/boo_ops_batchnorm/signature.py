@@ -225,9 +225,7 @@ class BatchNormSignature(Signature):
 
     def _batch_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, invstd) of a stored input, in the stats dtype, shaped like the parameters."""
-        xf = x.to(torch.promote_types(x.dtype, self.stats_dtype))
-        mean = xf.mean(self.reduced_dims, keepdim=True)
-        var = (xf - mean).square().mean(self.reduced_dims, keepdim=True)
+        mean, var = self._mean_var(x.to(torch.promote_types(x.dtype, self.stats_dtype)), None)
         return mean.reshape(self.param_shape), torch.rsqrt(var + self.eps).reshape(self.param_shape)
 
     def _broadcast(self, t: torch.Tensor) -> torch.Tensor:

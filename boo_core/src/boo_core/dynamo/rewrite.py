@@ -49,10 +49,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     patterns = BooOpRegistry.default().fusion_patterns()
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
-    by_anchor: dict[object, list[FusionPattern]] = {}
-    for pattern in patterns:
-        for anchor in pattern.anchors:
-            by_anchor.setdefault(anchor, []).append(pattern)
+    by_anchor = _by_anchor(patterns)
     if kind != "backward" and get_settings().graph_rewrites:
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report)
     taken: set[torch.fx.Node] = set()
@@ -97,10 +94,7 @@ def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], rep
     first that applies at a node wins. One that raises is skipped there with a warning (an
     error under BOO_COMPILE_STRICT=1): a rewrite builds its new nodes before it replaces any
     use, so what it left behind is unused."""
-    by_anchor: dict[object, list[GraphRewrite]] = {}
-    for rewrite in rewrites:
-        for anchor in rewrite.anchors:
-            by_anchor.setdefault(anchor, []).append(rewrite)
+    by_anchor = _by_anchor(rewrites)
     for node in list(graph.nodes):
         for rewrite in by_anchor.get(node.target, []) if node.op == "call_function" else []:
             try:
@@ -113,6 +107,18 @@ def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], rep
             if done:
                 report.rewritten[rewrite.name] += 1
                 break
+
+
+A = TypeVar("A", FusionPattern, GraphRewrite)
+
+
+def _by_anchor(items: Sequence[A]) -> dict[object, list[A]]:
+    """Patterns (or rewrites) by each aten op they anchor on, in their order."""
+    by_anchor: dict[object, list[A]] = {}
+    for item in items:
+        for anchor in item.anchors:
+            by_anchor.setdefault(anchor, []).append(item)
+    return by_anchor
 
 
 def _op_name(target: torch._ops.OpOverload) -> str:
