@@ -64,3 +64,22 @@ def test_training_batch_norms_and_their_gradients_run_on_boo():
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
     for (name, got), want in zip(model.named_buffers(), reference.buffers()):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # running statistics updated
+
+
+def test_a_bfloat16_training_step_returns_the_dtypes_the_graph_expects():
+    """A model moved to bf16 keeps bf16 running statistics, but the traced graph's batch norm
+    returns its new running statistics in float32 (what the fake tensors say): the pattern
+    must give what the graph expects, not what the buffers hold."""
+    model = convnet().to(torch.bfloat16).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with settings_override(compile_strict=True):  # a pattern's failure raises instead of falling back
+        got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+    expected = reference(x)
+    assert offload_summary().offloaded["bnorm.training"] == 2
+    torch.testing.assert_close(got.float(), expected.float(), rtol=3e-2, atol=3e-2)
+    for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
+        assert got_buffer.dtype == want.dtype, name
+        torch.testing.assert_close(got_buffer.float(), want.float(), rtol=2e-2, atol=2e-2, msg=name)

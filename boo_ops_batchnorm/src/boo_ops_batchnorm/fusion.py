@@ -11,7 +11,9 @@
   backends offer only under ``BOO_USE_BACKWARD_KERNELS=1``).
 
 Torch's statistics and running statistics may be in x's dtype (a model moved to bf16 keeps
-its buffers in bf16); BOO's kernels take and give float32. The patterns convert.
+its buffers in bf16); BOO's kernels take and give float32. The patterns convert, to the
+dtypes of the matched node's own outputs: a traced training batch norm of bf16 buffers
+returns its new running statistics in float32, which the graph then copies into the buffers.
 """
 
 from __future__ import annotations
@@ -85,9 +87,10 @@ class _BatchNormForward(FusionPattern):
     def _spec(self, node: torch.fx.Node, weight: Any, bias: Any, running_mean: Any, momentum: Any,
               eps: Any) -> dict[str, Any]:
         value = node.meta.get("val")
+        running = value[3] if len(value) > 3 else running_mean.meta["val"]  # training returns new ones
         return {"mode": self.mode, "weight": weight is not None, "bias": bias is not None, "eps": float(eps),
                 "momentum": float(momentum), "stats_dtype": short_name(value[1].dtype),
-                "running_dtype": short_name(running_mean.meta["val"].dtype)}
+                "running_dtype": short_name(running.dtype)}
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [_forward_signature(spec, inputs[0])]
