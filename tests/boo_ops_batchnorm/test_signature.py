@@ -84,6 +84,8 @@ def test_a_relu_follows_the_normalization():
 
 
 STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_last=True, save=True, running=True),
+          S((64, 3, 7, 9), channels_last=True, save=True, running=True),  # 4032 rows: stages of 32 padded, of 64 not
+          S((130, 3, 5), channels_last=False, spatial=False, save=True),  # 130 rows: pairs, then padded stages
           S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),
           S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False)]
 
@@ -93,14 +95,16 @@ def test_gpu_formulation_sums_in_stages_to_the_same_values(signature):
     from boo_core import Target
     from boo_ops_batchnorm.hooks import formulations
 
-    staged, default = formulations(signature, Target.parse("cuda:sm_80"))
-    assert (staged.name, default.name) == ("staged_sums", "default")
+    *staged, default = formulations(signature, Target.parse("cuda:sm_80"))
+    assert [f.name for f in (*staged, default)] == ["staged_sums", "staged_sums_64", "default"]
     args = [a.double() for a in signature.get_sample_args()]
     expected = signature.reference(*args)
-    got = staged.computation(*args)
-    expected, got = ((t,) if isinstance(t, torch.Tensor) else t for t in (expected, got))
-    for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+    expected = (expected,) if isinstance(expected, torch.Tensor) else expected
+    for formulation in staged:
+        got = formulation.computation(*args)
+        got = (got,) if isinstance(got, torch.Tensor) else got
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12, msg=formulation.name)
 
 
 def test_inference_with_running_statistics_has_no_sums_to_stage():

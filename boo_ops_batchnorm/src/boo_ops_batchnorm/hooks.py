@@ -18,24 +18,30 @@ CPU_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",
              "--iree-llvmcpu-reassociate-fp-reductions=true")
 
 
-#: Rows per group in each stage of the statistics' and gradients' sums on GPUs
-#: (``staged_sums``): IREE gives a plain sum over N·H·W one thread per channel (8 workgroups
-#: for 256 channels at ResNet-50's sizes), as it did the layer norm's dw and db, where groups
-#: of 8 measured 10x faster on an H100 (docs/gpu.md).
-GROUPS = 8
+#: GPU formulations (measured on an H200, docs/gpu.md "Batch norm"). IREE gives a plain sum
+#: over N·H·W one thread per channel (8 workgroups for 256 channels at ResNet-50's sizes):
+#: ``staged_sums`` sums ``GROUPS`` rows per thread and stage instead, reading the input in its
+#: first stage (its conversion and centring fused there) and only partial sums after it.
+#: IREE's reduction vector distribution, which it picks for groups of 64, measured 3-5x
+#: slower than its tile-and-fuse pipeline on these outer reductions, so it is off here.
+GROUPS = 32
+SECOND_GROUPS = 64  # a second candidate for the tuner: it wins on some shapes by 2-15%
+NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
 
 
 def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formulation, ...]:
     """On GPUs, where the kernel sums over the batch (training, backward, inference without
-    running statistics), the sums in stages first (``GROUPS``), then the reference's export;
-    elsewhere the export."""
+    running statistics), the sums in stages of ``GROUPS`` rows, then of ``SECOND_GROUPS``,
+    then the reference's export; elsewhere the export."""
     default = Formulation("default")
     if target.backend == "llvm-cpu" or (signature.mode == "infer" and signature.running):
         return (default,)
     compute = signature._backward if signature.mode == "bwd" else signature._forward
-    staged = Formulation("staged_sums", computation=functools.partial(compute, groups=GROUPS),
-                         description=f"sums over the batch in stages of {GROUPS} rows (a thread per output)")
-    return (staged, default)
+    staged = [Formulation(name, computation=functools.partial(compute, groups=groups),
+                          flags=NO_REDUCTION_VECTOR_DISTRIBUTION,
+                          description=f"sums over the batch in stages of {groups} rows (a thread per output)")
+              for name, groups in (("staged_sums", GROUPS), (f"staged_sums_{SECOND_GROUPS}", SECOND_GROUPS))]
+    return (*staged, default)
 
 
 def compile_flags(signature: BatchNormSignature, target: Target) -> tuple[str, ...]:

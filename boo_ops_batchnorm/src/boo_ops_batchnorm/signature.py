@@ -4,7 +4,7 @@ or backward), completely described."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -18,6 +18,11 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MODES = ("train", "infer", "bwd")
 #: Activations a forward may apply last (batch norm + ReLU, as convnets follow it).
 ACTIVATIONS = {"relu": torch.relu}
+
+
+def _accumulation_dtype(signature: BatchNormSignature, x: torch.Tensor) -> torch.dtype:
+    """The stats dtype, or float64 for float64 tensors (the reference's own precision)."""
+    return torch.float64 if x.dtype == torch.float64 else signature.stats_dtype
 
 
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -225,7 +230,7 @@ class BatchNormSignature(Signature):
 
     def _batch_stats(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, invstd) of a stored input, in the stats dtype, shaped like the parameters."""
-        mean, var = self._mean_var(x.to(torch.promote_types(x.dtype, self.stats_dtype)), None)
+        mean, var = self._mean_var(x, None)
         return mean.reshape(self.param_shape), torch.rsqrt(var + self.eps).reshape(self.param_shape)
 
     def _broadcast(self, t: torch.Tensor) -> torch.Tensor:
@@ -238,44 +243,63 @@ class BatchNormSignature(Signature):
             shape[1:] = self.param_shape
         return t.reshape(shape)
 
-    def _sum(self, t: torch.Tensor, groups: int | None) -> torch.Tensor:
-        """``t`` (stored layout) summed over the reduced dims, keeping them. ``groups``: the
-        same sums in an order a GPU spreads over a thread per output: an NCHW input's spatial
-        rows first (contiguous), then the columns left, groups of ``groups`` rows per stage."""
+    def _sum(self, term: Callable[..., torch.Tensor], *tensors: torch.Tensor, groups: int | None) -> torch.Tensor:
+        """``term(*tensors)`` summed over the reduced dims, keeping them. ``tensors`` are
+        stored inputs (full size) or parameter-sized tensors with the reduced dims kept;
+        ``term`` is elementwise (conversions, centring).
+
+        ``groups``: the same sums in an order a GPU spreads over a thread per output. The
+        rows of the (rows, columns) view are summed ``groups`` at a time per stage, an NCHW
+        input's spatial rows (contiguous) first. ``term`` is applied to views already shaped
+        for the first stage, so the compiler fuses it into that reduction instead of writing
+        ``term``'s float32 values out first."""
         if groups is None:
-            return t.sum(self.reduced_dims, keepdim=True)
-        kept = [1 if d in self.reduced_dims else size for d, size in enumerate(t.shape)]
-        if self.spatial and not self.channels_last and t.dim() > 2:
-            t = t.sum(tuple(range(2, t.dim())), keepdim=True)
-        columns = t.reshape(-1, math.prod(self.param_shape))
+            return term(*tensors).sum(self.reduced_dims, keepdim=True)
+        kept = [1 if d in self.reduced_dims else size for d, size in enumerate(self.stored_shape)]
+        n_columns = math.prod(self.param_shape)
+        if self.spatial and not self.channels_last and len(self.input_shape) > 2:
+            columns = term(*tensors).sum(tuple(range(2, len(self.input_shape)))).reshape(-1, n_columns)
+        else:
+            rows = self.reduction_size
+            first = math.gcd(rows, groups)  # a whole number of groups: no padding of the input
+            views = [t.reshape(rows // first, first, n_columns) if t.numel() > n_columns else
+                     t.reshape(1, 1, n_columns) for t in tensors]
+            columns = term(*views).sum(1)
         while columns.shape[0] > groups:
-            rows, n = columns.shape
-            parts = -(-rows // groups)
-            padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * groups - rows))
-            columns = padded.reshape(parts, groups, n).sum(1)
+            n_rows = columns.shape[0]
+            parts = -(-n_rows // groups)
+            padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * groups - n_rows))
+            columns = padded.reshape(parts, groups, n_columns).sum(1)
         return columns.sum(0).reshape(kept)
 
-    def _mean_var(self, xf: torch.Tensor, groups: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's mean and biased variance (kept dims) of a stored input."""
+    def _mean_var(self, x: torch.Tensor, groups: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's mean and biased variance (kept dims, accumulation dtype) of a stored input."""
         n = self.reduction_size
-        mean = self._sum(xf, groups) / n
-        return mean, self._sum((xf - mean).square(), groups) / n
+        acc = _accumulation_dtype(self, x)
+        mean = self._sum(lambda a: a.to(acc), x, groups=groups) / n
+        var = self._sum(lambda a, m: (a.to(acc) - m).square(), x, mean, groups=groups) / n
+        return mean, var
 
-    def _forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                 *running: torch.Tensor, groups: int | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
-        xf = x.to(acc)
+    def _map(self, term: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+        """``term(*tensors)`` elementwise, in the stored layout: ``tensors`` are stored inputs
+        (full size) or parameter-sized tensors, broadcast here."""
+        n_columns = math.prod(self.param_shape)
+        return term(*(t if t.numel() > n_columns else self._broadcast(t) for t in tensors))
+
+    def _forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *running: torch.Tensor,
+                 groups: int | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        acc = _accumulation_dtype(self, x)
         use_running = self.mode == "infer" and self.running
         if use_running:
             mean = running[0].to(acc)
             invstd = torch.rsqrt(running[1].to(acc) + self.eps)
         else:
-            b_mean, var = self._mean_var(xf, groups)
+            b_mean, var = self._mean_var(x, groups)
             mean = b_mean.reshape(self.param_shape)
             invstd = torch.rsqrt(var + self.eps).reshape(self.param_shape)
-        scale = self._broadcast(invstd * weight.to(acc))
-        y = (xf - self._broadcast(mean)) * scale + self._broadcast(bias.to(acc))
-        y = (ACTIVATIONS[self.activation](y) if self.activation else y).to(x.dtype)
+        activation = ACTIVATIONS[self.activation] if self.activation else (lambda t: t)
+        y = self._map(lambda a, m, s, b: activation((a.to(acc) - m) * s + b).to(x.dtype),
+                      x, mean, invstd * weight.to(acc), bias.to(acc))
         if self.mode == "infer":
             return y
         outputs = [y] + ([mean, invstd] if self.save else [])
@@ -286,22 +310,24 @@ class BatchNormSignature(Signature):
             outputs += [(1 - m) * running[0].to(acc) + m * mean, (1 - m) * running[1].to(acc) + m * unbiased]
         return tuple(outputs)  # statistics in the accumulation dtype: the stats dtype, or float64
 
-    def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor,
-                  *saved: torch.Tensor, groups: int | None = None) -> tuple[torch.Tensor, ...]:
-        acc = self.stats_dtype if x.dtype != torch.float64 else torch.float64
-        xf, dyf = x.to(acc), dy.to(acc)
+    def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
+                  groups: int | None = None) -> tuple[torch.Tensor, ...]:
+        acc = _accumulation_dtype(self, x)
         if saved:
             mean, invstd = (self._broadcast(t.to(acc)) for t in saved)
         else:
-            mean, var = self._mean_var(xf, groups)
+            mean, var = self._mean_var(x, groups)
             invstd = torch.rsqrt(var + self.eps)
-        xhat = (xf - mean) * invstd
-        dbias = self._sum(dyf, groups)
-        dweight = self._sum(dyf * xhat, groups)
+        dbias = self._sum(lambda d: d.to(acc), dy, groups=groups)
+        dweight = self._sum(lambda d, a, m, i: d.to(acc) * ((a.to(acc) - m) * i), dy, x, mean, invstd, groups=groups)
         n = self.reduction_size
-        dx = (self._broadcast(weight.to(acc)) * invstd / n) * (n * dyf - dbias - xhat * dweight)
-        return (dx.to(x.dtype), dweight.reshape(self.param_shape).to(x.dtype),
-                dbias.reshape(self.param_shape).to(x.dtype))
+
+        def dx(a: torch.Tensor, d: torch.Tensor, m: torch.Tensor, i: torch.Tensor, w: torch.Tensor,
+               db: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
+            return ((w * i / n) * (n * d.to(acc) - db - ((a.to(acc) - m) * i) * dw)).to(x.dtype)
+
+        return (self._map(dx, x, dy, mean, invstd, weight.to(acc), dbias, dweight),
+                dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype))
 
     def get_sample_args(self, *, device: str | torch.device = "cpu", seed: int | None = None,
                         splat_value: float | None = None) -> tuple[torch.Tensor, ...]:
