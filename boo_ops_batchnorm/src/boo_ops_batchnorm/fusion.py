@@ -46,22 +46,21 @@ def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
     return launchable_for(("bnorm", signature), lambda: signature, x.device)
 
 
-def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Tensor],
-            constants: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """weight, bias (ones and zeros where the module has none), running mean and variance
     in float32, then the momentum of a training forward: what the kernel takes after x.
-    The tensors made here are kept in ``constants`` (a bound node makes them once)."""
-    def constant(name: str, value: float, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if name not in constants:
-            constants[name] = torch.full(shape, value, dtype=dtype, device=x.device)
-        return constants[name]
+    The tensors made here are made on every call, never kept: under CUDA graph trees a call
+    allocates from the graph's memory pool, even while it warms up, and a pool tensor kept
+    alive past the call is what they refuse ("not tracked as outputs")."""
+    def constant(value: float, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.full(shape, value, dtype=dtype, device=x.device)
 
     tensors = list(tensors)
-    weight = tensors.pop(0) if spec["weight"] else constant("weight", 1.0, (x.shape[1],), x.dtype)
-    bias = tensors.pop(0) if spec["bias"] else constant("bias", 0.0, (x.shape[1],), x.dtype)
+    weight = tensors.pop(0) if spec["weight"] else constant(1.0, (x.shape[1],), x.dtype)
+    bias = tensors.pop(0) if spec["bias"] else constant(0.0, (x.shape[1],), x.dtype)
     stats = torch.promote_types(x.dtype, torch.float32)
     running = [t.to(stats) for t in tensors[:2]]
-    momentum = [constant("momentum", spec["momentum"], (1,), stats)] if spec["mode"] == "train" else []
+    momentum = [constant(spec["momentum"], (1,), stats)] if spec["mode"] == "train" else []
     return [weight, bias, *running, *momentum]
 
 
@@ -98,16 +97,15 @@ class _BatchNormForward(FusionPattern):
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
         x, *rest = inputs
         kernel = _kernel(spec, x)
-        outputs = kernel(stored(x, kernel.signature), *_params(spec, x, rest, {}))
+        outputs = kernel(stored(x, kernel.signature), *_params(spec, x, rest))
         return _as_torch_returns(spec, kernel.signature, outputs)
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
         kernel = _kernel(spec, inputs[0])
         signature = kernel.signature
-        constants: dict[str, torch.Tensor] = {}
 
         def run(x: torch.Tensor, *rest: torch.Tensor) -> Any:
-            outputs = kernel.try_call(stored(x, signature), *_params(spec, x, rest, constants))
+            outputs = kernel.try_call(stored(x, signature), *_params(spec, x, rest))
             return None if outputs is None else _as_torch_returns(spec, signature, outputs)
 
         return run
