@@ -41,3 +41,15 @@ def test_tests_that_built_a_kernel_are_marked_on_the_next_run_and_the_fast_loop_
     pytester.makepyfile(test_inner=TESTS.replace('get_launchable("gemm -m 4 -n 4 -k 4")', "pass"))
     pytester.runpytest_subprocess().assert_outcomes(passed=3)
     pytester.runpytest_subprocess("-m", "not kernel").assert_outcomes(passed=2, deselected=1)
+
+
+@pytest.mark.kernel
+def test_the_mark_is_recorded_from_pytest_xdist_workers(pytester):
+    """Each worker judges its own tests; the controller, which gets every report, writes
+    the record (the workers' own cache writes would overwrite one another's)."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_inner=TESTS)
+    pytester.runpytest_subprocess("-p", "xdist", "-n", "2").assert_outcomes(passed=3)
+    fast = pytester.runpytest_subprocess("-m", "not kernel", "-v")
+    fast.assert_outcomes(passed=1, deselected=2)
+    fast.stdout.fnmatch_lines(["*test_needs_no_kernel PASSED*"])

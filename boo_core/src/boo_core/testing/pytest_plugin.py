@@ -3,7 +3,8 @@ installed; ``-p no:boo`` turns it off).
 
 * Every test session compiles into a kernel cache of its own, never the user's:
   ``BOO_TEST_CACHE_DIR`` names one to reuse across sessions (subprocesses inherit it
-  through ``BOO_CACHE_DIR``).
+  through ``BOO_CACHE_DIR``). pytest-xdist's workers share their controller's, so a kernel
+  one worker built is loaded, not rebuilt, by the other.
 * Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
   memory before or after it.
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
@@ -20,11 +21,13 @@ from pathlib import Path
 import pytest
 
 from ..kernels.activity import LOG_VARIABLE
-from .kernel_marker import MARK, KernelTestRecorder
+from .kernel_marker import MARK, KernelTestRecorder, is_xdist_worker
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or tempfile.mkdtemp(prefix="boo-test-cache-")
+    # A worker inherits the environment its controller had set here before starting it.
+    inherited = os.environ.get("BOO_CACHE_DIR") if is_xdist_worker(config) else None
+    cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or inherited or tempfile.mkdtemp(prefix="boo-test-cache-")
     os.environ["BOO_CACHE_DIR"] = cache_dir
     os.environ.pop("BOO_CACHE_ON", None)
     from boo_core.settings import reload_from_environment
