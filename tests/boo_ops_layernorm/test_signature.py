@@ -94,7 +94,9 @@ def test_backward_sample_args_carry_the_true_statistics():
     torch.testing.assert_close(rstd.double(), 1 / torch.sqrt(xd.var(1, unbiased=False) + 1e-5))
 
 
-@pytest.mark.parametrize("rows", [9, 64, 131, 6304])  # groups of 8; zero rows fill the last group of a stage
+# rows that divide into the first stage's groups and rows that do not (smaller first groups),
+# zero rows filling the last group of a later stage
+@pytest.mark.parametrize("rows", [20, 64, 131, 6304])
 def test_gpu_backward_sums_dw_and_db_in_stages_to_the_same_values(rows):
     from boo_core import Target
     from boo_ops_layernorm.hooks import formulations
@@ -110,3 +112,5 @@ def test_gpu_backward_sums_dw_and_db_in_stages_to_the_same_values(rows):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
     dx_only = S((rows, 24), 1, weight=True, mode="bwd", gradients=("dx",))
     assert [f.name for f in formulations(dx_only, Target.parse("cuda:sm_80"))] == ["default"]
+    few_rows = S((9, 24), 1, weight=True, bias=True, mode="bwd")  # within one group: nothing to stage
+    assert [f.name for f in formulations(few_rows, Target.parse("cuda:sm_80"))] == ["default"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -185,23 +185,26 @@ class LayerNormSignature(Signature):
 
     def _backward(self, dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                   weight: torch.Tensor | None = None, *, column_chunk: int | None = None) -> tuple[torch.Tensor, ...]:
-        """The gradients; ``column_chunk`` sums dw and db over the rows in two steps (partial
-        sums of that many rows each, then their sum): the same sums, in an order a GPU can
-        spread over more threads than one per column."""
+        """The gradients; ``column_chunk`` sums dw and db over the rows in stages of that
+        many rows (:func:`_column_sums`): the same sums, in an order a GPU can spread over
+        more threads than one per column."""
         acc = stats_dtype(x.dtype)
         rows, n = self.rows, self.row_length
         rstd = rstd.to(acc).reshape(rows, 1)
-        xhat = (x.to(acc).reshape(rows, n) - mean.to(acc).reshape(rows, 1)) * rstd
-        dyf = dy.to(acc).reshape(rows, n)
+        mean = mean.to(acc).reshape(rows, 1)
+        x2, dy2 = x.reshape(rows, n), dy.reshape(rows, n)
         results = []
         if "dx" in self.gradients:
+            xhat = (x2.to(acc) - mean) * rstd
+            dyf = dy2.to(acc)
             g = dyf * weight.to(acc).reshape(1, n) if weight is not None else dyf
             dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True))
             results.append(dx.reshape(self.input_shape))
         if "dw" in self.gradients:
-            results.append(_column_sums(dyf * xhat, column_chunk).reshape(self.normalized_shape))
+            dw = _column_sums(lambda d, a, m, r: d.to(acc) * ((a.to(acc) - m) * r), (dy2, x2, mean, rstd), column_chunk)
+            results.append(dw.reshape(self.normalized_shape))
         if "db" in self.gradients:
-            results.append(_column_sums(dyf, column_chunk).reshape(self.normalized_shape))
+            results.append(_column_sums(lambda d: d.to(acc), (dy2,), column_chunk).reshape(self.normalized_shape))
         return tuple(r.to(x.dtype) for r in results)
 
     def eager(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -267,12 +270,25 @@ class LayerNormSignature(Signature):
         return self.row_length
 
 
-def _column_sums(values: torch.Tensor, chunk: int | None) -> torch.Tensor:
-    """Sums over the rows of a (rows, n) tensor: at once, or (``chunk``) in stages, each
-    summing groups of ``chunk`` consecutive rows (zero rows added to fill the last group)
-    until at most ``chunk`` rows are left, then those."""
+def _column_sums(term: Callable[..., torch.Tensor], tensors: Sequence[torch.Tensor], chunk: int | None) -> torch.Tensor:
+    """Sums over the rows of ``term(*tensors)``, elementwise over (rows, n) tensors and
+    (rows, 1) or (1, n) ones broadcast: at once, or (``chunk``) in stages, each summing groups
+    of ``chunk`` consecutive rows (zero rows added to fill the last group) until at most
+    ``chunk`` rows are left, then those. The first stage applies ``term`` to views of the
+    tensors already grouped (as many rows per group as divide evenly, at most ``chunk``), so
+    that a compiler fuses it into that reduction instead of writing its float32 values out."""
     if chunk is None:
-        return values.sum(0)
+        return term(*tensors).sum(0)
+    rows = max(t.shape[0] for t in tensors)
+    first = math.gcd(rows, chunk)
+    values = term(*(t.reshape(rows // first, first, t.shape[1]) if t.shape[0] == rows else
+                    t.reshape(1, 1, t.shape[1]) for t in tensors)).sum(1)
+    while values.shape[0] > chunk:
+        n_rows, n = values.shape
+        groups = -(-n_rows // chunk)
+        padded = torch.nn.functional.pad(values, (0, 0, 0, groups * chunk - n_rows))
+        values = padded.reshape(groups, chunk, n).sum(1)
+    return values.sum(0)
     while values.shape[0] > chunk:
         rows, n = values.shape
         groups = -(-rows // chunk)
