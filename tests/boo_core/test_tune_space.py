@@ -1,10 +1,13 @@
-"""The IREE tile configurations the tuner sweeps for GPU contractions."""
+"""The IREE tile configurations the tuner sweeps for GPU contractions and elementwise dispatches."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from boo_core.tune.space import tile_and_fuse_configs
+from boo_core.tune.configs import configure_root
+from boo_core.tune.space import elementwise_configs, tile_and_fuse_configs
 
 
 @pytest.mark.parametrize("m, n, k", [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 1024), (256, 512, 96)])
@@ -36,3 +39,44 @@ def test_each_workgroup_tile_gets_a_turn_fullest_waves_first():
 
 def test_a_dtype_without_an_mma_intrinsic_has_no_configurations():
     assert tile_and_fuse_configs(1024, 1024, 1024, "f32") == []
+
+
+@pytest.mark.parametrize("rows, columns, element_bytes", [(100352, 64, 2), (100352, 256, 2), (1568, 2048, 2),
+                                                          (6272, 512, 4), (96, 48, 2)])
+def test_elementwise_configurations_give_each_thread_one_16_byte_access(rows, columns, element_bytes):
+    configs = elementwise_configs(rows, columns, element_bytes)
+    assert 0 < len(configs) <= 4
+    distances = [abs(math.log2(c["workgroup_size"][0] / 256)) for c in configs]
+    assert distances == sorted(distances)  # 256 threads first, then alternately fewer and more
+    for config in configs:
+        row_tile, column_tile = config["workgroup"]
+        assert config["thread"] == [1, 16 // element_bytes], config
+        assert rows % row_tile == 0 and columns % column_tile == 0 and column_tile <= 256, config
+        threads = config["workgroup_size"][0]
+        assert 128 <= threads <= 1024 and threads * config["thread"][1] == row_tile * column_tile, config
+
+
+def test_rows_a_16_byte_access_cannot_tile_have_no_elementwise_configurations():
+    assert elementwise_configs(100, 6, 2) == []  # 6 columns: not a whole 8-element access
+    assert elementwise_configs(100, 64, 3) == []  # no dtype of 3 bytes
+
+
+ELEMENTWISE_ROOT = ('%12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> '
+                    '(d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%6 : tensor<100352x64xbf16>) outs(%7 : '
+                    'tensor<100352x64xbf16>) attrs =  {lowering_config = #iree_gpu.lowering_config<{thread = [1, 4], '
+                    'workgroup = [4, 32]}>} {\n')
+REDUCTION_ROOT = ('%14 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2, d1)>, '
+                  'affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} '
+                  'ins(%11 : tensor<1568x64x256xf32>) outs(%12 : tensor<1568x256xf32>) attrs =  {lowering_config = '
+                  '#iree_gpu.lowering_config<{reduction = [0, 0, 8], thread = [1, 1, 0], workgroup = [1, 32, 0]}>} {\n')
+ONE_LOOP_ROOT = ('%3 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], '
+                 'iterator_types = ["parallel"]} ins(%1 : tensor<256xf32>) outs(%2 : tensor<256xf32>) attrs =  '
+                 '{lowering_config = #iree_gpu.lowering_config<{thread = [4], workgroup = [128]}>} {\n')
+
+
+def test_an_elementwise_configuration_edits_only_elementwise_roots_of_its_rank():
+    config = {"workgroup": [32, 64], "thread": [1, 8], "workgroup_size": [256, 1, 1]}
+    edited = configure_root(ELEMENTWISE_ROOT, config)
+    assert "thread = [1, 8]" in edited and "workgroup = [32, 64]" in edited
+    assert configure_root(REDUCTION_ROOT, config) is None  # the kernel's sums keep IREE's tiles
+    assert configure_root(ONE_LOOP_ROOT, config) is None

@@ -114,3 +114,17 @@ def test_inference_with_running_statistics_has_no_sums_to_stage():
     signature = S((9, 5, 3, 2), mode="infer", running=True)
     assert [f.name for f in formulations(signature, Target.parse("cuda:sm_80"))] == ["default"]
     assert [f.name for f in formulations(S((9, 5, 3, 2)), Target.parse("cpu"))] == ["default"]
+
+
+def test_the_gpu_tuning_space_configures_the_elementwise_pass_of_channels_last_inputs():
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import tuning_space
+
+    gpu, cpu = Target.parse("cuda:sm_80"), Target.parse("cpu")
+    infer = S((32, 64, 56, 56), mode="infer", running=True, channels_last=True, dtype=torch.bfloat16)
+    labels = [c.label for c in tuning_space(infer, gpu)]
+    assert labels and all(label.startswith("default/wg") and "_th1x8" in label for label in labels), labels
+    train = S((32, 64, 56, 56), save=True, running=True, channels_last=True, dtype=torch.bfloat16)
+    assert {c.formulation for c in tuning_space(train, gpu)} == {"staged_sums", "staged_sums_64"}
+    assert tuning_space(train, cpu) == []
+    assert tuning_space(S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16), gpu) == []  # NCHW

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from boo_core import Formulation, OpSpec, Target, hookimpl
+from boo_core.tune.space import TuningCandidate, elementwise_configs
 
 from .folding import FoldIntoConvolution
 from .fusion import PATTERNS
@@ -44,6 +45,19 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     return (*staged, default)
 
 
+def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCandidate]:
+    """On GPUs, for a channels-last spatial input: the core's elementwise configurations for
+    the pass over (pixels, channels) that writes y or dx (IREE gives it one warp per
+    workgroup and, with few channels, short accesses), on each formulation the GPU offers;
+    the kernel's sums keep IREE's configurations."""
+    if target.backend == "llvm-cpu" or not (signature.spatial and signature.channels_last):
+        return []
+    configs = elementwise_configs(signature.reduction_size, signature.channels, signature.dtype.itemsize)
+    offered = [f.name for f in formulations(signature, target)]
+    return [TuningCandidate(name, config) for name in offered if name != "default" or len(offered) == 1
+            for config in configs]
+
+
 def compile_flags(signature: BatchNormSignature, target: Target) -> tuple[str, ...]:
     return CPU_FLAGS if target.backend == "llvm-cpu" else ()
 
@@ -59,6 +73,7 @@ def boo_register_ops(register):
                     "bnormfp16, bnormbfp16)",
         formulations=formulations,
         compile_flags=compile_flags,
+        tuning_space=tuning_space,
         fusion_patterns=PATTERNS,
         graph_rewrites=(FoldIntoConvolution(),),
     ))

@@ -4,14 +4,19 @@ executables IREE configured, through IREE's own substitution of configured execu
 A *configuration* is a JSON-able mapping, for the dispatch's root op (the one IREE gave a
 ``lowering_config`` with workgroup or distribution tiles):
 
-* tile lists by level, named as IREE names them: ``workgroup``, ``subgroup``, ``reduction``
-  (CUDA, pipeline TileAndFuse), ``distribution``, ``vector_common_parallel``,
+* tile lists by level, named as IREE names them: ``workgroup``, ``subgroup``, ``thread``,
+  ``reduction`` (CUDA, pipeline TileAndFuse), ``distribution``, ``vector_common_parallel``,
   ``vector_reduction`` (llvm-cpu). A list names the *innermost* loops of its kind: parallel
   loops for the parallel levels, reduction loops for the reduction ones, so one
   configuration fits a matmul and its batched form (outer parallel loops get 1 at the
   workgroup/distribution level and 0 elsewhere);
 * ``mma_kind`` (an ``#iree_gpu.mma_layout`` name such as ``NV_MMA_SYNC_F32_16x8x16_BF16``);
 * ``workgroup_size`` ([x, y, z] threads) and ``prefetch_num_stages`` (the translation info).
+
+A configuration with ``thread`` tiles is for elementwise dispatches (:func:`~boo_core.tune.space.elementwise_configs`):
+it configures only roots without reduction loops and with at least as many parallel loops
+as its ``workgroup`` tiles, so a kernel's reductions and smaller elementwise dispatches keep
+IREE's configurations.
 
 Building a configured kernel (:func:`compile_with_config`): iree-compile stops after
 configuring the executables and dumps them, BOO edits the root op of each contraction
@@ -31,7 +36,8 @@ from typing import Any
 from ..errors import CompileError
 from ..files import MAX_SPEC_BYTES, FileRefused, read_text
 
-PARALLEL_LEVELS = ("workgroup", "subgroup", "distribution", "vector_common_parallel", "vector_inner_parallel")
+PARALLEL_LEVELS = ("workgroup", "subgroup", "thread", "distribution", "vector_common_parallel",
+                   "vector_inner_parallel")
 REDUCTION_LEVELS = ("reduction", "vector_reduction")
 #: Levels whose untiled outer loops take 1 (one iteration per workgroup) rather than 0 (not tiled).
 _OUTER_ONE = ("workgroup", "distribution")
@@ -100,6 +106,8 @@ def configure_root(line: str, config: Mapping[str, Any]) -> str | None:
     kinds = _loop_kinds(line)
     if match is None or kinds is None:
         return None
+    if "thread" in config and ("reduction" in kinds or kinds.count("parallel") < len(config.get("workgroup", ()))):
+        return None  # a configuration with thread tiles is for elementwise roots of its rank or more
     dialect, body = match.group(1), match.group(2)
     braced = body.startswith("{")
     items = _parse_items(body[1:-1] if braced else body)

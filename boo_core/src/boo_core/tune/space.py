@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,7 @@ def describe(formulation: str, config: Mapping[str, Any] | None, flags: Sequence
     label = formulation
     if config:
         parts = []
-        for key, short in (("workgroup", "wg"), ("distribution", "dist"), ("subgroup", "sg"),
+        for key, short in (("workgroup", "wg"), ("distribution", "dist"), ("subgroup", "sg"), ("thread", "th"),
                            ("vector_common_parallel", "vec")):
             if key in config:
                 parts.append(short + "x".join(str(v) for v in config[key]))
@@ -110,6 +111,33 @@ def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate
 
 
 # -- configuration generators --------------------------------------------------------------------
+
+#: Bytes one thread loads at once in :func:`elementwise_configs` (one 128-bit access).
+VECTOR_BYTES = 16
+
+
+def elementwise_configs(rows: int, columns: int, element_bytes: int, *, limit: int = 4) -> list[dict[str, Any]]:
+    """Configurations of IREE's TileAndFuse pipeline for an elementwise dispatch over a
+    ``rows x columns`` iteration space (innermost last) on an NVIDIA GPU. IREE 3.13 gives
+    such a dispatch one warp per workgroup and, for a few columns, short accesses (64
+    channels of bf16: 4 elements a thread, about a quarter of the copy bandwidth on an H100);
+    these give each thread one 16-byte access and a workgroup 128 to 1,024 threads over whole
+    rows (at most 256 columns). Tiles divide the problem; the ``limit`` kept start at 256
+    threads and alternate above and below it."""
+    vector = VECTOR_BYTES // element_bytes if 0 < element_bytes <= VECTOR_BYTES else 0
+    column_tile = min(columns, 256)
+    if not vector or column_tile % vector or columns % column_tile:
+        return []
+    configs = []
+    for row_tile in (1, 2, 4, 8, 16, 32, 64, 128):
+        threads = row_tile * column_tile // vector
+        if rows % row_tile or not 128 <= threads <= 1024:
+            continue
+        configs.append({"workgroup": [row_tile, column_tile], "thread": [1, vector],
+                        "workgroup_size": [threads, 1, 1]})
+    configs.sort(key=lambda c: abs(math.log2(c["workgroup_size"][0] / 256)))
+    return configs[:limit]
+
 
 #: MMA intrinsics of IREE 3.13's CUDA targets (sm_80 and newer), by operand dtype name.
 NV_MMA = {"bf16": "NV_MMA_SYNC_F32_16x8x16_BF16", "f16": "NV_MMA_SYNC_F32_16x8x16_F16"}
