@@ -116,15 +116,21 @@ def test_inference_with_running_statistics_has_no_sums_to_stage():
     assert [f.name for f in formulations(S((9, 5, 3, 2)), Target.parse("cpu"))] == ["default"]
 
 
-def test_the_gpu_tuning_space_configures_the_elementwise_pass_of_channels_last_inputs():
+def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the_other_configurations():
     from boo_core import Target
-    from boo_ops_batchnorm.hooks import tuning_space
+    from boo_ops_batchnorm.hooks import elementwise_pass_configs, formulations, tuning_space
 
     gpu, cpu = Target.parse("cuda:sm_80"), Target.parse("cpu")
     infer = S((32, 64, 56, 56), mode="infer", running=True, channels_last=True, dtype=torch.bfloat16)
-    labels = [c.label for c in tuning_space(infer, gpu)]
-    assert labels and all(label.startswith("default/wg") and "_th1x8" in label for label in labels), labels
+    first, *others = elementwise_pass_configs(infer, gpu)
+    assert first["workgroup_size"] == [256, 1, 1] and others
+    assert [(f.name, f.config) for f in formulations(infer, gpu)] == [("wide_accesses", first), ("default", None)]
+    assert [c.label for c in tuning_space(infer, gpu)] == [f"wide_accesses/wg{c['workgroup'][0]}x64_th1x8"
+                                                         for c in others]
     train = S((32, 64, 56, 56), save=True, running=True, channels_last=True, dtype=torch.bfloat16)
+    assert [(f.name, f.config is not None) for f in formulations(train, gpu)] == [
+        ("staged_sums", True), ("staged_sums_64", True), ("staged_sums_iree_tiles", False), ("default", False)]
     assert {c.formulation for c in tuning_space(train, gpu)} == {"staged_sums", "staged_sums_64"}
-    assert tuning_space(train, cpu) == []
-    assert tuning_space(S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16), gpu) == []  # NCHW
+    assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["default"]
+    nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
+    assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]

@@ -13,9 +13,10 @@ the first that compiles and, where kernels are verified, verifies. The tuner tim
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PluginExit, describe_error, is_plugins_failure
@@ -45,7 +46,10 @@ class Formulation:
       writes; see docs/plugins.md).
 
     With neither, the reference is exported. Both callables run only when the kernel is
-    not in the cache. ``flags`` are iree-compile flags for this formulation alone.
+    not in the cache. ``flags`` are iree-compile flags for this formulation alone;
+    ``config`` a per-dispatch configuration (:mod:`boo_core.tune.configs`) its kernel is
+    built with, untuned (a tuning candidate's configuration replaces it; a kernel
+    library's substitution builds without it).
     """
 
     name: str
@@ -53,6 +57,7 @@ class Formulation:
     mlir: Callable[[], str] | None = None
     flags: tuple[str, ...] = ()
     description: str = ""
+    config: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -62,6 +67,10 @@ class Formulation:
         if isinstance(self.flags, str) or not all(isinstance(f, str) for f in self.flags):
             raise TypeError(f"formulation {self.name!r}: flags must be a sequence of str")
         object.__setattr__(self, "flags", tuple(self.flags))
+        if self.config is not None:
+            if not isinstance(self.config, Mapping):
+                raise TypeError(f"formulation {self.name!r}: config must be a mapping (boo_core.tune.configs)")
+            json.dumps(dict(self.config))  # recorded in the kernel's cache key
 
     def source(self, signature: Signature) -> str:
         """The MLIR to compile (exports on every call: use only on a cache miss). The op's

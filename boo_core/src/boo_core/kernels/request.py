@@ -71,6 +71,8 @@ class KernelRequest:
         registry = registry if registry is not None else BooOpRegistry.default()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]
+        if config is None and substitution is None:
+            config = formulation.config
         settings = get_settings()
         spec_flags: tuple[str, ...] = ()
         spec_digest = None
