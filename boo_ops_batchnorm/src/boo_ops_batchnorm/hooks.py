@@ -23,8 +23,8 @@ CPU_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",
 #: over N·H·W one thread per channel (8 workgroups for 256 channels at ResNet-50's sizes):
 #: ``staged_sums`` sums ``GROUPS`` rows per thread and stage instead, reading the input in its
 #: first stage (its conversion and centring fused there) and only partial sums after it.
-#: IREE's reduction vector distribution, which it picks for groups of 64, measured 3-5x
-#: slower than its tile-and-fuse pipeline on these outer reductions, so it is off here.
+#: IREE's reduction vector distribution, which it picks for groups of 32 and 64, measured
+#: 3-6x slower than its tile-and-fuse pipeline on these outer reductions, so it is off here.
 GROUPS = 32
 SECOND_GROUPS = 64  # a second candidate for the tuner: it wins on some shapes by 2-15%
 NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
