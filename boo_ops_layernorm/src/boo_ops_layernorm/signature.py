@@ -289,9 +289,3 @@ def _column_sums(term: Callable[..., torch.Tensor], tensors: Sequence[torch.Tens
         padded = torch.nn.functional.pad(values, (0, 0, 0, groups * chunk - n_rows))
         values = padded.reshape(groups, chunk, n).sum(1)
     return values.sum(0)
-    while values.shape[0] > chunk:
-        rows, n = values.shape
-        groups = -(-rows // chunk)
-        padded = torch.nn.functional.pad(values, (0, 0, 0, groups * chunk - rows))
-        values = padded.reshape(groups, chunk, n).sum(1)
-    return values.sum(0)
