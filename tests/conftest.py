@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parent / "data"
 def pytest_configure(config: pytest.Config) -> None:
     # boo-core's pytest plugin gives the session its own kernel cache; these tests also need
     # the plugin switches and extra flags at their defaults.
-    for name in ("BOO_STRICT_PLUGINS", "BOO_DISABLE_PLUGIN_AUTOLOAD", "BOO_DISABLE_PLUGINS",
+    for name in ("BOO_STRICT_PLUGINS", "BOO_DISABLE_PLUGIN_AUTOLOAD", "BOO_DISABLE_PLUGINS", "BOO_LOAD_PLUGINS",
                  "BOO_EXTRA_COMPILE_FLAGS", "BOO_VERIFY", "BOO_TUNING_SPEC_PATH", "BOO_USE_TUNED",
                  "BOO_SUBSTITUTIONS"):
         os.environ.pop(name, None)

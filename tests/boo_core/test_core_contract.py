@@ -112,7 +112,8 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
               "BOO_CPU_DRIVER": "local-sync", "BOO_CUDA_TARGET": "sm_89", "BOO_CUDA_LAUNCH": "iree",
               "BOO_USE_BACKWARD_KERNELS": "1", "BOO_GRAPH_REWRITES": "1",
               "BOO_VERIFY": "0", "BOO_USE_TUNED": "0", "BOO_COMPILE_STRICT": "1", "BOO_STRICT_PLUGINS": "1",
-              "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_TRACE_HOOKS": "1",
+              "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_LOAD_PLUGINS": "c",
+              "BOO_TRACE_HOOKS": "1",
               "BOO_SUBSTITUTIONS": "/tmp/substitutions", "BOO_CACHE_OWNER": "0"}
     assert set(values) == {s.env for s in SETTINGS}
     from_env = boo_env(**values)
@@ -123,6 +124,7 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
         with settings_override(**{setting.name: getattr(defaults, setting.name)}):
             assert getattr(boo_core.get_settings(), setting.name) == getattr(defaults, setting.name)
     assert from_env.extra_compile_flags == ("--a", "--b c") and from_env.disabled_plugins == {"a", "b"}
+    assert from_env.loaded_plugins == {"c"} and configure(loaded_plugins="").loaded_plugins is None
     assert configure(verify=True).verify == "all"
 
 

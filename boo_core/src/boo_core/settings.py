@@ -202,6 +202,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`1`: load no entry points; register plugins with `BooOpRegistry.register_plugin`", selects_kernel=False),
     Setting("disabled_plugins", "BOO_DISABLE_PLUGINS", _names, _const(frozenset()), "empty",
             "comma-separated plugin (entry-point) names to skip", selects_kernel=False),
+    Setting("loaded_plugins", "BOO_LOAD_PLUGINS", lambda t: _names(t) or None, _const(None), "empty",
+            "comma-separated plugin (entry-point) names: load only these (empty: every installed one); "
+            "`BOO_DISABLE_PLUGINS` still skips", selects_kernel=False),
     Setting("trace_hooks", "BOO_TRACE_HOOKS", _boolean, _const(False), "`0`",
             "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`",
             selects_kernel=False),
@@ -215,6 +218,7 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "substitutions": lambda v: None if v is None else _path(v),
     "extra_compile_flags": lambda v: _flags(v if isinstance(v, str) else shlex.join(map(str, v))),
     "disabled_plugins": lambda v: _names(v) if isinstance(v, str) else frozenset(v),
+    "loaded_plugins": lambda v: None if v is None else (_names(v) if isinstance(v, str) else frozenset(v)) or None,
     "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
     "compile_timeout": float,
     "lock_timeout": float,
@@ -245,6 +249,7 @@ class Settings:
     strict_plugins: bool = False
     plugin_autoload: bool = True
     disabled_plugins: frozenset[str] = frozenset()
+    loaded_plugins: frozenset[str] | None = None
     trace_hooks: bool = False
 
     @classmethod

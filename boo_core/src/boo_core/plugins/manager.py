@@ -81,16 +81,18 @@ class PluginFailure:
 class BooPlugins:
     """The pluggy manager of one registry, with loading policy and typed hook calls.
 
-    ``autoload``, ``strict`` and ``disabled`` default to the settings
-    ``BOO_DISABLE_PLUGIN_AUTOLOAD``, ``BOO_STRICT_PLUGINS`` and ``BOO_DISABLE_PLUGINS``.
+    ``autoload``, ``strict``, ``disabled`` and ``loaded`` default to the settings
+    ``BOO_DISABLE_PLUGIN_AUTOLOAD``, ``BOO_STRICT_PLUGINS``, ``BOO_DISABLE_PLUGINS`` and
+    ``BOO_LOAD_PLUGINS`` (an allow-list: None loads every installed plugin).
     """
 
     def __init__(self, *, autoload: bool | None = None, strict: bool | None = None,
-                 disabled: frozenset[str] | None = None) -> None:
+                 disabled: frozenset[str] | None = None, loaded: frozenset[str] | None = None) -> None:
         settings = get_settings()
         self.autoload = settings.plugin_autoload if autoload is None else autoload
         self.strict = settings.strict_plugins if strict is None else strict
         self.disabled = settings.disabled_plugins if disabled is None else disabled
+        self.loaded = settings.loaded_plugins if loaded is None else loaded
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
         self._info: dict[str, PluginInfo] = {}
@@ -111,6 +113,9 @@ class BooPlugins:
         for entry_point, info, dist in _boo_entry_points(self._fail):
             if info.name in self.disabled or info.key in self.disabled:
                 logger.debug("plugin %s disabled by BOO_DISABLE_PLUGINS", info.label)
+                continue
+            if self.loaded is not None and info.name not in self.loaded and info.key not in self.loaded:
+                logger.debug("plugin %s not in BOO_LOAD_PLUGINS", info.label)
                 continue
             try:
                 plugin = entry_point.load()
