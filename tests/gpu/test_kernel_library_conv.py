@@ -15,7 +15,7 @@ from boo_core import get_launchable
 from boo_ops_conv import ConvSignature
 
 pytestmark = pytest.mark.gpu
-gemm = pytest.importorskip("boo_kernels_hopper.gemm")
+ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 
@@ -37,7 +37,7 @@ ROWS = [  # (input channels, output channels, window, stride, input size, mode)
 
 @pytest.fixture(autouse=True)
 def hopper():
-    reason = gemm.unavailable_reason()
+    reason = ptx.unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
 
