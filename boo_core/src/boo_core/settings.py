@@ -12,7 +12,7 @@ import dataclasses
 import os
 import shlex
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +72,11 @@ def _flags(text: str) -> tuple[str, ...]:
 
 def _names(text: str) -> frozenset[str]:
     return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _name_set(value: str | Iterable[str]) -> frozenset[str]:
+    """Names given as comma-separated text or as any collection of names."""
+    return _names(value) if isinstance(value, str) else frozenset(value)
 
 
 def _text_or_none(text: str) -> str | None:
@@ -217,8 +222,8 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "tuning_spec": lambda v: None if v is None else _path(v),
     "substitutions": lambda v: None if v is None else _path(v),
     "extra_compile_flags": lambda v: _flags(v if isinstance(v, str) else shlex.join(map(str, v))),
-    "disabled_plugins": lambda v: _names(v) if isinstance(v, str) else frozenset(v),
-    "loaded_plugins": lambda v: None if v is None else (_names(v) if isinstance(v, str) else frozenset(v)) or None,
+    "disabled_plugins": _name_set,
+    "loaded_plugins": lambda v: None if v is None else _name_set(v) or None,
     "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
     "compile_timeout": float,
     "lock_timeout": float,
