@@ -1,7 +1,10 @@
 """BOO on an NVIDIA GPU against PyTorch (cuDNN / cuBLAS) and Inductor, measured in one run.
 
 Rows: ResNet-50's convolutions (bf16, NHWC, batch 32; forward, backward-data and
-backward-weight), transformer layer norms and matmuls (bf16). Each time is device time per
+backward-weight), the same forwards as inference's conv + batch norm + ReLU (BOO: one
+kernel, the batch norm folded into a bias, as ``torch.compile`` and ``CBAInfer`` give it;
+torch: cuDNN's conv, then PyTorch's batch norm and ReLU), ResNet-50's batch norms,
+transformer layer norms and matmuls (bf16). Each time is device time per
 call: the sum of the kernels a call launches, from torch.profiler (which sees IREE's kernels
 too), the median of several profiled batches. Also measured in the same run: the GPU's bf16
 matmul rate and copy bandwidth (the peaks), and the host time of one launch.
@@ -14,8 +17,10 @@ matmul rate and copy bandwidth (the peaks), and the host time of one launch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -49,6 +54,10 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
             signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride,
                                       padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
             out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
+    for c, k, window, stride, size in RESNET50:
+        signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                                  dtype=BF16, shared_layout="NHWC", bias=True, activation="relu")
+        out.append((f"resnet50 conv+bn+relu {c}->{k} {window}x{window}/{stride} @{size}", signature))
     out += batch_norm_rows(batch)
     for tokens, width in ((8192, 1024), (8192, 4096), (6304, 768)):  # the last: ViT-B/16's, batch 32
         for command in (f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 1",
@@ -82,6 +91,24 @@ def batch_norm_rows(batch: int) -> list[tuple[str, Signature]]:
                             ("bwd", dict(save=True))):
             out.append((f"resnet50 bnorm {channels} @{size} {mode}", BatchNormSignature(mode=mode, **common, **extra)))
     return out
+
+
+def torch_baseline(name: str, signature: Signature, device: str) -> Callable[..., object]:
+    """What PyTorch runs for a row: the signature's eager computation, except that a conv +
+    bn + relu row runs cuDNN's convolution, then an inference batch norm and a ReLU (its
+    statistics drawn once per row) where BOO's kernel takes the folded bias."""
+    if "conv+bn+relu" not in name:
+        return signature.eager
+    channels = signature.kernel_shape[0]
+    mean, gamma, beta = (torch.randn(channels, device=device, dtype=BF16) for _ in range(3))
+    var = torch.rand(channels, device=device, dtype=BF16) + 0.5
+    conv = dataclasses.replace(signature, bias=False, activation=None)
+
+    def eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y = conv.eager(x, w).permute(0, 3, 1, 2)  # stored NHWC: the logical NCHW view (channels-last)
+        return torch.relu(torch.nn.functional.batch_norm(y, mean, var, gamma, beta, training=False))
+
+    return eager
 
 
 def device_us(fn, args, batches: int = 5, calls: int = 5) -> float:
@@ -309,7 +336,7 @@ def main() -> None:
     results = []
     for (name, signature), found in zip(table, launchables):
         inputs = signature.get_sample_args(device=args.device)
-        torch_us = device_us(signature.eager, inputs)  # PyTorch's own kernels in the signature's dtype
+        torch_us = device_us(torch_baseline(name, signature, args.device), inputs)  # PyTorch's own kernels in its dtype
         inductor_us = float("nan")
         if not args.no_inductor:
             torch._dynamo.reset()

@@ -14,9 +14,12 @@ a fraction of the step's total.
 
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
+                                [--profile N]
 
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
-smoke run). Compile time (the first step) is printed per row too.
+smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
+under each row without CUDA graphs, where one step's device time goes: its N costliest
+kernels (by name, with their launches per step) and the step's total device time.
 """
 
 from __future__ import annotations
@@ -101,9 +104,27 @@ def profiled_torch_flops(step: Callable[[], object], device: str) -> float:
     return float(sum(e.flops or 0 for e in prof.key_averages()))
 
 
+def kernel_profile(step: Callable[[], object], device: str, top: int) -> list[str]:
+    """Table rows: the ``top`` kernels of one step by device time, and the step's total."""
+    activity = torch.profiler.ProfilerActivity.CUDA if device.startswith("cuda") else \
+        torch.profiler.ProfilerActivity.CPU
+    with torch.profiler.profile(activities=[activity]) as prof:
+        step()
+        torch.cuda.synchronize() if device.startswith("cuda") else None
+    events = [e for e in prof.key_averages() if e.device_time_total > 0] if device.startswith("cuda") else \
+        list(prof.key_averages())
+    timed = sorted(events, key=lambda e: -(e.device_time_total or e.cpu_time_total))
+    total = sum(e.device_time_total for e in events)
+    rows = [f"|  |  | device time {total / 1e3:.2f} ms in {sum(e.count for e in events)} kernels |"] if total else []
+    for e in timed[:top]:
+        rows.append(f"|  |  | {e.device_time_total or e.cpu_time_total:9.1f} us x{e.count:<4} {e.key[:110]} |")
+    return rows
+
+
 def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: list[torch.nn.Parameter],
             x: torch.Tensor, backend: str | None, mode: str | None, want_y: torch.Tensor,
-            want_grads: list[torch.Tensor], device: str, steps: int, sync: Callable[[], None]) -> tuple | str:
+            want_grads: list[torch.Tensor], device: str, steps: int, sync: Callable[[], None],
+            profile_top: int = 0) -> tuple | str:
     """One configuration: (ms per step, first step s, output error, gradient error, BOO share
     of FLOPs, torch's share by the profiler, reasons ops were left), or why it failed."""
     torch._dynamo.reset()
@@ -129,7 +150,8 @@ def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: 
     torch_share = None
     if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
         torch_share = profiled_torch_flops(lambda: step(x), device) / total
-    return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons
+    profile = kernel_profile(lambda: step(x), device, profile_top) if profile_top and mode is None else []
+    return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons, profile
 
 
 CONFIGS = [  # (label, backend, torch.compile mode)
@@ -158,6 +180,8 @@ def main() -> None:
                         help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
     parser.add_argument("--only", default="", help="run only configurations whose label contains this (and eager)")
     parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="print each row's N costliest kernels of one step (rows without CUDA graphs)")
     args = parser.parse_args()
 
     cuda = args.device.startswith("cuda")
@@ -191,11 +215,11 @@ def main() -> None:
                         contextlib.nullcontext()
                     with settings:
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
-                                      args.device, args.steps, sync)
+                                      args.device, args.steps, sync, args.profile)
                     if isinstance(row, str):
                         print(f"| {work.name} | {pass_name} | {label} | {bwd} | failed: {row} |")
                         continue
-                    ms, first, y_err, g_err, share, torch_share, reasons = row
+                    ms, first, y_err, g_err, share, torch_share, reasons, profile = row
                     eager_ms = ms if backend is None else eager_ms
                     share_text = "-" if share is None else f"{share:.1%}"
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
@@ -204,6 +228,7 @@ def main() -> None:
                     if share is not None and reasons:
                         left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])
                         print(f"|  |  | left to the nested backend: {left} |")
+                    print("\n".join(profile)) if profile else None
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Under BOO_GRAPH_REWRITES=1, an inference batch norm after a convolution is folded into it
-(the batch-norm plugin's GraphRewrite), and the conv plugin's pattern takes the result, with
-the ReLU that follows, as one kernel: two plugins cooperating through aten ops only."""
+"""Under BOO_GRAPH_REWRITES (on GPUs by default), an inference batch norm after a convolution
+is folded into it (the batch-norm plugin's GraphRewrite), and the conv plugin's pattern takes
+the result, with the ReLU that follows, as one kernel: two plugins cooperating through aten
+ops only."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
-from boo_core.settings import settings_override
+from boo_core.settings import get_settings, settings_override
 
 
 def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
@@ -22,10 +23,12 @@ def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
     return model.eval()
 
 
-def compiled(model: torch.nn.Module, x: torch.Tensor, backend: str = "iree_boo", rewrites: bool = True):
+def compiled(model: torch.nn.Module, x: torch.Tensor, backend: str = "iree_boo", rewrites: bool | None = True):
+    """``rewrites``: BOO_GRAPH_REWRITES on, off, or (None) its default."""
     torch._dynamo.reset()
     reset_offload_summary()
-    with settings_override(graph_rewrites=rewrites), torch.no_grad():
+    changes = {} if rewrites is None else {"graph_rewrites": rewrites}
+    with settings_override(**changes), torch.no_grad():
         return torch.compile(model, backend=backend, dynamic=False)(x), offload_summary()
 
 
@@ -43,11 +46,46 @@ def test_batch_norms_after_convolutions_fold_into_them(backend):
     assert summary.offloaded == {"conv.forward": 2}, summary.offloaded  # no batch-norm kernel left
 
 
-def test_without_the_setting_nothing_is_rewritten():
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_a_bfloat16_channels_last_model_folds_into_a_channels_last_conv_with_its_relu(backend, monkeypatch):
+    """What a GPU ResNet gives: bf16 weights and statistics, channels-last. The folded weight
+    keeps the channels-last layout (kernel libraries serve KRSC filters only), the bias and
+    the ReLU go into the conv's kernel, and the folding's own batch norms are left to the
+    nested backend (no batch-norm kernel offloaded)."""
+    from boo_ops_conv.fusion import ConvForward
+
+    compiled_for = []
+    original = ConvForward.signatures
+
+    def recording(self, spec, inputs):
+        found = original(self, spec, inputs)
+        compiled_for.extend(found)
+        return found
+
+    monkeypatch.setattr(ConvForward, "signatures", recording)
+    torch.manual_seed(0)
+    model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
+                                                torch.nn.BatchNorm2d(16), torch.nn.ReLU()))
+    model = model.to(torch.bfloat16).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    got, summary = compiled(model, x, backend)
+    with torch.no_grad():
+        want = model.float()(x.float())
+    torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+    assert summary.rewritten == {"bnorm.fold_into_conv": 1} and summary.offloaded == {"conv.forward": 1}
+    (signature,) = compiled_for
+    assert (signature.bias, signature.activation, signature.kernel_layout) == (True, "relu", "NHWC"), signature
+
+
+@pytest.mark.parametrize("rewrites", [False, None], ids=["off", "default-on-the-cpu"])
+def test_without_the_setting_nothing_is_rewritten(rewrites):
+    """Off, or by default on the CPU (where folding measured slower); the default folds on GPUs."""
     torch.manual_seed(0)
     model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)))
-    _, summary = compiled(model, torch.randn(2, 3, 8, 8), rewrites=False)
+    _, summary = compiled(model, torch.randn(2, 3, 8, 8), rewrites=rewrites)
     assert not summary.rewritten and summary.offloaded == {"conv.forward": 1, "bnorm.inference": 1}
+    defaults = get_settings() if rewrites is None else None
+    assert defaults is None or (defaults.rewrites_graphs("cuda") and not defaults.rewrites_graphs("cpu"))
 
 
 class TwoUses(torch.nn.Module):

@@ -83,3 +83,45 @@ def test_a_bfloat16_training_step_returns_the_dtypes_the_graph_expects():
     for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
         assert got_buffer.dtype == want.dtype, name
         torch.testing.assert_close(got_buffer.float(), want.float(), rtol=2e-2, atol=2e-2, msg=name)
+
+
+def test_an_inference_node_traced_for_cuda_returns_statistics_of_the_length_the_graph_expects():
+    """On CUDA the traced inference op returns one (unread) statistic per channel where the
+    CPU returns none: the node's call must give what the graph it was traced in expects (it
+    once gave none, and every such node fell back to PyTorch on the GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from boo_core.dynamo.kernel_call import KernelCall, TensorMeta
+
+    def norm(x, weight, bias, mean, var):
+        return torch.ops.aten._native_batch_norm_legit_no_training(x, weight, bias, mean, var, 0.1, 1e-5)[0]
+
+    with FakeTensorMode():  # a CUDA graph's metadata, traced without a GPU
+        graph = make_fx(norm)(torch.empty(2, 4, 3, 3, device="cuda"), *(torch.empty(4, device="cuda")
+                                                                         for _ in range(4))).graph
+    node = next(n for n in graph.nodes if n.target is torch.ops.aten._native_batch_norm_legit_no_training.default)
+    assert node.meta["val"][1].shape == (4,)
+    match = BatchNormInference().match(node)
+    call = KernelCall(BatchNormInference(), match.spec, [TensorMeta.of(v) for v in node.meta["val"]], single=False)
+    x, weight, bias, mean = (torch.randn(shape) for shape in ((2, 4, 3, 3), (4,), (4,), (4,)))
+    var = torch.rand(4) + 0.5
+    with settings_override(compile_strict=True):  # a mismatch raises instead of falling back
+        y, *statistics = call(x, weight, bias, mean, var)
+    assert [s.shape for s in statistics] == [(4,), (4,)]
+    expected = torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=False, eps=1e-5)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_inference_node_whose_statistics_are_read_is_left_to_pytorch():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from boo_core.dynamo.patterns import Decline
+
+    def norm(x, weight, bias, mean, var):
+        out = torch.ops.aten._native_batch_norm_legit_no_training(x, weight, bias, mean, var, 0.1, 1e-5)
+        return out[0], out[1]
+
+    graph = make_fx(norm, tracing_mode="fake")(torch.randn(2, 4, 3, 3), *(torch.randn(4) for _ in range(4))).graph
+    node = next(n for n in graph.nodes if n.target is torch.ops.aten._native_batch_norm_legit_no_training.default)
+    assert isinstance(BatchNormInference().match(node), Decline)

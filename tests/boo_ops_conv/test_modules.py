@@ -211,6 +211,18 @@ def test_tensor_both_contiguous_and_channels_last_counts_as_contiguous(shape):
     torch.testing.assert_close(boo_conv(x, w), F.conv2d(x, w), rtol=1e-5, atol=1e-5)
 
 
+def test_a_1x1_filter_both_contiguous_and_channels_last_takes_the_inputs_layout():
+    """A 1x1 filter's memory is both (K, C) NCHW and KRSC: beside a channels-last input it is
+    read as NHWC (the layout kernel libraries serve), beside a contiguous one as NCHW."""
+    w = torch.randn(8, 4, 1, 1)
+    x = torch.randn(2, 4, 6, 6)
+    nhwc = conv_signature_for(x.to(memory_format=torch.channels_last), w)
+    assert (nhwc.input_layout, nhwc.kernel_layout) == ("NHWC", "NHWC")
+    assert conv_signature_for(x, w).kernel_layout == "NCHW"
+    y = boo_conv(x.to(memory_format=torch.channels_last), w)
+    torch.testing.assert_close(y, F.conv2d(x, w), rtol=1e-4, atol=1e-4)
+
+
 def test_other_strides_are_copied_and_computed_correctly():
     x = torch.randn(2, 6, 8, 4).permute(0, 3, 2, 1)  # (N, C=4, H=8, W=6) stored N W H C: no layout
     w = torch.randn(3, 4, 3, 3)

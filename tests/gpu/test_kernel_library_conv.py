@@ -42,14 +42,41 @@ def hopper():
         pytest.skip(reason)
 
 
-def signature_of(c: int, k: int, window: int, stride: int, size: int, mode: str) -> ConvSignature:
+def signature_of(c: int, k: int, window: int, stride: int, size: int, mode: str, **epilogue: object
+                 ) -> ConvSignature:
     return ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
-                         dtype=BF16, shared_layout="NHWC", mode=mode)
+                         dtype=BF16, shared_layout="NHWC", mode=mode, **epilogue)
 
 
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: "{}to{}_{}x{}_s{}_at{}_{}".format(r[0], r[1], r[2], r[2], *r[3:]))
+def row_id(row: tuple) -> str:
+    return "{}to{}_{}x{}_s{}_at{}_{}".format(row[0], row[1], row[2], row[2], *row[3:6]) + \
+        "".join(f"_{v if v is not True else k}" for k, v in (row[6] if len(row) > 6 else {}).items())
+
+
+@pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_a_resnet_conv_is_served_by_the_library_kernel(private_cache, row):
-    signature = signature_of(*row)
+    assert_served_and_right(signature_of(*row))
+
+
+# Forward convolutions with an epilogue: what a batch norm folded into the conv gives (a bias),
+# with the activation after it, as torch.compile's inference graphs of ResNets have them.
+EPILOGUE_ROWS = [
+    (64, 64, 3, 1, 56, "fwd", {"bias": True, "activation": "relu"}),  # pad + conv
+    (3, 64, 7, 2, 224, "fwd", {"bias": True, "activation": "relu"}),  # the stem
+    (64, 256, 1, 1, 56, "fwd", {"bias": True}),  # one executable, bias alone
+    (512, 2048, 1, 1, 7, "fwd", {"bias": True, "activation": "gelu"}),  # partial last row of tiles
+    (256, 256, 3, 2, 28, "fwd", {"activation": "silu"}),  # activation alone
+    (128, 128, 3, 1, 28, "fwd", {"bias": True, "activation": "sigmoid"}),
+    (256, 1024, 1, 1, 14, "fwd", {"bias": True, "activation": "tanh"}),
+]
+
+
+@pytest.mark.parametrize("row", EPILOGUE_ROWS, ids=row_id)
+def test_a_conv_with_a_bias_and_activation_runs_them_in_the_library_kernels_epilogue(private_cache, row):
+    assert_served_and_right(signature_of(*row[:6], **row[6]))
+
+
+def assert_served_and_right(signature: ConvSignature) -> None:
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
     assert launchable.formulation == "default"

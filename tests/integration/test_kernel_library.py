@@ -24,10 +24,11 @@ wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
 
 
-def resnet_conv(c: int, k: int, window: int, stride: int, size: int, mode: str) -> ConvSignature:
-    """A ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32)."""
+def resnet_conv(c: int, k: int, window: int, stride: int, size: int, mode: str, **epilogue: object) -> ConvSignature:
+    """A ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32); ``epilogue``: a
+    forward's ``bias`` and ``activation`` (a batch norm folded into the conv, its ReLU)."""
     return ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
-                         dtype=torch.bfloat16, shared_layout="NHWC", mode=mode)
+                         dtype=torch.bfloat16, shared_layout="NHWC", mode=mode, **epilogue)
 
 
 def test_it_knows_which_matmuls_it_serves():
@@ -92,27 +93,42 @@ def test_without_triton_or_a_hopper_gpu_it_supplies_nothing(private_cache):
 def test_it_knows_which_convolutions_it_serves():
     assert conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "fwd")) is not None
     assert conv.problem_of(resnet_conv(128, 128, 3, 2, 56, "bwd")) is not None
+    with_epilogue = conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "fwd", bias=True, activation="relu"))
+    assert (with_epilogue.bias, with_epilogue.activation) == (True, "relu")
     for other in (resnet_conv(3, 64, 7, 2, 224, "bwd"),  # 3 output channels
                   resnet_conv(64, 64, 3, 1, 56, "wrw"),
                   ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC")):  # float32
         assert conv.problem_of(other) is None
 
 
-# Each shape of IREE's module conv.plan knows: one executable, pad + conv, pad + filter copy + conv.
-@pytest.mark.parametrize(("row", "kernels"), [((64, 256, 1, 1, 56, "fwd"), ["conv"]),
-                                              ((64, 64, 3, 1, 56, "fwd"), ["pad", "conv"]),
-                                              ((64, 64, 3, 1, 56, "bwd"), ["pad", "copy", "conv"]),
-                                              ((256, 512, 1, 2, 56, "bwd"), ["pad", "conv"])])
-def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache, row, kernels):
-    signature = resnet_conv(*row)
+# Each shape of IREE's module conv.plan knows: one executable, pad + conv, pad + filter copy + conv;
+# a forward's bias and activation inside the conv's executable (the bias a binding of its own).
+RELU_BIAS = {"bias": True, "activation": "relu"}
+
+
+@pytest.mark.parametrize(("row", "epilogue", "kernels"), [((64, 256, 1, 1, 56, "fwd"), {}, ["conv"]),
+                                                          ((64, 64, 3, 1, 56, "fwd"), {}, ["pad", "conv"]),
+                                                          ((64, 64, 3, 1, 56, "bwd"), {}, ["pad", "copy", "conv"]),
+                                                          ((256, 512, 1, 2, 56, "bwd"), {}, ["pad", "conv"]),
+                                                          ((64, 256, 1, 1, 56, "fwd"), RELU_BIAS, ["conv"]),
+                                                          ((64, 64, 3, 1, 56, "fwd"), RELU_BIAS, ["pad", "conv"]),
+                                                          ((3, 64, 7, 2, 224, "fwd"), RELU_BIAS, ["pad", "conv"]),
+                                                          ((64, 64, 3, 1, 56, "fwd"), {"bias": True}, ["pad", "conv"]),
+                                                          ((64, 256, 1, 1, 56, "fwd"), {"activation": "gelu"},
+                                                           ["conv"])])
+def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache, row, epilogue, kernels):
+    signature = resnet_conv(*row, **epilogue)
     found = executables_of(signature, "cuda:sm_80", "default")  # cross-compiled: no GPU needed
     launches = conv.plan(conv.problem_of(signature), found.executables)
     assert [launch.kernel for launch in launches] == kernels
     assert [launch.executable.name for launch in launches] == found.names
     # The same module does not fit a problem of another size: BOO would pass the substitution over.
-    other = conv.problem_of(resnet_conv(row[0], row[1], row[2], row[3], row[4] // 2, row[5]))
+    other = conv.problem_of(resnet_conv(row[0], row[1], row[2], row[3], row[4] // 2, row[5], **epilogue))
     with pytest.raises(ValueError):
         conv.plan(other, found.executables)
+    if epilogue.get("bias"):  # nor a problem without the bias binding
+        with pytest.raises(ValueError):
+            conv.plan(conv.problem_of(resnet_conv(*row)), found.executables)
 
 
 @pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")

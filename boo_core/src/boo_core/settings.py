@@ -127,6 +127,11 @@ def _verify(text: str) -> str:
     raise ValueError("expected auto, 1 or 0")
 
 
+def _auto_switch(value: str | bool) -> str:
+    """A GPU-only default: ``auto`` (on GPUs), ``all`` (every device) or ``off``; also a bool."""
+    return _verify({True: "1", False: "0"}.get(value, value) if isinstance(value, bool) else str(value))
+
+
 @dataclass(frozen=True)
 class Setting:
     """One row of the registry: ``Settings.<name>`` is read from ``$<env>``."""
@@ -184,9 +189,10 @@ SETTINGS: tuple[Setting, ...] = (
             selects_kernel=True),
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
-    Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _boolean, _const(False), "`0`",
-            "`1`: torch.compile applies the plugins' graph rewrites before matching (an inference batch norm "
-            "folded into the convolution before it); off: measured slower so far (docs/plugins.md, Graph rewrites)",
+    Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
+            "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
+            "into the convolution before it): `auto` in graphs on GPUs, `1` on every device, `0` never "
+            "(measured: docs/plugins.md, Graph rewrites)",
             selects_kernel=False),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
             "check each kernel against PyTorch on first use per device model, verdict kept in the cache: "
@@ -224,7 +230,8 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "extra_compile_flags": lambda v: _flags(v if isinstance(v, str) else shlex.join(map(str, v))),
     "disabled_plugins": _name_set,
     "loaded_plugins": lambda v: None if v is None else _name_set(v) or None,
-    "verify": lambda v: _verify({True: "1", False: "0"}.get(v, v) if isinstance(v, bool) else str(v)),
+    "verify": _auto_switch,
+    "graph_rewrites": _auto_switch,
     "compile_timeout": float,
     "lock_timeout": float,
     "cache_owner": lambda v: _user(str(v)) if v is not None else None,
@@ -246,7 +253,7 @@ class Settings:
     cuda_target: str | None = None
     cuda_launch: str = "direct"
     use_backward_kernels: bool = False
-    graph_rewrites: bool = False
+    graph_rewrites: str = "auto"
     verify: str = "auto"
     substitutions: Path | None = None
     use_tuned: bool = True
@@ -269,6 +276,10 @@ class Settings:
     def verifies(self, device_type: str) -> bool:
         """Whether kernels are verified on first use on a device of ``device_type``."""
         return self.verify == "all" or (self.verify == "auto" and device_type != "cpu")
+
+    def rewrites_graphs(self, device_type: str) -> bool:
+        """Whether torch.compile applies graph rewrites to a graph on ``device_type``."""
+        return self.graph_rewrites == "all" or (self.graph_rewrites == "auto" and device_type != "cpu")
 
 
 _lock = threading.Lock()

@@ -1,11 +1,16 @@
 """In inference, a batch norm after a convolution folded into it (a ``GraphRewrite``).
 
 ``y = conv(x, w, b) * s + (beta - mean * s)`` with ``s = gamma / sqrt(var + eps)`` per output
-channel is ``conv(x, w * s, (b - mean) * s + beta)``. The rewrite computes the new weight and
-bias with aten ops in the graph (in float32, then rounded once to the weight's dtype) and
+channel is ``conv(x, w * s, (b - mean) * s + beta)``. Both new tensors are themselves
+inference batch norms: of the weight seen as ``(1, K, rest)`` (output channels as the
+normalized ones) with a zero mean, and of the bias seen as ``(1, K)`` (zeros where the conv has
+none), each computed in float32 and rounded once. So the rewrite adds three small kernels
+per convolution (two batch norms and the zeros, left to the nested backend: no pattern is
+offered them), not a dozen elementwise ones: on a GPU each costs a launch per step. It
 replaces the convolution and the batch norm by one ``aten.convolution`` with a bias, which
-the conv plugin's pattern then takes, with the activation that follows, as one kernel. This
-plugin knows only the aten ops: nothing of the conv plugin.
+the conv plugin's pattern then takes, with the activation that follows, as one kernel. The
+weight keeps its memory format (channels-last stays channels-last, which kernel libraries
+key on). This plugin knows only the aten ops: nothing of the conv plugin.
 """
 
 from __future__ import annotations
@@ -18,7 +23,18 @@ import torch.fx
 from boo_core import GraphRewrite, insert_aten, node_arguments
 
 aten = torch.ops.aten
-convert = torch.ops.prims.convert_element_type.default
+
+
+def _memory_order(value: torch.Tensor) -> list[int] | None:
+    """The weight's dimensions from outermost to innermost in memory, output channels first,
+    or None where its layout is not a dense permutation with them outermost."""
+    order = sorted(range(value.dim()), key=lambda d: (-value.stride(d), d))
+    expected = 1
+    for d in reversed(order):
+        if value.shape[d] != 1 and value.stride(d) != expected:
+            return None
+        expected *= value.shape[d]
+    return order if order[0] == 0 else None
 
 
 class FoldIntoConvolution(GraphRewrite):
@@ -41,27 +57,36 @@ class FoldIntoConvolution(GraphRewrite):
             return False  # a transposed weight holds output channels in dim 1
         weight, bias = options["weight"], options["bias"]
         value = weight.meta["val"]
-        stats = torch.promote_types(value.dtype, torch.float32)
+        params = {t.meta["val"].dtype for t in (gamma, beta, mean, var) if t is not None}
+        if len(params) != 1 or not params <= {value.dtype, torch.float32}:
+            return False  # batch norm's kernels take a 16-bit input with float32 parameters, not other mixes
+        order = _memory_order(value)
+        if order is None:
+            return False
         channels = value.shape[0]
         graph = node.graph
-        with graph.inserting_before(node):
-            def f32(t: torch.fx.Node) -> torch.fx.Node:
-                return t if t.meta["val"].dtype == stats else insert_aten(graph, convert, t, stats)
 
-            # s = gamma / sqrt(var + eps) (gamma 1 and beta 0 where the norm has none)
-            scale = insert_aten(graph, aten.rsqrt.default, insert_aten(graph, aten.add.Scalar, f32(var), float(eps)))
-            if gamma is not None:
-                scale = insert_aten(graph, aten.mul.Tensor, scale, f32(gamma))
-            shape = [channels] + [1] * (value.dim() - 1)
-            folded = insert_aten(graph, aten.mul.Tensor, f32(weight), insert_aten(graph, aten.view.default, scale,
-                                                                                  shape))
-            folded = folded if value.dtype == stats else insert_aten(graph, convert, folded, value.dtype)
-            shift = insert_aten(graph, aten.neg.default, f32(mean)) if bias is None else \
-                insert_aten(graph, aten.sub.Tensor, f32(bias), f32(mean))
-            shift = insert_aten(graph, aten.mul.Tensor, shift, scale)
-            if beta is not None:
-                shift = insert_aten(graph, aten.add.Tensor, shift, f32(beta))
-            shift = shift if value.dtype == stats else insert_aten(graph, convert, shift, value.dtype)
+        def normalized(t: torch.fx.Node, weight_: object, bias_: object, mean_: torch.fx.Node) -> torch.fx.Node:
+            # nested: the folding's own batch norms run on the nested backend, no pattern takes them
+            out = insert_aten(graph, aten._native_batch_norm_legit_no_training.default, t, weight_, bias_, mean_,
+                              var, 0.0, float(eps), nested=True)
+            return insert_aten(graph, operator.getitem, out, 0)
+
+        stats = mean.meta["val"]
+        with graph.inserting_before(node):
+            zeros = insert_aten(graph, aten.full.default, [channels], 0.0, dtype=stats.dtype, device=stats.device,
+                                pin_memory=False)
+            # w * s: the weight as (1, K, rest) in its memory order, normalized with a zero mean
+            stored = insert_aten(graph, aten.permute.default, weight, order)
+            stored_shape = list(stored.meta["val"].shape)
+            flat = insert_aten(graph, aten.view.default, stored, [1, channels, -1])
+            folded = insert_aten(graph, aten.view.default, normalized(flat, gamma, None, zeros), stored_shape)
+            folded = insert_aten(graph, aten.permute.default, folded, [order.index(d) for d in range(len(order))])
+            # (b - mean) * s + beta
+            start = insert_aten(graph, aten.view.default, zeros if bias is None else bias, [1, channels])
+            shift = insert_aten(graph, aten.view.default, normalized(start, gamma, beta, mean), [channels])
+            if shift.meta["val"].dtype != value.dtype:
+                shift = insert_aten(graph, aten._to_copy.default, shift, dtype=value.dtype)
             args = [options[name] for name in ("input", "weight", "bias", "stride", "padding", "dilation",
                                                "transposed", "output_padding", "groups")]
             args[1], args[2] = folded, shift

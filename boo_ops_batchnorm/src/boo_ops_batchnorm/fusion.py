@@ -70,8 +70,10 @@ def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, ou
         y = logical(outputs, signature)
         if spec.get("activation"):
             return y
-        empty = torch.empty(0, dtype=dtype_from_name(spec["stats_dtype"]), device=y.device)
-        return y, empty, empty.clone()
+        # statistics nothing reads (match declines otherwise), as many as the traced op gives:
+        # none on the CPU, one per channel on CUDA
+        unread = torch.empty(spec.get("stats_numel", 0), dtype=dtype_from_name(spec["stats_dtype"]), device=y.device)
+        return y, unread, unread.clone()
     y, mean, invstd, new_mean, new_var = outputs
     running = dtype_from_name(spec["running_dtype"])
     stats = dtype_from_name(spec["stats_dtype"])
@@ -89,7 +91,7 @@ class _BatchNormForward(FusionPattern):
         running = value[3] if len(value) > 3 else running_mean.meta["val"]  # training returns new ones
         return {"mode": self.mode, "weight": weight is not None, "bias": bias is not None, "eps": float(eps),
                 "momentum": float(momentum), "stats_dtype": short_name(value[1].dtype),
-                "running_dtype": short_name(running.dtype)}
+                "stats_numel": int(value[1].numel()), "running_dtype": short_name(running.dtype)}
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [_forward_signature(spec, inputs[0])]
@@ -120,6 +122,8 @@ class BatchNormInference(_BatchNormForward):
 
     def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
         x, weight, bias, running_mean, running_var, momentum, eps = node.args[:7]
+        if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
+            return Decline("the graph reads the inference batch norm's statistics outputs")
         spec = self._spec(node, weight, bias, running_mean, momentum, eps)
         inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
         y = only_user(node)

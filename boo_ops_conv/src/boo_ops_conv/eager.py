@@ -83,7 +83,8 @@ def boo_conv(
     and any memory format. A contiguous tensor is read as NC(D)HW; otherwise a tensor whose
     strides are channels-last (``torch.channels_last``, ``channels_last_3d``, or NWC for 1-D)
     is read in place as N(D)HWC; any other strides are copied to contiguous first. A tensor
-    that is both contiguous and channels-last (C == 1, or 1x1 spatial) counts as contiguous.
+    that is both contiguous and channels-last (C == 1, or 1x1 spatial) counts as contiguous,
+    except a filter, which then takes the input's layout (kernel libraries key on one layout).
     The result has the input's memory format, as with torch.
 
     With ``shared_layout``, ``input_layout``, ``kernel_layout`` or ``output_layout``, tensors
@@ -232,7 +233,7 @@ def _resolve(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *, stride
         w_logical = layouts.permute(w, layouts.to_logical(w_layout))
     else:
         x_logical, in_layout = _as_stored(x, "x")
-        w_logical, w_layout = _as_stored(w, "w")
+        w_logical, w_layout = _as_stored(w, "w", prefer=in_layout)
         out_layout = in_layout
 
     if isinstance(padding, str):
@@ -319,9 +320,12 @@ def _hashable(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-def _as_stored(t: torch.Tensor, name: str) -> tuple[torch.Tensor, str]:
-    """A logical-shaped tensor and the layout its memory is in (see :func:`boo_conv`)."""
+def _as_stored(t: torch.Tensor, name: str, prefer: str | None = None) -> tuple[torch.Tensor, str]:
+    """A logical-shaped tensor and the layout its memory is in (see :func:`boo_conv`):
+    ``prefer`` where the memory is in that layout too (a 1x1 filter is both NCHW and NHWC)."""
     rank = t.dim() - 2
+    if prefer is not None and layouts.permute(t, layouts.to_physical(prefer)).is_contiguous():
+        return t, prefer
     if t.is_contiguous():
         return t, layouts.LOGICAL[rank]
     channels_last = layouts.channels_last(rank)

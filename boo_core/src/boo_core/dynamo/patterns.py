@@ -132,16 +132,24 @@ class GraphRewrite(abc.ABC):
         """Rewrite the graph at ``node`` (an anchor op) in place; whether it did."""
 
 
-def insert_aten(graph: torch.fx.Graph, op: torch._ops.OpOverload, *args: Any) -> torch.fx.Node:
-    """A ``call_function`` node of ``op`` on ``args`` (nodes or constants), inserted at the
-    graph's current insertion point, with ``meta["val"]`` computed from its inputs' fake
-    values."""
-    node = graph.call_function(op, tuple(args))
+#: ``node.meta`` key of nodes left to the nested backend: no fusion pattern is offered them.
+NESTED = "boo_nested"
+
+
+def insert_aten(graph: torch.fx.Graph, op: Callable[..., Any], *args: Any, nested: bool = False,
+                **kwargs: Any) -> torch.fx.Node:
+    """A ``call_function`` node of ``op`` on ``args`` and ``kwargs`` (nodes or constants),
+    inserted at the graph's current insertion point, with ``meta["val"]`` computed from its
+    inputs' fake values. ``nested=True`` leaves the node to the nested backend: a rewrite's
+    own arithmetic (a batch norm of a weight, say) that no pattern should take."""
+    node = graph.call_function(op, tuple(args), kwargs)
     values = [a.meta["val"] for a in args if isinstance(a, torch.fx.Node)]
     mode = torch._guards.detect_fake_mode(values)
     fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
     with mode if mode is not None else contextlib.nullcontext():
-        node.meta["val"] = op(*fake_args)
+        node.meta["val"] = op(*fake_args, **kwargs)
+    if nested:
+        node.meta[NESTED] = True
     return node
 
 

@@ -24,7 +24,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
-from .patterns import Decline, FusionMatch, FusionPattern, GraphRewrite, has_static_shape
+from .patterns import NESTED, Decline, FusionMatch, FusionPattern, GraphRewrite, has_static_shape
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")
@@ -50,7 +50,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor = _by_anchor(patterns)
-    if kind != "backward" and get_settings().graph_rewrites:
+    if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report)
     taken: set[torch.fx.Node] = set()
     claims = _claims(gm.graph, by_anchor, taken, report)
@@ -87,6 +87,15 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     gm.recompile()
     logger.info("%s", report.line())
     return report
+
+
+def _device_type(graph: torch.fx.Graph) -> str:
+    """The device type of a graph's first tensor input ("cpu" where it has none)."""
+    for node in graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
 
 
 def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], report: GraphReport) -> None:
@@ -134,7 +143,7 @@ def _claims(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]],
     """The first match at every anchor node, in graph order; their nodes go into ``taken``."""
     claims: list[Claim] = []
     for node in list(graph.nodes):
-        if node.op == "call_function" and node not in taken:
+        if node.op == "call_function" and node not in taken and not node.meta.get(NESTED):
             claim = _first_match(by_anchor.get(node.target, []), 0, node, taken, report)
             if claim is not None:
                 claims.append((node, *claim))

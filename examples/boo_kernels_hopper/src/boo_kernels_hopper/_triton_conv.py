@@ -15,7 +15,9 @@ tensors at fixed offsets):
   one tap's contiguous channels (16-byte loads, pipelined ``num_stages`` deep; ``tl.dot`` is
   wgmma on sm_90a); otherwise (the 3-channel stem) the reduction index is unfolded into
   (r, s, ci) per element, masked past R*S*CIN. Rows past M repeat the last pixel and are not
-  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse.
+  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse. A forward
+  convolution's epilogue: ``HAS_BIAS`` adds ``bias[co]``, then ``ACT`` is applied, in float32
+  before the one rounding.
 * ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
   that is a source element (the offset divisible by the dilation, inside the source), else
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
@@ -32,13 +34,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._triton_epilogue import activation
+
 
 @triton.jit
-def boo_hopper_conv(x, w, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_FROM_X: tl.constexpr,
+def boo_hopper_conv(x, w, bias, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_FROM_X: tl.constexpr,
                     N: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr, CIN: tl.constexpr, COUT: tl.constexpr,
                     R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, P: tl.constexpr,
                     Q: tl.constexpr, IN_MAJOR: tl.constexpr, FLIP: tl.constexpr, BM: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+                    BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    ACT: tl.constexpr):
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
@@ -97,6 +102,9 @@ def boo_hopper_conv(x, w, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_FROM_X:
             else:
                 b = tl.load(w_base + offs_n[None, :] * KRED + kk[:, None], mask=valid[:, None], other=0.0)
             acc = tl.dot(a, b, acc)
+    if HAS_BIAS:
+        acc += tl.load(bias + offs_n).to(tl.float32)[None, :]
+    acc = activation(acc, ACT)
     tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=(offs_m < M)[:, None])
 
 

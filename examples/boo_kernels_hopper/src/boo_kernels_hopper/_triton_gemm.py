@@ -17,16 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _activation(x, ACT: tl.constexpr):
-    if ACT == "relu":
-        x = tl.maximum(x, 0.0)
-    elif ACT == "gelu":  # the exact (erf) form, as torch's default
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif ACT == "silu":
-        x = x * tl.sigmoid(x)
-    return x
+from ._triton_epilogue import activation
 
 
 @triton.jit
@@ -87,5 +78,5 @@ def boo_hopper_gemm(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K: tl.
         acc += BETA * tl.load(c + at, mask=mn_ok, other=0.0).to(tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    acc = _activation(acc, ACT)
+    acc = activation(acc, ACT)
     tl.store(out + at, acc.to(out.dtype.element_ty), mask=mn_ok)

@@ -1,8 +1,9 @@
 """Which convolutions this library serves, how IREE's module for them is replaced, and PTX.
 
 A served convolution (:func:`problem_of`): bf16, 2-D, channels-last (NHWC input and output,
-KRSC filter), one group, no dilation, not transposed, no bias or activation; the forward
-(``fwd``) or the data gradient (``bwd``), with a multiple of 64 output channels.
+KRSC filter), one group, no dilation, not transposed; the forward (``fwd``, with its bias and
+activation, if any, as the kernel's epilogue) or the data gradient (``bwd``), with a multiple
+of 64 output channels.
 
 Both are computed as one forward convolution, :class:`ConvProblem`: an implicit GEMM over a
 channels-last image that already holds its padding. The forward's image is x padded by the
@@ -13,7 +14,9 @@ flipped and read input-channel-major (dx[c] = sum over k of dY[k] * w[k, flipped
 IREE's module for the op's ``default`` formulation on CUDA has, per row of benchmarks/gpu.py:
 
 * one executable (unpadded 1x1 rows): the convolution of the op's own tensors (x or dY, w,
-  y or dx; some flattened to 2-D). Replaced by the convolution kernel on them.
+  [bias,] y or dx; some flattened to 2-D). Replaced by the convolution kernel on them. A
+  forward's bias and activation are inside the convolution's executable, the bias its own
+  binding before the output's, in this shape and the next.
 * two (padded forward; strided 1x1 data gradient): a transpose writing a transient (x or dY
   in NCHW, padded or zero-inserted), then the convolution reading it with w. Both are
   replaced: the first by ``boo_hopper_pad`` writing the transient as the padded image in
@@ -42,6 +45,8 @@ from .ptx import Kernel, compile_for_iree
 
 BF16 = torch.bfloat16
 ELEMENT = 2  # bytes per bf16
+#: Activations a forward convolution's epilogue applies (``_triton_epilogue.activation``).
+EPILOGUE_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class ConvProblem:
     q: int
     cout: int
     in_major: bool  # the filter is (cin, r, s, cout) as stored (and read flipped): the data gradient
+    bias: bool = False  # the forward's epilogue: y += bias[cout], then the activation
+    activation: str | None = None
 
     @property
     def cin(self) -> int:
@@ -110,11 +117,13 @@ class ConvProblem:
 
 def is_plain_channels_last(s: Any) -> bool:
     """Whether ``s`` is a conv signature of the kind this library's kernels take: bf16, 2-D,
-    NHWC input and output and KRSC filter, one group, no dilation, not transposed, no bias
-    or activation. Duck-typed so that the library needs no op package."""
+    NHWC input and output and KRSC filter, one group, no dilation, not transposed, and an
+    epilogue (a forward's bias and activation) the kernel has. Duck-typed so that the
+    library needs no op package."""
     try:
         return (getattr(s, "op_name", None) == "conv" and s.dtype == BF16 and s.spatial_rank == 2 and s.groups == 1
-                and not s.transposed and not s.bias and s.activation is None and all(d == 1 for d in s.dilation)
+                and not s.transposed and (s.activation is None or s.activation in EPILOGUE_ACTIVATIONS)
+                and all(d == 1 for d in s.dilation)
                 and (s.input_layout, s.kernel_layout, s.output_layout) == ("NHWC", "NHWC", "NHWC"))
     except (AttributeError, TypeError, ValueError):
         return False
@@ -133,8 +142,9 @@ def problem_of(signature: Any) -> ConvProblem | None:
     except (AttributeError, TypeError, ValueError):
         return None
     if s.mode == "fwd":
-        problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, r, sw_, sh, sw, p, q, k, False)
-    elif s.mode == "bwd":
+        problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, r, sw_, sh, sw, p, q, k, False,
+                              bool(s.bias), s.activation)
+    elif s.mode == "bwd" and not s.bias and s.activation is None:
         lo_h, lo_w = r - 1 - ph, sw_ - 1 - pw
         if lo_h < 0 or lo_w < 0:  # padding beyond the window: windows that read padding only
             return None
@@ -222,13 +232,16 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
             raise ValueError(f"{name}: a tensor of binding {bindings} is at an offset")
 
     conv = executables[-1]
+    # the forward's epilogue: the bias is binding 2, the output's moves to 3
+    bias = [(2, problem.cout, "readonly")] if problem.bias else []
+    out = 2 + len(bias)
     if len(executables) == 1:
         if not problem.direct:
             raise ValueError(f"one executable {names}, but the {problem.mode} convolution needs padding")
         expect(conv.name, spans[conv.name], [(0, problem.source_numel, "readonly"),
-                                             (1, problem.weight_numel, "readonly"),
-                                             (2, problem.output_numel, "writeonly")])
-        at_start(conv.name, 0, 1, 2)
+                                             (1, problem.weight_numel, "readonly"), *bias,
+                                             (out, problem.output_numel, "writeonly")])
+        at_start(conv.name, 0, 1, 2, out)
         return [Launch(conv, "conv", (0, 0))]
     pad = executables[0]
     expect(pad.name, spans[pad.name], [(0, problem.source_numel, "readonly"), (1, problem.padded_numel, "writeonly")])
@@ -236,9 +249,9 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
     pad_to = next(sp for sp in spans[pad.name] if sp.binding == 1).offset
     if len(executables) == 2:
         expect(conv.name, spans[conv.name], [(0, problem.padded_numel, "readonly"),
-                                             (1, problem.weight_numel, "readonly"),
-                                             (2, problem.output_numel, "writeonly")])
-        at_start(conv.name, 1, 2)
+                                             (1, problem.weight_numel, "readonly"), *bias,
+                                             (out, problem.output_numel, "writeonly")])
+        at_start(conv.name, 1, 2, out)
         x_at = next(sp for sp in spans[conv.name] if sp.binding == 0).offset
         if x_at != pad_to:
             raise ValueError(f"{names}: the transient is written at byte {pad_to} and read at {x_at}")
@@ -273,11 +286,12 @@ def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: 
             "HP": problem.hp, "WP": problem.wp,
             "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "SH": problem.sh,
             "SW": problem.sw, "P": problem.p, "Q": problem.q, "IN_MAJOR": problem.in_major,
-            "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group}
+            "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group,
+            "HAS_BIAS": problem.bias, "ACT": problem.activation or ""}
 
 
-CONV_ORDER = ["x", "w", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT", "R", "S", "SH", "SW", "P",
-              "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP"]
+CONV_ORDER = ["x", "w", "bias", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT", "R", "S", "SH",
+              "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 
@@ -301,9 +315,8 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
 
     if launch.kernel == "conv":
         constants = conv_constants(problem, config, launch.offsets[0], launch.offsets[1], launch.w_from_x)
-        pointers = ["x", "y"] if launch.w_from_x else ["x", "w", "y"]
-        if launch.w_from_x:
-            constants["w"] = None
+        pointers = ["x", *([] if launch.w_from_x else ["w"]), *(["bias"] if problem.bias else []), "y"]
+        constants.update({name: None for name in ("w", "bias") if name not in pointers})
         compiled, ptx = compile_for_iree(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
                                  config.num_stages, entry)
         grid = conv_grid(problem, config)
