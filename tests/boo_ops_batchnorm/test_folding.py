@@ -11,6 +11,8 @@ import torch
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import get_settings, settings_override
 
+from .recording import record_signatures
+
 
 def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
     """Non-trivial running statistics and affine parameters in every batch norm."""
@@ -54,15 +56,7 @@ def test_a_bfloat16_channels_last_model_folds_into_a_channels_last_conv_with_its
     nested backend (no batch-norm kernel offloaded)."""
     from boo_ops_conv.fusion import ConvForward
 
-    compiled_for = []
-    original = ConvForward.signatures
-
-    def recording(self, spec, inputs):
-        found = original(self, spec, inputs)
-        compiled_for.extend(found)
-        return found
-
-    monkeypatch.setattr(ConvForward, "signatures", recording)
+    compiled_for = record_signatures(monkeypatch, ConvForward)
     torch.manual_seed(0)
     model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
                                                 torch.nn.BatchNorm2d(16), torch.nn.ReLU()))

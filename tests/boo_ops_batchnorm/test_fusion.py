@@ -13,6 +13,8 @@ from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
 from boo_ops_batchnorm.fusion import BatchNormInference
 
+from .recording import record_signatures
+
 
 def convnet() -> torch.nn.Module:
     torch.manual_seed(0)
@@ -22,15 +24,7 @@ def convnet() -> torch.nn.Module:
 
 @pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
 def test_inference_batch_norms_run_on_boo_with_the_relu_fused(backend, monkeypatch):
-    compiled_for = []  # the signatures the pattern asks BOO to build (the real method, recorded)
-    original = BatchNormInference.signatures
-
-    def recording(self, spec, inputs):
-        found = original(self, spec, inputs)
-        compiled_for.extend(found)
-        return found
-
-    monkeypatch.setattr(BatchNormInference, "signatures", recording)
+    compiled_for = record_signatures(monkeypatch, BatchNormInference)  # what the pattern asks BOO to build
     model = convnet().eval()
     for module in model:
         if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
