@@ -107,6 +107,7 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
     (128, 128, 3, 2, 56, "wrw"),  # 3x3 strided
     (256, 256, 3, 1, 14, "wrw"),  # 3x3, the last split masked
     (512, 512, 3, 1, 7, "wrw"),  # 3x3, 1568 pixels: the image reaches the products through IREE's copy
+    (3, 64, 7, 2, 224, "wrw"),  # the stem: 3 channels, 147 columns gathered one by one, 49 taps' copies
 ]
 
 
@@ -125,4 +126,4 @@ def test_a_resnet_weight_gradient_is_served_by_the_library_kernels(private_cache
 
 
 def test_weight_gradients_it_does_not_serve_get_nothing_from_it():
-    assert wgrad.problem_of(signature_of(3, 64, 7, 2, 224, "wrw")) is None  # the stem
+    assert wgrad.problem_of(signature_of(3, 64, 1, 1, 56, "wrw")) is None  # 1x1 with 3 channels

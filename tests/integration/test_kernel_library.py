@@ -141,7 +141,9 @@ def test_it_knows_which_weight_gradients_it_serves():
     assert wgrad.problem_of(resnet_conv(256, 512, 1, 2, 56, "wrw")) is not None
     three = wgrad.problem_of(resnet_conv(128, 128, 3, 2, 56, "wrw"))
     assert (three.taps, three.columns, three.hp, three.wp) == (9, 1152, 57, 57)  # the extent the windows read
-    for other in (resnet_conv(3, 64, 7, 2, 224, "wrw"),  # the stem: 3 channels
+    stem = wgrad.problem_of(resnet_conv(3, 64, 7, 2, 224, "wrw"))  # 3 channels: columns gathered one by one
+    assert (stem.gathered, stem.columns, stem.hp, three.gathered) == (True, 147, 229, False)
+    for other in (resnet_conv(3, 64, 1, 1, 56, "wrw"),  # a 1x1 window of 3 channels
                   ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=3, dtype=torch.bfloat16,
                                 shared_layout="NHWC", mode="wrw"),  # padding beyond the window
                   ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), padding=1, shared_layout="NHWC", mode="wrw"),
@@ -163,7 +165,9 @@ IMAGE = ["pad", "copy"] + ["copy"] * 9  # a 3x3 window's columns, made the padde
                                               ((2048, 512, 1, 1, 7, "wrw"), ["wgrad", "sum"]),
                                               ((64, 64, 3, 1, 56, "wrw"), IMAGE + ["wgrad", "sum"]),
                                               ((128, 128, 3, 2, 56, "wrw"), IMAGE + ["wgrad", "sum"]),
-                                              ((512, 512, 3, 1, 7, "wrw"), IMAGE + ["wgrad", "sum"])])
+                                              ((512, 512, 3, 1, 7, "wrw"), IMAGE + ["wgrad", "sum"]),
+                                              ((3, 64, 7, 2, 224, "wrw"), ["pad", "copy"] + ["copy"] * 49
+                                               + ["wgrad", "sum"])])
 def test_it_recognizes_the_weight_gradient_modules_iree_makes_for_the_resnet_rows(private_cache, row, kernels):
     signature = resnet_conv(*row)
     problem = wgrad.problem_of(signature)

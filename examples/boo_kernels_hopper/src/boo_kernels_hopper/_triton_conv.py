@@ -144,17 +144,19 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
                      DY_IN_B: tl.constexpr, X_IN_B: tl.constexpr, M: tl.constexpr, K: tl.constexpr,
                      C: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr,
                      MASKED: tl.constexpr, R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                     P: tl.constexpr, Q: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr):
+                     P: tl.constexpr, Q: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr,
+                     GATHER: tl.constexpr):
     """One split of the weight gradient's reduction, float32: ``part[split, k, (r, s, c)] = sum
     over the split's pixels m = (n, p, q) of dy[m, k] * x[m, (r, s, c)]``. dy is (M, K),
     channels minor. With a 1x1 window (R = S = 1) x is (M, C), the pixels the window reads;
     otherwise x is a padded channels-last image (N, HP, WP, C) read through an R x S window
-    at stride (SH, SW) over a P x Q output, its columns (r, s, c) never materialized (BN
-    divides C: a tile's columns are one tap's channels). Program ``pid`` is tile ``pid %
-    tiles`` of split ``pid // tiles``: the programs of one split run together and read the
-    same pixels (L2). Pixels past M read as zeros."""
+    at stride (SH, SW) over a P x Q output, its columns (r, s, c) never materialized: BN
+    divides C (a tile's columns are one tap's channels), or, with ``GATHER`` (few channels:
+    the 3-channel stem), each column is gathered on its own and columns past R*S*C are
+    masked. Program ``pid`` is tile ``pid % tiles`` of split ``pid // tiles``: the programs of
+    one split run together and read the same pixels (L2). Pixels past M read as zeros."""
     TC: tl.constexpr = R * S * C
-    tiles_n: tl.constexpr = TC // BN
+    tiles_n: tl.constexpr = (TC + BN - 1) // BN
     tiles: tl.constexpr = (K // BM) * tiles_n
     pid = tl.program_id(0)
     split = pid // tiles
@@ -162,8 +164,13 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     offs_k = (tile // tiles_n) * BM + tl.arange(0, BM)
     tile_n = tile % tiles_n
     offs_c = tile_n * BN + tl.arange(0, BN)  # the tile's (r, s, c) columns
+    column_ok = offs_c < TC
     if R * S == 1:
         offs_x = offs_c
+    elif GATHER:  # each column's own offset from a window's corner: tap (r, s), channel c
+        column = tl.minimum(offs_c, TC - 1)
+        tap = column // C
+        offs_x = ((tap // S) * WP + tap % S) * C + column % C
     else:  # one tap's channels: their offset from a window's corner in the image
         per_tap: tl.constexpr = C // BN
         tap = tile_n // per_tap
@@ -186,8 +193,13 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
         else:
             inside = tl.minimum(pix, M - 1)
             corner = ((inside // (P * Q) * HP + (inside // Q) % P * SH) * WP + inside % Q * SW) * C
-            corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
-        if MASKED:
+            if not GATHER:
+                corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
+        if GATHER:
+            ok = (pix < M)[:, None]
+            g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
+            v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok & column_ok[None, :], other=0.0)
+        elif MASKED:
             ok = (pix < M)[:, None]
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
             v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok, other=0.0)
@@ -195,7 +207,8 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
             v = tl.load(x + corner[:, None] + offs_x[None, :])
         acc = tl.dot(tl.trans(g), v, acc)
-    tl.store(part + PART_OFF + split * (K * TC) + offs_k[:, None] * TC + offs_c[None, :], acc)
+    tl.store(part + PART_OFF + split * (K * TC) + offs_k[:, None] * TC + offs_c[None, :], acc,
+             mask=column_ok[None, :])
 
 
 @triton.jit

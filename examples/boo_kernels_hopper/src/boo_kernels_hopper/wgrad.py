@@ -2,12 +2,13 @@
 replaced, and PTX.
 
 A served weight gradient (:func:`problem_of`): bf16, 2-D, channels-last (NHWC x and dY, KRSC
-filter), one group, no dilation, not transposed, padding smaller than the window, multiples
-of 64 input and output channels. Then ``dw[k, (r, s, c)] = sum over pixels m of dY[m, k] *
-X[m, (r, s, c)]``, X the windows' columns (for a 1x1 window, the pixels it reads): a GEMM
-with M = K, N = R*S*C and a long reduction over N*P*Q pixels (up to 100352), whose output is
-small: the reduction is split (split-K) into float32 partial sums, added and rounded once to
-bf16 by a second kernel.
+filter), one group, no dilation, not transposed, padding smaller than the window, a multiple
+of 64 output channels and of 64 input channels, or, for a window larger than 1x1, any number
+of input channels (the 3-channel stem), whose columns the kernel gathers one by one. Then
+``dw[k, (r, s, c)] = sum over pixels m of dY[m, k] * X[m, (r, s, c)]``, X the windows'
+columns (for a 1x1 window, the pixels it reads): a GEMM with M = K, N = R*S*C and a long
+reduction over N*P*Q pixels (up to 401408), whose output is small: the reduction is split
+(split-K) into float32 partial sums, added and rounded once to bf16 by a second kernel.
 
 The float32 workspace comes from IREE's module of the op's ``im2col_splitN`` formulation
 (boo_ops_conv ``_im2col_weight_gradient``: ``parts`` products of ``rows`` pixels each, then
@@ -101,6 +102,11 @@ class WgradProblem:
     def image_numel(self) -> int:
         return self.n * self.hp * self.wp * self.c
 
+    @property
+    def gathered(self) -> bool:
+        """Whether the kernel reads the columns one by one (channels not a multiple of 64)."""
+        return self.c % 64 != 0
+
 
 @dataclass(frozen=True)
 class WgradConfig:
@@ -130,7 +136,7 @@ def problem_of(signature: Any) -> WgradProblem | None:
         (u, v), (ph, pw) = s.stride, s.padding
     except (AttributeError, TypeError, ValueError):
         return None
-    if c % 64 or k % 64 or ph >= r or pw >= t or min(p, q) < 1:
+    if k % 64 or (c % 64 and r * t == 1) or ph >= r or pw >= t or min(p, q) < 1:
         return None
     problem = WgradProblem(n, h, w, c, k, u, v, p, q, r, t, ph, pw)
     if problem.taps == 1 and (problem.hp > h or problem.wp > w):
@@ -159,10 +165,10 @@ def choose_config(problem: WgradProblem) -> WgradConfig:
     GPU; a tile's columns within one tap) and the splits (about one wave of programs)."""
     parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
     options = [(bm, bn, warps) for bm, bn, warps in ((128, 128, 8), (128, 64, 4), (64, 64, 4))
-               if problem.k % bm == 0 and problem.c % bn == 0]
-    bm, bn, warps = next((o for o in options if (problem.k // o[0]) * (problem.columns // o[1]) * parts >= SMS),
+               if problem.k % bm == 0 and (problem.c % bn == 0 or problem.gathered)]
+    bm, bn, warps = next((o for o in options if (problem.k // o[0]) * -(-problem.columns // o[1]) * parts >= SMS),
                          options[-1])
-    tiles = (problem.k // bm) * (problem.columns // bn)
+    tiles = (problem.k // bm) * -(-problem.columns // bn)
     return WgradConfig(bm, bn, 64, warps, 4, max(1, min(parts, SMS // tiles)))
 
 
@@ -234,7 +240,7 @@ def _bindings(executable: Any, found: list[Span]) -> list[int]:
 
 
 WGRAD_ORDER = ["a", "b", "part", "DY_OFF", "X_OFF", "PART_OFF", "DY_IN_B", "X_IN_B", "M", "K", "C", "BM", "BN", "BK",
-               "STEPS", "MASKED", "R", "S", "SH", "SW", "P", "Q", "HP", "WP"]
+               "STEPS", "MASKED", "R", "S", "SH", "SW", "P", "Q", "HP", "WP", "GATHER"]
 SUM_ORDER = ["part", "out", "PART_OFF", "OUT_OFF", "NUMEL", "SPLITS", "BLOCK"]
 SUBSAMPLE_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "P", "Q", "U", "V", "BP", "BC"]
 COPY_ORDER = ["src", "dst", "SRC_OFF", "DST_OFF", "START", "COUNT", "BLOCK"]
@@ -358,7 +364,7 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     blocks = -(-pb.pixels // config.bk)
     steps = -(-blocks // splits)
     splits = -(-blocks // steps)
-    tiles = (pb.k // config.bm) * (pb.columns // config.bn)
+    tiles = (pb.k // config.bm) * -(-pb.columns // config.bn)
 
     launches: list[Launch] = []
     if pb.taps > 1:
@@ -371,7 +377,7 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     constants = {"DY_OFF": dy.element_offset, "X_OFF": x.element_offset, "PART_OFF": part.element_offset,
                  "DY_IN_B": dy.binding != inputs[0], "X_IN_B": x.binding != inputs[0], "M": pb.pixels, "K": pb.k,
                  "C": pb.c, "BM": config.bm, "BN": config.bn, "BK": config.bk, "STEPS": steps,
-                 "MASKED": splits * steps * config.bk != pb.pixels, **geometry}
+                 "MASKED": splits * steps * config.bk != pb.pixels, "GATHER": pb.gathered, **geometry}
     pointers = ("a", "b", "part") if len(inputs) == 2 else ("a", "part")
     if len(inputs) == 1:
         constants["b"] = None
