@@ -31,7 +31,9 @@ ROWS = [  # (input channels, output channels, window, stride, input size, mode)
     (64, 64, 3, 1, 56, "bwd"),  # pad + filter copy + conv (flipped, input-channel-major filter)
     (256, 256, 3, 2, 28, "bwd"),  # zero-inserted dY
     (256, 64, 1, 1, 56, "bwd"),  # one executable
-    (256, 512, 1, 2, 56, "bwd"),  # pad (zero insertion) + conv
+    (256, 512, 1, 2, 56, "bwd"),  # dY copied compact + the conv scattering into dx (no zeros inserted)
+    (1024, 2048, 1, 2, 14, "bwd"),  # the same at 7x7 dY
+    (256, 512, 1, 2, 15, "bwd"),  # odd: the last row and column of 2x2 blocks cut at dx's edge
 ]
 
 

@@ -15,7 +15,10 @@ tensors at fixed offsets):
   one tap's contiguous channels (16-byte loads, pipelined ``num_stages`` deep; ``tl.dot`` is
   wgmma on sm_90a); otherwise (the 3-channel stem) the reduction index is unfolded into
   (r, s, ci) per element, masked past R*S*CIN. Rows past M repeat the last pixel and are not
-  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse. A forward
+  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse. With
+  ``SCATTER`` (a strided 1x1 data gradient) the input is dY itself, compact, and output pixel
+  (n, p, q) is stored at (n, p*DH, q*DW) of an (N, OH, OW, COUT) output whose other pixels of
+  each DH x DW block are written as zeros: no multiply-add of an inserted zero. A forward
   convolution's epilogue: ``HAS_BIAS`` adds ``bias[co]``, then ``ACT`` is applied, in float32
   before the one rounding.
 * ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
@@ -43,7 +46,8 @@ def boo_hopper_conv(x, w, bias, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_F
                     R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, P: tl.constexpr,
                     Q: tl.constexpr, IN_MAJOR: tl.constexpr, FLIP: tl.constexpr, BM: tl.constexpr,
                     BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    ACT: tl.constexpr):
+                    ACT: tl.constexpr, SCATTER: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+                    DH: tl.constexpr, DW: tl.constexpr):
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
@@ -105,7 +109,18 @@ def boo_hopper_conv(x, w, bias, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr, W_F
     if HAS_BIAS:
         acc += tl.load(bias + offs_n).to(tl.float32)[None, :]
     acc = activation(acc, ACT)
-    tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=(offs_m < M)[:, None])
+    m_ok = offs_m < M
+    if SCATTER:  # pixel (n, p, q) lands at (n, p*DH, q*DW) of an OH x OW output; the rest of its block is 0
+        corner = ((n * OH + p * DH) * OW + q * DW) * COUT
+        tl.store(y + corner[:, None] + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
+        zeros = tl.zeros((BM, BN), dtype=tl.bfloat16)
+        for a in tl.static_range(DH):
+            for b in tl.static_range(DW):
+                if a + b > 0:
+                    ok = m_ok & (p * DH + a < OH) & (q * DW + b < OW)
+                    tl.store(y + (corner + (a * OW + b) * COUT)[:, None] + offs_n[None, :], zeros, mask=ok[:, None])
+    else:
+        tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
 
 
 @triton.jit

@@ -20,7 +20,10 @@ IREE's module for the op's ``default`` formulation on CUDA has, per row of bench
 * two (padded forward; strided 1x1 data gradient): a transpose writing a transient (x or dY
   in NCHW, padded or zero-inserted), then the convolution reading it with w. Both are
   replaced: the first by ``boo_hopper_pad`` writing the transient as the padded image in
-  NHWC (the same number of elements), the second by the convolution reading that.
+  NHWC (the same number of elements), the second by the convolution reading that. For a
+  strided 1x1 data gradient the first copies dY compact (no zeros inserted) to the start of
+  the transient, and the convolution multiplies only dY's pixels, writing each to its place
+  in dx and zeros around it (:attr:`ConvProblem.scatter`): a quarter of the work at stride 2.
 * three (padded data gradient): the transpose, a copy of the filter flipped into the same
   transient buffer at an offset, and the convolution with two bindings (the transient, dx).
   Replaced by the pad, a plain copy of the filter into its slot, and the convolution reading
@@ -97,6 +100,11 @@ class ConvProblem:
     def direct(self) -> bool:
         """The kernel can read the source itself: no padding, no zeros inserted."""
         return (self.lo_h == self.lo_w == 0 and self.dh == self.dw == 1 and self.hp == self.h and self.wp == self.w)
+
+    @property
+    def scatter(self) -> bool:
+        """A strided 1x1 data gradient: computed on dY's own pixels, scattered into dx."""
+        return self.mode == "bwd" and self.r == self.s == 1 and (self.dh, self.dw) != (1, 1)
 
     @property
     def source_numel(self) -> int:
@@ -202,8 +210,8 @@ class Launch:
     """One replaced executable: which kernel, its pointers and constant offsets."""
 
     executable: Any
-    kernel: str  # "conv", "pad" or "copy"
-    offsets: tuple[int, ...]  # element offsets: conv (x, w) ; pad/copy (dst,)
+    kernel: str  # "conv", "pad", "compact" (the source copied as it is) or "copy"
+    offsets: tuple[int, ...]  # element offsets: conv (x, w) ; pad/compact/copy (dst,)
     w_from_x: bool = False
 
 
@@ -255,7 +263,8 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
         x_at = next(sp for sp in spans[conv.name] if sp.binding == 0).offset
         if x_at != pad_to:
             raise ValueError(f"{names}: the transient is written at byte {pad_to} and read at {x_at}")
-        return [Launch(pad, "pad", (pad_to // ELEMENT,)), Launch(conv, "conv", (x_at // ELEMENT, 0))]
+        first = "compact" if problem.scatter else "pad"
+        return [Launch(pad, first, (pad_to // ELEMENT,)), Launch(conv, "conv", (x_at // ELEMENT, 0))]
     if len(executables) == 3 and problem.in_major:
         copy = executables[1]
         expect(copy.name, spans[copy.name], [(0, problem.weight_numel, "readonly"),
@@ -280,23 +289,34 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
 # -- PTX ------------------------------------------------------------------------------------------
 
 
+def kernel_geometry(problem: ConvProblem) -> dict[str, Any]:
+    """The convolution kernel's image, window and output: the problem's own, or for a
+    scattered one (:attr:`ConvProblem.scatter`) a 1x1 stride-1 pass over compact dY whose
+    pixels land DH x DW apart in the OH x OW output."""
+    if problem.scatter:
+        return {"HP": problem.h, "WP": problem.w, "SH": 1, "SW": 1, "P": problem.h, "Q": problem.w, "SCATTER": True,
+                "OH": problem.p, "OW": problem.q, "DH": problem.dh, "DW": problem.dw}
+    return {"HP": problem.hp, "WP": problem.wp, "SH": problem.sh, "SW": problem.sw, "P": problem.p, "Q": problem.q,
+            "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1}
+
+
 def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
                    ) -> dict[str, Any]:
     return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n,
-            "HP": problem.hp, "WP": problem.wp,
-            "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "SH": problem.sh,
-            "SW": problem.sw, "P": problem.p, "Q": problem.q, "IN_MAJOR": problem.in_major,
+            "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "IN_MAJOR": problem.in_major,
             "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group,
-            "HAS_BIAS": problem.bias, "ACT": problem.activation or ""}
+            "HAS_BIAS": problem.bias, "ACT": problem.activation or "", **kernel_geometry(problem)}
 
 
 CONV_ORDER = ["x", "w", "bias", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT", "R", "S", "SH",
-              "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT"]
+              "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT", "SCATTER", "OH", "OW",
+              "DH", "DW"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 
 def conv_grid(problem: ConvProblem, config: ConvConfig) -> int:
-    return -(-problem.n * problem.p * problem.q // config.bm) * (problem.cout // config.bn)
+    geometry = kernel_geometry(problem)
+    return -(-problem.n * geometry["P"] * geometry["Q"] // config.bm) * (problem.cout // config.bn)
 
 
 def pad_constants(n: int, h: int, w: int, c: int, hp: int, wp: int, lo_h: int, lo_w: int, dh: int, dw: int,
@@ -325,6 +345,8 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
         if launch.kernel == "pad":
             constants, grid = pad_constants(p.n, p.h, p.w, p.c, p.hp, p.wp, p.lo_h, p.lo_w, p.dh, p.dw,
                                             launch.offsets[0])
+        elif launch.kernel == "compact":  # the source as it is (a pad of nothing)
+            constants, grid = pad_constants(p.n, p.h, p.w, p.c, p.h, p.w, 0, 0, 1, 1, launch.offsets[0])
         else:  # the filter (cout... ) copied as it is: rows of its last dimension
             last = p.cout if p.in_major else p.cin
             rows = p.weight_numel // last
