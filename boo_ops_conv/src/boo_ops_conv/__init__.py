@@ -1,6 +1,8 @@
 """Convolution for BOO: ``boo_conv``, the ``BooConv*`` modules, ``ConvSignature`` and
-MIOpenDriver ``conv`` commands."""
+MIOpenDriver ``conv`` commands; MIOpen's CBAInfer fusion (``ConvBatchNormActivationSignature``)."""
 
+from .cba_parser import CBAInferParser
+from .cba_signature import ConvBatchNormActivationSignature
 from .eager import boo_conv, boo_conv_backward, conv_signature_for
 from .modules import (
     BooConv1d,
@@ -23,6 +25,8 @@ __all__ = [
     "BooConvTranspose1d",
     "BooConvTranspose2d",
     "BooConvTranspose3d",
+    "CBAInferParser",
+    "ConvBatchNormActivationSignature",
     "ConvParser",
     "ConvSignature",
     "boo_conv",

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
-from boo_core.signatures.signature import require_finite, require_positive, require_representable
+from boo_core.signatures.signature import number_symbol, require_finite, require_positive, require_representable
 
 #: Activations a matmul may apply last (the linear-layer epilogue). ``gelu`` is the exact (erf) form.
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -103,8 +103,8 @@ class MatmulSignature(Signature):
     def readable_name(self) -> str:
         ops = ("t" if self.trans_a else "n") + ("t" if self.trans_b else "n")
         parts = [f"matmul_{short_name(self.dtype)}", f"b{self.batch}m{self.m}n{self.n}k{self.k}", ops,
-                 "colmajor" if self.col_major else "rowmajor", f"alpha{_number(self.alpha)}",
-                 f"beta{_number(self.beta)}"]
+                 "colmajor" if self.col_major else "rowmajor", f"alpha{number_symbol(self.alpha)}",
+                 f"beta{number_symbol(self.beta)}"]
         if self.bias:
             parts.append("bias")
         if self.activation:
@@ -159,7 +159,3 @@ class MatmulSignature(Signature):
     def accumulation_length(self) -> int:
         return self.k
 
-
-def _number(value: float) -> str:
-    """A float for a symbol name, exactly (repr round-trips): 0.5 -> 0p5, -1e-05 -> m1em05."""
-    return repr(value).replace("-", "m").replace("+", "").replace(".", "p")

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ..kernels.target import Target
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: A command keyword: MIOpenDriver's base arguments are case-sensitive (``CBAInfer``).
+_KEYWORD = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 FormulationsFn = Callable[[Any, "Target"], Sequence[Formulation]]
 FlagsFn = Callable[[Any, "Target"], Sequence[str]]
@@ -60,8 +62,9 @@ class OpSpec:
             raise ValueError(f"op {self.name!r}: keywords must be a non-empty tuple of strings")
         object.__setattr__(self, "keywords", tuple(self.keywords))
         for keyword in self.keywords:
-            if not isinstance(keyword, str) or not _NAME.match(keyword):
-                raise ValueError(f"op {self.name!r}: keyword {keyword!r} must be lowercase letters, digits and _")
+            if not isinstance(keyword, str) or not _KEYWORD.match(keyword):
+                raise ValueError(f"op {self.name!r}: keyword {keyword!r} must be a letter, then letters, digits "
+                                 "and _")
         if not (isinstance(self.signature_class, type) and issubclass(self.signature_class, Signature)):
             raise TypeError(f"op {self.name!r}: signature_class must subclass boo_core.Signature")
         op_name = getattr(self.signature_class, "op_name", None)

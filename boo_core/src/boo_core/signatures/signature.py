@@ -73,6 +73,11 @@ def bounded_symbol(readable: str, limit: int = MAX_FUNC_NAME_LENGTH) -> str:
     return f"{name[: limit - 17]}_{digest}"
 
 
+def number_symbol(value: float) -> str:
+    """A float for a symbol name, exactly (repr round-trips): 0.5 -> 0p5, -1e-05 -> m1em05."""
+    return repr(value).replace("-", "m").replace("+", "").replace(".", "p")
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, torch.dtype):
         return short_name(value)

@@ -10,7 +10,7 @@ import torch
 
 from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
-from boo_core.signatures.signature import require_choice, require_finite, require_positive
+from boo_core.signatures.signature import number_symbol, require_choice, require_finite, require_positive
 
 #: MIOpen's ``-a/--algorithm`` values 0, 1, 2, in order.
 ALGORITHMS = ("fast", "accurate", "log")
@@ -73,7 +73,8 @@ class SoftmaxSignature(Signature):
 
     def readable_name(self) -> str:
         return (f"softmax_{self.mode}_{short_name(self.dtype)}_n{self.n}c{self.c}h{self.h}w{self.w}_"
-                f"{self.algorithm}_{self.softmax_mode}_alpha{_number(self.alpha)}_beta{_number(self.beta)}")
+                f"{self.algorithm}_{self.softmax_mode}_alpha{number_symbol(self.alpha)}_"
+                f"beta{number_symbol(self.beta)}")
 
     def input_specs(self) -> list[TensorSpec]:
         names = ["x"] if self.mode == "fwd" else ["y", "dy"]
@@ -124,7 +125,3 @@ def _softmax_backward(y: torch.Tensor, dy: torch.Tensor, algorithm: str) -> torc
         return dy - y.exp() * dy.sum(1, keepdim=True)
     return y * (dy - (y * dy).sum(1, keepdim=True))
 
-
-def _number(value: float) -> str:
-    """A float for a symbol name, exactly: 0.5 -> 0p5, -1e-05 -> m1em05."""
-    return repr(value).replace("-", "m").replace("+", "").replace(".", "p")

@@ -1,0 +1,37 @@
+"""How CBAInfer's kernel is built: the reference's export, and on CUDA, for an unpadded,
+ungrouped 1x1 convolution, the conv stage as a batched matmul (``matmul_1x1``), first: IREE's
+own kernel for such NCHW 1x1 convolutions came out wrong on an H200 (fp16, 32 output
+channels, per-activation batch norm and logistic: every element off; docs/gpu.md has the
+conv op's class). Verification refuses any formulation that comes out wrong, and the next
+one serves."""
+
+from __future__ import annotations
+
+import torch
+
+from boo_core import Formulation, Target
+
+from .cba_signature import ConvBatchNormActivationSignature
+
+
+def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target) -> tuple[Formulation, ...]:
+    """The CBAInfer op's formulations for ``signature`` on ``target`` (module docstring)."""
+    s = signature
+    if target.backend == "cuda" and is_plain_1x1(s):
+        return (Formulation("matmul_1x1", computation=lambda *a: s.compute(a, one_by_one_matmul),
+                            description="the unpadded 1x1 convolution as a batched matmul"),
+                Formulation("default"))
+    return (Formulation("default"),)
+
+
+def is_plain_1x1(s: ConvBatchNormActivationSignature) -> bool:
+    """A 1x1 convolution with no padding, stride or dilation, one group."""
+    return s.has_conv and (s.fil_h, s.fil_w, s.stride_h, s.stride_w, s.dilation_h, s.dilation_w, s.groups) == \
+        (1, 1, 1, 1, 1, 1, 1) and s.padding == (0, 0)
+
+
+def one_by_one_matmul(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """An unpadded NCHW 1x1 convolution, ``(K, C) @ (N, C, H*W)``."""
+    n, c, h, width = x.shape
+    y = torch.matmul(w.reshape(w.shape[0], c), x.reshape(n, c, h * width)).reshape(n, -1, h, width)
+    return y if b is None else y + b.reshape(-1, 1, 1)
