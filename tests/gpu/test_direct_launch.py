@@ -153,3 +153,33 @@ def test_torch_compile_reduce_overhead_replays_cuda_graphs_with_boo_kernels(trai
                 p.grad = q.grad = None
     assert sum(offload_summary().offloaded.values()) >= 2, offload_summary()
     assert recorded and all(g.replays >= 2 for g in recorded), [(g.name, g.replays, g._failed) for g in recorded]
+
+
+def test_a_replay_reads_the_parameters_memory_and_refuses_what_the_graph_was_not_recorded_for():
+    """Replays check parameters by their memory only (a parameter updated in place is read
+    where the graph recorded it), and the other arguments by shape, strides and dtype: a new
+    parameter tensor, or an input of another shape, runs the function without the graph."""
+    from boo_core.dynamo.cuda_graphs import WARMUP_CALLS, GraphedFunction
+
+    def scale(args):
+        x, w = args
+        return [x * w]
+
+    graphed = GraphedFunction(scale, "scale")
+    w = torch.nn.Parameter(torch.randn(8, device=DEVICE), requires_grad=False)
+    for _ in range(WARMUP_CALLS + 1):  # warm-up calls, then the recording
+        graphed([torch.randn(8, device=DEVICE), w])
+    assert graphed.graph is not None
+    x = torch.randn(8, device=DEVICE)
+    torch.testing.assert_close(graphed([x, w])[0], x * w)
+    replays = graphed.replays
+    with torch.no_grad():
+        w.mul_(3.0)  # in place: the same memory, new values
+    torch.testing.assert_close(graphed([x, w])[0], x * w)
+    assert graphed.replays == replays + 1
+    other = torch.nn.Parameter(torch.randn(8, device=DEVICE), requires_grad=False)
+    torch.testing.assert_close(graphed([x, other])[0], x * other)  # another parameter: not replayed
+    wider = torch.randn(2, 8, device=DEVICE)
+    torch.testing.assert_close(graphed([wider, w])[0], wider * w)  # another shape: not replayed
+    assert graphed.replays == replays + 1
+
