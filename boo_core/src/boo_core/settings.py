@@ -275,11 +275,16 @@ class Settings:
 
     def verifies(self, device_type: str) -> bool:
         """Whether kernels are verified on first use on a device of ``device_type``."""
-        return self.verify == "all" or (self.verify == "auto" and device_type != "cpu")
+        return _switched_on(self.verify, device_type)
 
     def rewrites_graphs(self, device_type: str) -> bool:
         """Whether torch.compile applies graph rewrites to a graph on ``device_type``."""
-        return self.graph_rewrites == "all" or (self.graph_rewrites == "auto" and device_type != "cpu")
+        return _switched_on(self.graph_rewrites, device_type)
+
+
+def _switched_on(switch: str, device_type: str) -> bool:
+    """A GPU-only switch's value (:func:`_auto_switch`) for a device of ``device_type``."""
+    return switch == "all" or (switch == "auto" and device_type != "cpu")
 
 
 _lock = threading.Lock()

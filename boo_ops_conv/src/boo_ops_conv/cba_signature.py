@@ -15,6 +15,8 @@ from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
 from boo_core.signatures.signature import number_symbol, require_choice, require_finite, require_positive
 
+from .signature import same_padding
+
 #: MIOpen's ``-F/--fusion_mode`` values 0..6, in order: which of conv (c), bias (b), batch
 #: norm (n) and activation (a) run.
 FUSION_MODES = ("cbna", "cna", "na", "cn", "cba", "ca", "cb")
@@ -131,10 +133,7 @@ class ConvBatchNormActivationSignature(Signature):
         if self.pad_mode == "valid":
             return 0, 0
         if self.pad_mode == "same":
-            def same(size: int, window: int, stride: int) -> int:
-                return max(window - (stride if size % stride == 0 else size % stride), 0) // 2
-
-            return same(self.h, self.fil_h, self.stride_h), same(self.w, self.fil_w, self.stride_w)
+            return same_padding(self.h, self.fil_h, self.stride_h), same_padding(self.w, self.fil_w, self.stride_w)
         return self.pad_h, self.pad_w
 
     @property

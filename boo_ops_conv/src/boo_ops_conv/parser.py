@@ -24,7 +24,7 @@ from boo_core.signatures.flags import INT32_MAX, integer, non_negative, one_of, 
 from boo_core.signatures.parser import format_command
 
 from . import layouts
-from .signature import ACTIVATIONS, ConvSignature
+from .signature import ACTIVATIONS, ConvSignature, same_padding
 
 KERNEL, RUN, REFUSED = FlagKind.KERNEL, FlagKind.RUN, FlagKind.REFUSED
 _LAYOUT = one_of("", *layouts.MIOPEN_LAYOUTS, "NCW", "NWC", case=upper)
@@ -224,9 +224,7 @@ def _padding(mode: str, sizes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
         return sizes["padding"]
     if mode == "valid":
         return (0,) * len(window)
-    # "same": MIOpen's rule, a symmetric floor of TensorFlow's SAME padding.
-    return tuple((max(w - s, 0) if n % s == 0 else max(w - n % s, 0)) // 2
-                 for n, w, s in zip(sizes["size"], window, stride))
+    return tuple(same_padding(n, w, s) for n, w, s in zip(sizes["size"], window, stride))
 
 
 def format_conv_command(parser: ConvParser, signature: ConvSignature, keyword: str) -> str:

@@ -45,6 +45,12 @@ def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)  # the dataclass is frozen; __post_init__ normalizes
 
 
+
+def same_padding(size: int, window: int, stride: int) -> int:
+    """MIOpen's padding for ``--pad_mode same`` along one axis: a symmetric floor of
+    TensorFlow's SAME padding."""
+    return max(window - (stride if size % stride == 0 else size % stride), 0) // 2
+
 @dataclass(frozen=True)
 class ConvSignature(Signature):
     """A convolution in one mode, of any spatial rank (1, 2 or 3), maybe transposed.

@@ -92,7 +92,8 @@ class GraphedFunction:
         return tuple(_describe(args[i]) for i in self._others) == self._others_described
 
     def _record(self, args: list[Any]) -> Any:
-        inputs = [a if not isinstance(a, torch.Tensor) or _is_state(a) else a.clone() for a in args]
+        state = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _is_state(a)}
+        inputs = [a if i in state or not isinstance(a, torch.Tensor) else a.clone() for i, a in enumerate(args)]
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
@@ -103,9 +104,8 @@ class GraphedFunction:
             torch.cuda.synchronize()
             return self.fn(args)
         self.graph, self._inputs, self._outputs = graph, inputs, outputs
-        self._state = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _is_state(a)]
+        self._state = sorted(state)
         self._state_memory = [args[i].data_ptr() for i in self._state]
-        state = set(self._state)
         self._others = [i for i in range(len(args)) if i not in state]
         self._others_described = tuple(_describe(args[i]) for i in self._others)
         self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor)]

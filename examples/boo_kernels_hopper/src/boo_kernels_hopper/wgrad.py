@@ -102,6 +102,10 @@ class WgradProblem:
     def image_numel(self) -> int:
         return self.n * self.hp * self.wp * self.c
 
+    def tiles(self, bm: int, bn: int) -> int:
+        """Output tiles of BM channels of dY by BN columns (the last columns' tile partial)."""
+        return (self.k // bm) * -(-self.columns // bn)
+
     @property
     def gathered(self) -> bool:
         """Whether the kernel reads the columns one by one (channels not a multiple of 64)."""
@@ -166,9 +170,8 @@ def choose_config(problem: WgradProblem) -> WgradConfig:
     parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
     options = [(bm, bn, warps) for bm, bn, warps in ((128, 128, 8), (128, 64, 4), (64, 64, 4))
                if problem.k % bm == 0 and (problem.c % bn == 0 or problem.gathered)]
-    bm, bn, warps = next((o for o in options if (problem.k // o[0]) * -(-problem.columns // o[1]) * parts >= SMS),
-                         options[-1])
-    tiles = (problem.k // bm) * -(-problem.columns // bn)
+    bm, bn, warps = next((o for o in options if problem.tiles(o[0], o[1]) * parts >= SMS), options[-1])
+    tiles = problem.tiles(bm, bn)
     return WgradConfig(bm, bn, 64, warps, 4, max(1, min(parts, SMS // tiles)))
 
 
@@ -364,7 +367,7 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     blocks = -(-pb.pixels // config.bk)
     steps = -(-blocks // splits)
     splits = -(-blocks // steps)
-    tiles = (pb.k // config.bm) * -(-pb.columns // config.bn)
+    tiles = pb.tiles(config.bm, config.bn)
 
     launches: list[Launch] = []
     if pb.taps > 1:
