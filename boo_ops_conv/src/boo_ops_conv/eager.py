@@ -127,10 +127,17 @@ def bound_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None,
         y = launchable.try_call(layouts.permute(x, to_x).contiguous(), layouts.permute(w, to_w).contiguous(), *b)
         return None if y is None else layouts.permute(y, to_y)
 
-    return run
+    # On a GPU, tensors laid out as bound go to the kernel as they are (the permutations are views).
+    direct = launchable.bind((x, w) if b is None else (x, w, b), (_permuting(to_x), _permuting(to_w)),
+                             (_permuting(to_y),))
+    return run if direct is None else direct.or_else(run)
 
 
-def bound_conv_backward(x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[bool],
+def _permuting(order: Sequence[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: layouts.permute(t, order)
+
+
+def bound_conv_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[bool],
                         **options) -> Callable[..., tuple[torch.Tensor | None, ...] | None] | None:
     """:func:`boo_conv_backward` settled for these tensors, as :func:`bound_conv` is:
     ``run(dy, x, w) -> (dx, dw, db)`` or None for tensors it was not bound for."""
@@ -156,7 +163,24 @@ def bound_conv_backward(x: torch.Tensor, w: torch.Tensor, output_mask: Sequence[
         return (None if dx is None else layouts.permute(dx, from_x),
                 None if dw is None else layouts.permute(dw, from_w), db)
 
-    return run
+    # On a GPU, tensors laid out as bound go to the kernels as they are (see bound_conv).
+    bwd, wrw, bias = kernels
+    direct = [None if bwd is None else bwd.bind((dy, w), (_permuting(to_dy), _permuting(to_w)), (_permuting(from_x),)),
+              None if wrw is None else wrw.bind((dy, x), (_permuting(to_dy), _permuting(to_x)), (_permuting(from_w),)),
+              None if bias is None else bias.bind((dy,), (_permuting(to_dy),))]
+    if any(d is None and k is not None for d, k in zip(direct, kernels)):
+        return run
+    direct_dx, direct_dw, direct_db = direct
+
+    def run_direct(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
+        dx = dw = db = None
+        if ((direct_dx is not None and (dx := direct_dx.try_launch(dy, w)) is None)
+                or (direct_dw is not None and (dw := direct_dw.try_launch(dy, x)) is None)
+                or (direct_db is not None and (db := direct_db.try_launch(dy)) is None)):
+            return run(dy, x, w)
+        return dx, dw, db
+
+    return run_direct
 
 
 def conv_signature_for(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, **options) -> ConvSignature:

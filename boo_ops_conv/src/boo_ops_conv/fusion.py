@@ -103,7 +103,7 @@ class ConvBackward(FusionPattern):
         return boo_conv_backward(*inputs, spec["mask"], **_conv_options(spec))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
-        return bound_conv_backward(inputs[1], inputs[2], spec["mask"], **_conv_options(spec))
+        return bound_conv_backward(*inputs, spec["mask"], **_conv_options(spec))
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple:
         dy, x, w = inputs

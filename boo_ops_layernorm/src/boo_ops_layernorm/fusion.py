@@ -9,7 +9,7 @@ CPU, have x's dtype; BOO's have shape ``dims[:o]`` and float32. The patterns con
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +42,10 @@ def _as_torch_returns(spec: Mapping[str, Any], signature: LayerNormSignature,
     y, mean, rstd = outputs
     keep, dtype = _keepdim(signature), dtype_from_name(spec["stats_dtype"])
     return y, mean.reshape(keep).to(dtype), rstd.reshape(keep).to(dtype)
+
+
+def _reshaping(shape: Sequence[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: t.reshape(shape)
 
 
 class LayerNormForward(FusionPattern):
@@ -80,7 +84,12 @@ class LayerNormForward(FusionPattern):
             outputs = forward.try_call(*tensors)
             return None if outputs is None else _as_torch_returns(spec, forward.signature, outputs)
 
-        return run
+        # On a GPU, the statistics are returned as views of the kernel's where torch's dtype is theirs.
+        keep = _keepdim(forward.signature)
+        if dtype_from_name(spec["stats_dtype"]) != forward.signature.output_specs()[1].dtype:
+            return run
+        direct = forward.bind(inputs, (), (None, _reshaping(keep), _reshaping(keep)))
+        return run if direct is None else direct.or_else(run)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         x, *params = inputs
@@ -147,7 +156,24 @@ class LayerNormBackward(FusionPattern):
             found = by_gradient(gradients, outputs)
             return tuple(found.get(g) for g in GRADIENTS)
 
-        return run
+        # On a GPU, tensors laid out as bound go to the kernel as they are (the statistics' reshapes are views).
+        dy, x, mean, rstd, *params = inputs
+        if mean.dtype != stats_dtype or rstd.dtype != stats_dtype:
+            return run
+        direct = kernel.bind((dy, x, mean, rstd, *(params[:1] if takes_weight else ())),
+                             (None, None, _reshaping(stats_shape), _reshaping(stats_shape)))
+        if direct is None:
+            return run
+
+        def run_direct(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                       *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
+            outputs = direct.try_launch(dy, x, mean, rstd, *params[:1] if takes_weight else ())
+            if outputs is None:
+                return run(dy, x, mean, rstd, *params)
+            found = by_gradient(gradients, outputs)
+            return tuple(found.get(g) for g in GRADIENTS)
+
+        return run_direct
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         dy, x, mean, rstd, *params = inputs

@@ -103,10 +103,13 @@ def bound_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
     """``boo_matmul(a, b, c, ...)`` for tensors with exactly these tensors' metadata, settled
     now: the returned function takes ``(a, b[, c][, bias])`` and returns the product, or
     None (launching nothing) for tensors it was not bound for. None where boo_matmul would
-    copy an operand or run no kernel. Outside autograd only (a compiled graph's node)."""
+    copy an operand or run no kernel. ``bias`` may be a ``(1, N)`` row (``aten.addmm``'s).
+    Outside autograd only (a compiled graph's node)."""
     if c is not None and beta == 0.0:
         c = None
-    a, b, c, bias = _dense(a, b, c, bias)
+    row = bias is not None and bias.dim() == 2 and bias.shape[0] == 1
+    examples = [t for t in (a, b, c, bias) if t is not None]
+    a, b, c, bias = _dense(a, b, c, bias.reshape(-1) if row else bias)
     shape = _result_shape(a, b, c, bias)
     if is_empty(a, b) or (len(shape) == 3 and shape[0] == 1) or (c is not None and not c.is_contiguous()):
         return None
@@ -116,9 +119,25 @@ def bound_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
     launchable = _kernel(a, b, c, alpha, beta, bias, activation, trans_a, trans_b)
 
     def run(a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor | None:
+        if row:
+            rest = (*rest[:-1], rest[-1].reshape(-1))
         return launchable.try_call(a.mT if trans_a else a, b.mT if trans_b else b, *rest)
 
-    return run
+    # On a GPU, operands laid out as bound go to the kernel as they are (transposes and the
+    # bias row's reshape are views).
+    views = [_transposed if trans_a else None, _transposed if trans_b else None, *[None] * (len(examples) - 2)]
+    if row:
+        views[-1] = _flattened
+    direct = launchable.bind(examples, views)
+    return run if direct is None else direct.or_else(run)
+
+
+def _transposed(t: torch.Tensor) -> torch.Tensor:
+    return t.mT
+
+
+def _flattened(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1)
 
 
 def _kernel(a, b, c, alpha, beta, bias, activation, trans_a: bool, trans_b: bool) -> Launchable:

@@ -37,10 +37,8 @@ class _Product(FusionPattern):
         return boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
-        run = bound_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
-        if run is None or spec["operand"] != "bias" or inputs[2].dim() == 1:
-            return run
-        return lambda a, b, bias: run(a, b, bias.reshape(-1))  # a (1, N) bias row
+        bias = inputs[2] if spec["operand"] == "bias" else None  # bound_matmul takes a (1, N) row as it is
+        return bound_matmul(*_positional(spec, inputs), **{**_keywords(spec, inputs), "bias": bias})
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs

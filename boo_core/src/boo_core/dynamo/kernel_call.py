@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import BooError, BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
+from ..runtime.direct_call import DirectCall
 from ..settings import get_settings
 from .patterns import BoundLaunch, FusionPattern
 
@@ -49,8 +50,10 @@ class KernelCall:
     straight to that, and to ``launch`` only when the bound function declines the tensors
     (or autograd records, which a compiled graph's nodes never need).
     Outputs are checked against what the graph expects and given its strides (a copy only
-    when the kernel's layout differs). If the launch fails at run time (raises anything), the
-    call warns once and computes ``pattern.reference`` instead, unless ``BOO_COMPILE_STRICT=1``.
+    when the kernel's layout differs), except those of a bound
+    :class:`~boo_core.runtime.direct_call.DirectCall` that allocates exactly those. If the
+    launch fails at run time (raises anything), the call warns once and computes
+    ``pattern.reference`` instead, unless ``BOO_COMPILE_STRICT=1``.
     """
 
     def __init__(self, pattern: FusionPattern, spec: Mapping[str, Any], outputs: Sequence[TensorMeta | None],
@@ -64,6 +67,7 @@ class KernelCall:
         self._warned = False
         self._bound: BoundLaunch | None = None
         self._binding_tried = False
+        self._exact = False  # the bound launch returns what the graph expects: no check needed
 
     def bind(self, inputs: Sequence[torch.Tensor]) -> bool:
         """Settle the launch for tensors like ``inputs`` (fake ones will do); whether the
@@ -71,6 +75,8 @@ class KernelCall:
         self._binding_tried = True
         try:
             self._bound = self.pattern.bind(self.spec, inputs)
+            self._exact = isinstance(self._bound, DirectCall) and None not in self.outputs and \
+                self._bound.outputs == tuple((m.shape, m.stride, m.dtype) for m in self.outputs)
         except BaseException as e:  # the pattern's bug (sys.exit() too): launch() still serves
             if not is_plugins_failure(e):
                 raise
@@ -85,6 +91,8 @@ class KernelCall:
         try:
             bound = self._bound
             if bound is not None and not (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
+                if self._exact and (result := bound.try_launch(*inputs)) is not None:
+                    return result
                 result = bound(*inputs)
                 if result is not None:
                     return self._conformed(result)

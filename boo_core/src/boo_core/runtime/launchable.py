@@ -35,12 +35,9 @@ from ..settings import get_settings
 from ..signatures.signature import Signature, TensorSpec, has_empty_tensor, tensor_size_problem
 from . import hal
 from .devices import BooDevice, resolve_device
+from .direct_call import IMPORT_ALIGNMENT, DirectCall, View, current_stream, settle
 
 logger = logging.getLogger(__name__)
-
-#: IREE imports external buffers only at this alignment. torch allocates aligned memory; an
-#: input view at an odd offset is copied once, an ``out=`` view at one is refused.
-IMPORT_ALIGNMENT = 64
 
 
 class Launchable:
@@ -190,6 +187,25 @@ class Launchable:
             return None
         return self._run(args, self._new_outputs())
 
+    def bind(self, examples: Sequence[torch.Tensor], views: Sequence[View | None] = (),
+             output_views: Sequence[View | None] = ()) -> DirectCall | None:
+        """The call settled for tensors like ``examples`` (fake ones will do): a
+        :class:`~boo_core.runtime.direct_call.DirectCall`, or None where calls cannot skip
+        :meth:`try_call`'s work (no direct launch: a CPU kernel, or one IREE's runtime runs).
+
+        ``views[i]`` maps the i-th tensor to the kernel's argument (``lambda x: x.permute(0,
+        2, 3, 1)``, ``lambda b: b.reshape(-1)``); it must be a view that is dense in the
+        kernel's order (None where the tensor is the argument; binding checks it on the
+        examples, and returns None if any is not). ``output_views[i]`` maps the kernel's
+        dense i-th output to what the call returns, likewise; the call allocates it with
+        the resulting strides.
+        """
+        launcher = getattr(self, "_launcher", None)
+        if launcher is None or self.stale:
+            return None
+        return settle(launcher, self._inputs, self._outputs, examples, views, output_views, self._torch_device,
+                      self._generation)
+
     def _run(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
         """Launch on checked arguments: directly where the kernel has a plan, else through IREE."""
         if self._launcher is not None:
@@ -229,7 +245,7 @@ class Launchable:
             args = [t if not t.data_ptr() % IMPORT_ALIGNMENT else t.clone() for t in args]
             pointers = [t.data_ptr() for t in args]
         pointers += [t.data_ptr() for t in outputs]
-        self._launcher(pointers, _current_stream(self._torch_device.index or 0))
+        self._launcher(pointers, current_stream(self._torch_device.index or 0))
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _invoke_sync(self, arg_list: VmVariantList) -> None:
@@ -313,12 +329,6 @@ class Launchable:
         if problem:
             raise ArgumentError(f"{self.signature.func_name}: {where} ({spec.name}) {problem}; expected "
                                 f"{spec.describe()} on {self._torch_device}, contiguous")
-
-
-#: The handle of torch's current stream on cuda:<index> (torch's raw accessor when it has one:
-#: no Stream object made, a few microseconds less per call).
-_current_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def _dense_contiguous(tensor: torch.Tensor) -> bool:

@@ -1,0 +1,131 @@
+"""A GPU kernel's call settled for tensors of known metadata: the cheapest launch there is.
+
+A compiled graph calls each node with tensors of the same shapes, strides and dtypes at
+every step. :meth:`Launchable.bind <boo_core.Launchable.bind>` checks once, on example (even
+fake) tensors, that each one's memory *is* the kernel's argument (the caller's view of it,
+a permutation or a reshape, is dense in the kernel's order) and works out the strides that
+give each output the caller's view of the kernel's dense result. A :class:`DirectCall` then
+compares each tensor's metadata with what was bound, allocates the outputs with those
+strides and enqueues the kernel: no view, no copy, no allocation but the outputs'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..signatures.signature import TensorSpec
+from . import hal
+
+#: A function from a tensor to the view of it the kernel takes (or gives).
+View = Callable[[torch.Tensor], torch.Tensor]
+#: Shape, strides and dtype of one tensor, as bound.
+Metadata = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
+
+#: IREE imports external buffers only at this alignment, and its kernels assume it. torch
+#: allocates aligned memory; an input view at an odd offset is copied once (a direct call
+#: leaves it to the general path), an ``out=`` view at one is refused.
+IMPORT_ALIGNMENT = 64
+
+#: The handle of torch's current stream on cuda:<index> (torch's raw accessor when it has one:
+#: no Stream object made, a few microseconds less per call).
+current_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+class DirectCall:
+    """``launchable(*tensors)`` for tensors exactly like the bound ones, enqueued on torch's
+    current stream. Returns the output (a tuple where the kernel has several) laid out as
+    :attr:`outputs` says, or, for any other tensors or in a process forked since binding,
+    ``fallback(*tensors)`` (None, launching nothing, without one)."""
+
+    __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback")
+
+    def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
+                 outputs: Sequence[Metadata], device: torch.device, generation: int,
+                 fallback: Callable[..., Any] | None = None) -> None:
+        self._launcher = launcher
+        self._expected = tuple(expected)
+        #: Shape, strides and dtype of each output returned.
+        self.outputs: tuple[Metadata, ...] = tuple(outputs)
+        self._device = device
+        self._index = device.index or 0
+        self._generation = generation
+        self._single = len(self.outputs) == 1
+        self._fallback = fallback
+
+    def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
+        """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
+        return DirectCall(self._launcher, self._expected, self.outputs, self._device, self._generation, fallback)
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        result = self.try_launch(*tensors)
+        return result if result is not None or self._fallback is None else self._fallback(*tensors)
+
+    def try_launch(self, *tensors: torch.Tensor) -> Any:
+        """The outputs, or None, launching nothing, for tensors not like the bound ones."""
+        if len(tensors) != len(self._expected) or hal.generation != self._generation:
+            return None
+        index = self._index
+        pointers = []
+        for tensor, (shape, stride, dtype) in zip(tensors, self._expected):
+            if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and tensor.dtype is dtype
+                    and tensor.shape == shape and tensor.stride() == stride and tensor.is_cuda
+                    and tensor.get_device() == index and not tensor.is_neg()):
+                return None
+            pointer = tensor.data_ptr()
+            if pointer % IMPORT_ALIGNMENT:  # a view at an odd offset: the general path copies it
+                return None
+            pointers.append(pointer)
+        device = self._device
+        outputs = [torch.empty_strided(shape, stride, dtype=dtype, device=device)
+                   for shape, stride, dtype in self.outputs]
+        pointers.extend(output.data_ptr() for output in outputs)
+        self._launcher(pointers, current_stream(index))
+        return outputs[0] if self._single else tuple(outputs)
+
+
+def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+           examples: Sequence[torch.Tensor], views: Sequence[View | None], output_views: Sequence[View | None],
+           device: torch.device, generation: int) -> DirectCall | None:
+    """A :class:`DirectCall` for tensors like ``examples``, or None where one of them is not
+    the kernel's argument in memory (see :meth:`Launchable.bind <boo_core.Launchable.bind>`)."""
+    if len(examples) != len(inputs) or len(views) > len(inputs) or len(output_views) > len(outputs):
+        return None
+    expected = []
+    for position, (example, spec) in enumerate(zip(examples, inputs)):
+        view = views[position] if position < len(views) else None
+        if not isinstance(example, torch.Tensor) or example.layout is not torch.strided or example.device != device:
+            return None
+        argument = example if view is None else view(example)
+        if not (_same_memory(argument, example) and argument.shape == spec.shape and argument.dtype == spec.dtype
+                and argument.is_contiguous()):
+            return None
+        expected.append((tuple(example.shape), tuple(example.stride()), example.dtype))
+    results = []
+    for position, spec in enumerate(outputs):
+        view = output_views[position] if position < len(output_views) else None
+        dense = torch.empty(spec.shape, dtype=spec.dtype, device="meta")
+        result = dense if view is None else view(dense)
+        if not (_same_memory(result, dense) and result.numel() == dense.numel() and result.dtype == spec.dtype
+                and _dense(result)):
+            return None
+        results.append((tuple(result.shape), tuple(result.stride()), spec.dtype))
+    return DirectCall(launcher, expected, results, device, generation)
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s elements fill its memory without gaps or overlaps, in some order."""
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(tensor.shape, tensor.stride()) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _same_memory(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether ``view`` is ``base``'s memory from ``base``'s first element (no copy made)."""
+    return view is base or (torch._C._is_alias_of(view, base) and view.storage_offset() == base.storage_offset())
