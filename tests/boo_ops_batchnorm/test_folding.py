@@ -48,6 +48,34 @@ def test_batch_norms_after_convolutions_fold_into_them(backend):
     assert summary.offloaded == {"conv.forward": 2}, summary.offloaded  # no batch-norm kernel left
 
 
+def test_the_folds_of_a_graph_share_one_vector_of_zeros_per_channel_count():
+    """Each fold normalizes its weight with a zero mean; one vector of zeros per channel
+    count, made at the graph's start, serves every fold (each would be a launch per step)."""
+    from boo_core.dynamo.backends import boo_backend
+
+    graphs = []
+
+    def nested(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    model = with_statistics(torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.Conv2d(8, 16, 1), torch.nn.BatchNorm2d(16)))
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with settings_override(graph_rewrites=True), torch.no_grad():
+        got = torch.compile(model, backend=boo_backend(nested), dynamic=False)(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    [graph] = graphs
+    zeros = [n for n in graph.graph.nodes if n.target is torch.ops.aten.full.default]
+    assert sorted(n.args[0] for n in zeros) == [[8], [16]]
+    folds = [n for n in graph.graph.nodes if n.target is torch.ops.aten._native_batch_norm_legit_no_training.default]
+    assert len(folds) == 6  # the weight's and the bias's of each of the three
+
+
 @pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
 def test_a_bfloat16_channels_last_model_folds_into_a_channels_last_conv_with_its_relu(backend, monkeypatch):
     """What a GPU ResNet gives: bf16 weights and statistics, channels-last. The folded weight

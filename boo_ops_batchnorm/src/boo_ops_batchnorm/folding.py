@@ -4,9 +4,10 @@
 channel is ``conv(x, w * s, (b - mean) * s + beta)``. Both new tensors are themselves
 inference batch norms: of the weight seen as ``(1, K, rest)`` (output channels as the
 normalized ones) with a zero mean, and of the bias seen as ``(1, K)`` (zeros where the conv has
-none), each computed in float32 and rounded once. So the rewrite adds three small kernels
-per convolution (two batch norms and the zeros, left to the nested backend: no pattern is
-offered them), not a dozen elementwise ones: on a GPU each costs a launch per step. It
+none), each computed in float32 and rounded once. So the rewrite adds two small kernels per
+convolution (the batch norms, left to the nested backend: no pattern is offered them), not
+a dozen elementwise ones, and one vector of zeros per channel count for the whole graph: on
+a GPU each costs a launch per step, and its host time where the nested backend is eager. It
 replaces the convolution and the batch norm by one ``aten.convolution`` with a bias, which
 the conv plugin's pattern then takes, with the activation that follows, as one kernel. The
 weight keeps its memory format (channels-last stays channels-last, which kernel libraries
@@ -35,6 +36,23 @@ def _memory_order(value: torch.Tensor) -> list[int] | None:
             return None
         expected *= value.shape[d]
     return order if order[0] == 0 else None
+
+
+#: ``meta`` key of the zeros a graph's folds share: (channels, dtype, device).
+_ZEROS = "boo_bnorm_fold_zeros"
+
+
+def _shared_zeros(graph: torch.fx.Graph, channels: int, dtype: torch.dtype, device: torch.device) -> torch.fx.Node:
+    """The graph's one vector of ``channels`` zeros of this dtype and device, made at its start
+    (a call of the graph makes it once, not once per convolution: each is a launch)."""
+    key = (channels, dtype, device)
+    for existing in graph.nodes:
+        if existing.meta.get(_ZEROS) == key:
+            return existing
+    with graph.inserting_before(next(n for n in graph.nodes if n.op != "placeholder")):
+        zeros = insert_aten(graph, aten.full.default, [channels], 0.0, dtype=dtype, device=device, pin_memory=False)
+    zeros.meta[_ZEROS] = key
+    return zeros
 
 
 class FoldIntoConvolution(GraphRewrite):
@@ -73,15 +91,16 @@ class FoldIntoConvolution(GraphRewrite):
             return insert_aten(graph, operator.getitem, out, 0)
 
         stats = mean.meta["val"]
+        zeros = _shared_zeros(graph, channels, stats.dtype, stats.device)
+        identity = order == sorted(order)
         with graph.inserting_before(node):
-            zeros = insert_aten(graph, aten.full.default, [channels], 0.0, dtype=stats.dtype, device=stats.device,
-                                pin_memory=False)
             # w * s: the weight as (1, K, rest) in its memory order, normalized with a zero mean
-            stored = insert_aten(graph, aten.permute.default, weight, order)
+            stored = weight if identity else insert_aten(graph, aten.permute.default, weight, order)
             stored_shape = list(stored.meta["val"].shape)
             flat = insert_aten(graph, aten.view.default, stored, [1, channels, -1])
             folded = insert_aten(graph, aten.view.default, normalized(flat, gamma, None, zeros), stored_shape)
-            folded = insert_aten(graph, aten.permute.default, folded, [order.index(d) for d in range(len(order))])
+            if not identity:
+                folded = insert_aten(graph, aten.permute.default, folded, [order.index(d) for d in range(len(order))])
             # (b - mean) * s + beta
             start = insert_aten(graph, aten.view.default, zeros if bias is None else bias, [1, channels])
             shift = insert_aten(graph, aten.view.default, normalized(start, gamma, beta, mean), [channels])
