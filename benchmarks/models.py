@@ -14,18 +14,23 @@ a fraction of the step's total.
 
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
-                                [--profile N]
+                                [--profile N] [--host-profile N]
 
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
 kernels (by name, with their launches per step) and the step's total device time.
+``--host-profile N`` prints, under the same rows, where one step's host time goes: the N
+Python functions with the most time of their own over a few steps (cProfile, which slows
+every Python call alike), in microseconds per step, with their calls per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -121,10 +126,29 @@ def kernel_profile(step: Callable[[], object], device: str, top: int) -> list[st
     return rows
 
 
+def host_profile(step: Callable[[], object], sync: Callable[[], None], top: int, steps: int = 5) -> list[str]:
+    """Table rows: the ``top`` Python functions of a step by their own time (cProfile), per step."""
+    sync()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    sync()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (primitive calls, calls, own s, cumulative s, callers)
+    total = sum(own for _, _, own, _, _ in stats.values())
+    rows = [f"|  |  | host time (cProfile) {total / steps * 1e3:.2f} ms per step |"]
+    for (path, line, name), (_, calls, own, cumulative, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]:
+        where = f"{path.rsplit('/', 2)[-1] if path != '~' else ''}:{line} {name}"
+        rows.append(f"|  |  | {own / steps * 1e6:9.1f} us own, {cumulative / steps * 1e6:9.1f} us with callees, "
+                    f"x{calls // steps:<4} {where[:100]} |")
+    return rows
+
+
 def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: list[torch.nn.Parameter],
             x: torch.Tensor, backend: str | None, mode: str | None, want_y: torch.Tensor,
             want_grads: list[torch.Tensor], device: str, steps: int, sync: Callable[[], None],
-            profile_top: int = 0) -> tuple | str:
+            profile_top: int = 0, host_top: int = 0) -> tuple | str:
     """One configuration: (ms per step, first step s, output error, gradient error, BOO share
     of FLOPs, torch's share by the profiler, reasons ops were left), or why it failed."""
     torch._dynamo.reset()
@@ -151,6 +175,8 @@ def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: 
     if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
         torch_share = profiled_torch_flops(lambda: step(x), device) / total
     profile = kernel_profile(lambda: step(x), device, profile_top) if profile_top and mode is None else []
+    if host_top and mode is None:
+        profile += host_profile(lambda: step(x), sync, host_top)
     return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons, profile
 
 
@@ -182,6 +208,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print each row's N costliest kernels of one step (rows without CUDA graphs)")
+    parser.add_argument("--host-profile", type=int, default=0, metavar="N",
+                        help="print each row's N Python functions with the most host time (rows without CUDA graphs)")
     args = parser.parse_args()
 
     cuda = args.device.startswith("cuda")
@@ -215,7 +243,7 @@ def main() -> None:
                         contextlib.nullcontext()
                     with settings:
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
-                                      args.device, args.steps, sync, args.profile)
+                                      args.device, args.steps, sync, args.profile, args.host_profile)
                     if isinstance(row, str):
                         print(f"| {work.name} | {pass_name} | {label} | {bwd} | failed: {row} |")
                         continue

@@ -1,11 +1,14 @@
 """Host time of one BOO node of a compiled graph against the aten op it replaced.
 
-For small ops (so that the host, not the kernel, sets the pace) the table gives, per call
-in microseconds: the aten op; the node as the compiled graph runs it (bound when the graph
-compiled: ``KernelCall``); the same node through the op's eager entry point (the path
-every call took before nodes were bound: ``pattern.launch``); the node as Inductor's code
-calls it (``torch.ops.boo.fused``); and the bare kernel (``Launchable.try_call``). On a GPU
-every call is asynchronous, so these are host times; on the CPU they include the kernel.
+The table gives, per call in microseconds: the aten op; the node as the compiled graph runs
+it (bound when the graph compiled: ``KernelCall``); the same node through the op's eager
+entry point (the path every call took before nodes were bound: ``pattern.launch``); the node
+as Inductor's code calls it (``torch.ops.boo.fused``); and the bare kernel
+(``Launchable.try_call``). On a GPU these are host times: each batch of 100 calls is timed
+from a synchronized device until the last call returns, without waiting for the kernels
+(100 launches never fill CUDA's queue), so the kernels' own time does not count; on the CPU
+they include the kernel. On a GPU the table adds layers of ResNet-50 (batch 32, bf16,
+channels-last), whose convolutions the kernel library serves where it is installed.
 
     python benchmarks/node_overhead.py [--device cuda] [--calls 3000]
 """
@@ -13,6 +16,8 @@ every call is asynchronous, so these are host times; on the CPU they include the
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 from collections.abc import Callable
 
 import overhead  # benchmarks/overhead.py, beside this script
@@ -35,7 +40,7 @@ def cases(device: str) -> dict[str, tuple[Callable[..., object], tuple[torch.Ten
         x = torch.randn(*shape, device=device, dtype=dtype)
         return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
-    return {
+    found = {
         "conv 3x3 + relu (NHWC)": (
             lambda x, w: torch.relu(aten.convolution(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)),
             (t(2, 16, 8, 8, channels_last=True), t(16, 16, 3, 3, channels_last=True))),
@@ -47,11 +52,40 @@ def cases(device: str) -> dict[str, tuple[Callable[..., object], tuple[torch.Ten
         "linear (addmm, w.t())": (lambda x, w, b: aten.addmm(b, x, w.t()), (t(32, 64), t(64, 64), t(64))),
         "layer norm": (lambda x, w, b: aten.native_layer_norm(x, [64], w, b, 1e-5)[0], (t(32, 64), t(64), t(64))),
     }
+    if device.startswith("cuda"):
+        found.update({
+            "ResNet-50 conv 3x3 64->64 @56 + bias + relu": (
+                lambda x, w, b: torch.relu(aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)),
+                (t(32, 64, 56, 56, channels_last=True), t(64, 64, 3, 3, channels_last=True), t(64))),
+            "ResNet-50 conv 1x1 256->64 @56 + bias": (
+                lambda x, w, b: aten.convolution(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+                (t(32, 256, 56, 56, channels_last=True), t(64, 256, 1, 1, channels_last=True), t(64))),
+            "ResNet-50 conv 3x3 64->64 @56 backward": (
+                lambda dy, x, w: aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                           [True, True, False]),
+                (t(32, 64, 56, 56, channels_last=True), t(32, 64, 56, 56, channels_last=True),
+                 t(64, 64, 3, 3, channels_last=True))),
+            "ResNet-50 fc (addmm, w.t())": (lambda x, w, b: aten.addmm(b, x, w.t()),
+                                            (t(32, 2048), t(1000, 2048), t(1000))),
+        })
+    return found
 
 
-def per_call_us(fn: Callable[[], object], calls: int, device: str) -> float:
-    """:func:`overhead.per_call_us`, the device synchronized at each batch's end."""
-    return overhead.per_call_us(fn, calls, sync=torch.cuda.synchronize if device.startswith("cuda") else lambda: None)
+def per_call_us(fn: Callable[[], object], calls: int, device: str, batch: int = 100) -> float:
+    """Median host time of one call over batches of ``batch`` calls (the module docstring)."""
+    if not device.startswith("cuda"):
+        return overhead.per_call_us(fn, calls)
+    for _ in range(batch):
+        fn()
+    times = []
+    for _ in range(max(calls // batch, 1)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - start) / batch * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def measure(name: str, fn: Callable[..., object], inputs: tuple[torch.Tensor, ...], device: str,

@@ -1,0 +1,119 @@
+"""Where a compiled step's host time goes, node by node: a model under ``torch.compile(
+backend="iree_boo")`` with each graph run by a timing interpreter, which adds the host time
+of every node (BOO's calls, and the aten ops left to eager PyTorch) to its kind's total.
+
+The interpreter adds a few microseconds to every node, so read the table for where the time
+goes and how many nodes of each kind a step runs, and the plain ``iree_boo`` step time for
+what a user sees (printed first, without the interpreter).
+
+    python benchmarks/graph_node_times.py [--model resnet50] [--batch 32] [--steps 20] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from collections.abc import Callable
+
+import torch
+import torch.fx
+
+import boo_core.dynamo.backends as backends
+from boo_core.testing.models import workload
+
+
+class TimingInterpreter(torch.fx.Interpreter):
+    """Runs a graph, adding each node's host time to ``totals`` under its kind."""
+
+    def __init__(self, module: torch.fx.GraphModule, totals: dict[str, float], counts: collections.Counter):
+        super().__init__(module)
+        self.totals, self.counts = totals, counts
+
+    def run_node(self, node: torch.fx.Node):
+        start = time.perf_counter()
+        result = super().run_node(node)
+        kind = _kind(node)
+        self.totals[kind] += time.perf_counter() - start
+        self.counts[kind] += 1
+        return result
+
+
+def _kind(node: torch.fx.Node) -> str:
+    pattern = getattr(node.target, "pattern", None)  # a BOO KernelCall
+    if pattern is not None:
+        return f"BOO {pattern.name}"
+    if node.op == "call_function":
+        return str(node.target) if isinstance(node.target, torch._ops.OpOverload) else node.target.__name__
+    return node.op
+
+
+def step_ms(step: Callable[[], object], steps: int, sync: Callable[[], None]) -> float:
+    for _ in range(3):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--small", action="store_true", help="the small model (a CPU smoke run)")
+    args = parser.parse_args()
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    model, shape, channels_last = workload(args.model, args.batch, small=args.small)
+    model = model.to(args.device, torch.bfloat16 if cuda else torch.float32).eval()
+    x = torch.randn(shape).to(args.device, next(model.parameters()).dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    with torch.no_grad():
+        eager = step_ms(lambda: model(x), args.steps, sync)
+        torch._dynamo.reset()
+        plain = torch.compile(model, backend="iree_boo", dynamic=False)
+        boo = step_ms(lambda: plain(x), args.steps, sync)
+
+        totals: dict[str, float] = collections.defaultdict(float)
+        counts: collections.Counter = collections.Counter()
+        rewrite = backends.rewrite
+
+        def timed_rewrite(gm: torch.fx.GraphModule, **kwargs):
+            report = rewrite(gm, **kwargs)
+            gm.forward = lambda *inputs: TimingInterpreter(gm, totals, counts).run(*inputs)
+            return report
+
+        backends.rewrite = timed_rewrite
+        try:
+            torch._dynamo.reset()
+            timed = torch.compile(model, backend="iree_boo", dynamic=False)
+            step_ms(lambda: timed(x), 1, sync)
+            totals.clear()
+            counts.clear()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                timed(x)
+            sync()
+            interpreted = (time.perf_counter() - start) / args.steps * 1e3
+        finally:
+            backends.rewrite = rewrite
+    steps = args.steps
+    print(f"{args.model}, {args.device}, batch {args.batch}: eager {eager:.2f} ms/step, iree_boo {boo:.2f}, "
+          f"iree_boo interpreted {interpreted:.2f} (nodes' own host time {sum(totals.values()) / steps * 1e3:.2f})")
+    print("| node kind | per step | host us per step | us each |")
+    print("| --- | ---: | ---: | ---: |")
+    for kind, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"| {kind[:70]} | {counts[kind] // steps} | {seconds / steps * 1e6:.0f} | "
+              f"{seconds / counts[kind] * 1e6:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
