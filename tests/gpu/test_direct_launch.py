@@ -254,3 +254,42 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right()
                 scale = q.grad.abs().max().item()
                 torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
                 p.grad = q.grad = None
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_replays_read_the_models_buffers_where_they_are(training, monkeypatch):
+    """A model's buffers (batch norm's running statistics) are its state as its parameters
+    are: a replay reads them in place, with no copy into the graph's memory (the input is
+    the only tensor copied), so a statistic changed between steps is seen, and in training
+    the running statistics move as eager's do."""
+    from boo_core.dynamo.cuda_graphs import GraphedFunction
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
+                                torch.nn.ReLU()).to(DEVICE).train(training)
+    reference = copy.deepcopy(model)
+    recorded: list[GraphedFunction] = []
+    original = GraphedFunction.__init__
+
+    def remember(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        recorded.append(self)
+
+    monkeypatch.setattr(GraphedFunction, "__init__", remember)
+    compiled = torch.compile(model, backend="iree_boo", mode="reduce-overhead")
+    for step in range(6):
+        x = torch.randn(4, 16, 8, 8, device=DEVICE)
+        if step == 4:
+            with torch.no_grad():
+                for m in (model, reference):
+                    m[1].running_mean.add_(0.5)
+                    m[1].running_var.mul_(2.0)
+        with torch.set_grad_enabled(training):
+            got, want = compiled(x), reference(x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(model[1], name), getattr(reference[1], name), rtol=1e-5, atol=1e-5)
+    forward = [g for g in recorded if "backward" not in g.name]
+    assert forward and all(g.replays >= 2 for g in forward), [(g.name, g.replays, g._failed) for g in recorded]
+    assert all(len(g._copied) == 1 for g in forward), [(g.name, g._copied) for g in forward]

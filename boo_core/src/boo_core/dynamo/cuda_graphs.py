@@ -7,7 +7,8 @@ enqueued on torch's stream without host waits (``BOO_CUDA_LAUNCH=direct``).
 
 What a replay reads and writes is fixed at recording: inputs are copied into the graph's
 own buffers, except parameters and buffers of the model (the same tensors every step, so
-their memory is recorded as is); outputs are cloned out of the graph's memory, so a caller
+their memory is recorded as is: a buffer the graph updates in place is updated where it
+is); outputs are cloned out of the graph's memory, so a caller
 never sees them overwritten by the next replay. A call whose tensors differ in shape,
 dtype or device from the recorded ones, or that is not on a GPU, runs the graph without
 recording (as does everything while the graph could not be recorded, with the reason
@@ -120,8 +121,11 @@ def graphed(fn: Callable[[list[Any]], Any], name: str) -> GraphedFunction:
 
 
 def _is_state(tensor: torch.Tensor) -> bool:
-    """A model's parameter or registered buffer: the same memory at every step."""
-    return isinstance(tensor, torch.nn.Parameter) or getattr(tensor, "_is_param", False)
+    """A model's parameter or registered buffer: the same memory at every step. Dynamo marks
+    both as static inputs (a buffer, such as a batch norm's running statistics, is a plain
+    tensor: copying ResNet-50's 106 into the graph's memory cost a launch each per replay)."""
+    return (isinstance(tensor, torch.nn.Parameter) or getattr(tensor, "_is_param", False)
+            or getattr(tensor, "_dynamo_static_input_type", None) is not None)
 
 
 def _describe(a: Any) -> tuple[Any, ...]:
