@@ -42,6 +42,24 @@ def test_commands_mean_their_signatures(command, expected):
     assert_round_trip(expected)
 
 
+@pytest.mark.parametrize(("mixed", "plain", "dtype"), [("bnormfp16fp32", "bnormfp16", f16),
+                                                        ("bnormbfp16fp32", "bnormbfp16", bf16)])
+def test_miopens_mixed_precision_spellings_are_the_16_bit_ops(mixed, plain, dtype):
+    """MIOpen's bnormfp16fp32 and bnormbfp16fp32 (16-bit data, float32 statistics) are what
+    BOO's bnormfp16 and bnormbfp16 compute; the commands BOO prints use the plain spelling."""
+    flags = "-n 4 -c 16 -H 8 -W 8 -m 1 -F 1 -s 1 -r 1"
+    [signature] = parse(f"{mixed} {flags}")
+    assert signature == parse(f"{plain} {flags}")[0]
+    assert signature.dtype == dtype and signature.stats_dtype == f32
+    assert signature.to_command().startswith(plain + " ")
+
+
+@pytest.mark.parametrize("base", ["convfp16fp32", "bnormfp32fp16", "bnormfp16fp16"])
+def test_the_mixed_suffixes_are_batch_norms_own(base):
+    with pytest.raises(Exception, match=f"unknown op '{base}'"):
+        parse(f"{base} -n 4")
+
+
 def test_defaults_are_miopen_drivers():
     [signature] = parse("bnorm -F 1")
     assert signature == S((32, 3, 32, 32), spatial=False)  # -n 32 -c 3 -H 32 -W 32, per-activation, NCHW

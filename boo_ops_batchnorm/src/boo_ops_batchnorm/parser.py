@@ -62,10 +62,14 @@ BNORM_FLAGS: tuple[Flag, ...] = (
 
 
 class BatchNormParser(CommandParser):
-    """Parses ``bnorm``, ``bnormfp16``, ``bnormbfp16`` commands."""
+    """Parses ``bnorm``, ``bnormfp16``, ``bnormbfp16`` commands, and MIOpen's mixed-precision
+    spellings ``bnormfp16fp32`` and ``bnormbfp16fp32`` (16-bit data, float32 statistics,
+    scale and bias), which are what BOO's ``bnormfp16`` and ``bnormbfp16`` are: their
+    statistics are float32 already."""
 
     flags = BNORM_FLAGS
     dtypes = FLOAT_DTYPES
+    suffixes = {"fp16fp32": torch.float16, "bfp16fp32": torch.bfloat16}
 
     def build(self, flags: ParsedFlags, *, base: str, dtype: torch.dtype) -> list[BatchNormSignature]:
         shape = _shape(flags)

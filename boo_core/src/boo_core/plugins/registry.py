@@ -14,7 +14,7 @@ import importlib
 import itertools
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -226,8 +226,8 @@ class OpRegistry:
         ``conv`` + ``bfp16``): such a command is refused, naming both plugins."""
         readings: dict[str, list[tuple[str, str, OpEntry]]] = {}
         for keyword, entries in self._keywords.items():
-            for suffix in SUFFIX_TO_DTYPE:
-                for entry in entries:
+            for entry in entries:
+                for suffix in _suffixes(entry):
                     readings.setdefault(keyword + suffix, []).append((keyword, suffix, entry))
         messages = []
         for base, found in sorted(readings.items()):
@@ -301,19 +301,20 @@ class OpRegistry:
 
     def resolve_base(self, base: str) -> BaseArg:
         """Split a base argument into op and dtype by exact keyword + suffix match."""
-        matches: dict[int, tuple[OpEntry, str]] = {}
-        for suffix in SUFFIX_TO_DTYPE:
-            stem = base[: len(base) - len(suffix)] if suffix else base
-            if suffix and not base.endswith(suffix):
+        matches: dict[int, tuple[OpEntry, str, torch.dtype]] = {}
+        for keyword, entries in self._keywords.items():
+            if not base.startswith(keyword):
                 continue
-            for entry in self._keywords.get(stem, ()):
-                matches[id(entry)] = (entry, suffix)
+            suffix = base[len(keyword):]
+            for entry in entries:
+                dtype = _suffixes(entry).get(suffix)
+                if dtype is not None:
+                    matches[id(entry)] = (entry, suffix, dtype)
         if not matches:
             raise UnknownOpError(f"unknown op {base!r}; {self._installed_summary()}", command=base)
-        entries = [entry for entry, _ in matches.values()]
-        entry = _unique(entries, f"command keyword of {base!r}")
-        suffix = next(s for e, s in matches.values() if e is entry)
-        return BaseArg(base, entry, suffix, SUFFIX_TO_DTYPE[suffix])
+        entry = _unique([entry for entry, _, _ in matches.values()], f"command keyword of {base!r}")
+        _, suffix, dtype = matches[id(entry)]
+        return BaseArg(base, entry, suffix, dtype)
 
     # -- parsing ----------------------------------------------------------------------------
 
@@ -449,3 +450,9 @@ class BooOpRegistry:
     def failures(cls) -> list[PluginFailure]:
         """Plugins that failed to load; see :attr:`OpRegistry.failures`."""
         return cls.default().failures
+
+
+def _suffixes(entry: OpEntry) -> Mapping[str, torch.dtype]:
+    """The base-argument suffixes ``entry``'s keywords take: the common ones and its parser's own."""
+    own = getattr(entry.spec.parser, "suffixes", None) or {}
+    return {**SUFFIX_TO_DTYPE, **own} if own else SUFFIX_TO_DTYPE

@@ -127,6 +127,10 @@ class CommandParser:
     signature_class: ClassVar[type | None] = None
     #: Element types the base argument may select (``conv`` + ``bfp16``...).
     dtypes: ClassVar[tuple[torch.dtype, ...]] = (torch.float32, torch.float16, torch.bfloat16)
+    #: Base-argument suffixes of this op's own beside the common ones (``""``, ``fp32``,
+    #: ``fp16``, ``bfp16``...), each with the element type it selects: MIOpen's
+    #: ``bnormfp16fp32`` is ``bnorm`` + ``fp16fp32``, fp16 data with fp32 statistics.
+    suffixes: ClassVar[Mapping[str, torch.dtype]] = {}
     #: ``-F``: the modes a command runs (None: one signature, no mode).
     directions: ClassVar[Directions | None] = None
 
