@@ -122,14 +122,10 @@ def _mlp(dtype):
     return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(DEVICE, dtype)
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-def test_torch_compile_reduce_overhead_replays_cuda_graphs_with_boo_kernels(training, monkeypatch):
-    from boo_core.dynamo import offload_summary, reset_offload_summary
+def recorded_graphs(monkeypatch) -> list:
+    """The GraphedFunctions made from now on (the CUDA graphs torch.compile's graphs get)."""
     from boo_core.dynamo.cuda_graphs import GraphedFunction
 
-    torch._dynamo.reset()
-    model = _mlp(f32)
-    reference = _mlp(f32)
     recorded: list[GraphedFunction] = []
     original = GraphedFunction.__init__
 
@@ -138,6 +134,17 @@ def test_torch_compile_reduce_overhead_replays_cuda_graphs_with_boo_kernels(trai
         recorded.append(self)
 
     monkeypatch.setattr(GraphedFunction, "__init__", remember)
+    return recorded
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_torch_compile_reduce_overhead_replays_cuda_graphs_with_boo_kernels(training, monkeypatch):
+    from boo_core.dynamo import offload_summary, reset_offload_summary
+
+    torch._dynamo.reset()
+    model = _mlp(f32)
+    reference = _mlp(f32)
+    recorded = recorded_graphs(monkeypatch)
     compiled = torch.compile(model, backend="iree_boo", mode="reduce-overhead")
     reset_offload_summary()
     for _ in range(5):
@@ -262,21 +269,12 @@ def test_replays_read_the_models_buffers_where_they_are(training, monkeypatch):
     are: a replay reads them in place, with no copy into the graph's memory (the input is
     the only tensor copied), so a statistic changed between steps is seen, and in training
     the running statistics move as eager's do."""
-    from boo_core.dynamo.cuda_graphs import GraphedFunction
-
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
                                 torch.nn.ReLU()).to(DEVICE).train(training)
     reference = copy.deepcopy(model)
-    recorded: list[GraphedFunction] = []
-    original = GraphedFunction.__init__
-
-    def remember(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        recorded.append(self)
-
-    monkeypatch.setattr(GraphedFunction, "__init__", remember)
+    recorded = recorded_graphs(monkeypatch)
     compiled = torch.compile(model, backend="iree_boo", mode="reduce-overhead")
     for step in range(6):
         x = torch.randn(4, 16, 8, 8, device=DEVICE)
