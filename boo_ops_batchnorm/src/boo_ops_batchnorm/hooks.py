@@ -87,7 +87,7 @@ def boo_register_ops(register):
         signature_class=BatchNormSignature,
         parser=BatchNormParser(),
         description="batch normalization: training and inference forwards, backward (MIOpenDriver bnorm, "
-                    "bnormfp16, bnormbfp16)",
+                    "bnormfp16, bnormbfp16; bnormfp16fp32 and bnormbfp16fp32 are the 16-bit two)",
         formulations=formulations,
         compile_flags=compile_flags,
         tuning_space=tuning_space,
