@@ -1,7 +1,9 @@
 """Under BOO_GRAPH_REWRITES (on GPUs by default), an inference batch norm after a convolution
 is folded into it (the batch-norm plugin's GraphRewrite), and the conv plugin's pattern takes
 the result, with the ReLU that follows, as one kernel: two plugins cooperating through aten
-ops only."""
+ops only. A 2-D conv + batch norm (+ activation) with one dtype throughout is the conv
+plugin's CBAInfer kernel instead (tests/boo_ops_conv/test_cbainfer.py): the fold serves 1-D
+and 3-D convolutions and statistics in another dtype than the data's."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from .recording import record_signatures
 def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
     """Non-trivial running statistics and affine parameters in every batch norm."""
     for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
             module.running_mean.normal_()
             module.running_var.uniform_(0.5, 2.0)
             module.weight.data.normal_()
@@ -38,9 +40,9 @@ def compiled(model: torch.nn.Module, x: torch.Tensor, backend: str = "iree_boo",
 def test_batch_norms_after_convolutions_fold_into_them(backend):
     torch.manual_seed(0)
     model = with_statistics(torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, padding=1, bias=False, groups=2), torch.nn.BatchNorm2d(8)))
-    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+        torch.nn.Conv1d(3, 8, 3, padding=1), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+        torch.nn.Conv1d(8, 8, 3, padding=1, bias=False, groups=2), torch.nn.BatchNorm1d(8)))
+    x = torch.randn(2, 3, 10)
     got, summary = compiled(model, x, backend)
     with torch.no_grad():
         torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
@@ -61,10 +63,10 @@ def test_the_folds_of_a_graph_share_one_vector_of_zeros_per_channel_count():
 
     torch.manual_seed(0)
     model = with_statistics(torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-        torch.nn.Conv2d(8, 16, 1), torch.nn.BatchNorm2d(16)))
-    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+        torch.nn.Conv1d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+        torch.nn.Conv1d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm1d(8),
+        torch.nn.Conv1d(8, 16, 1), torch.nn.BatchNorm1d(16)))
+    x = torch.randn(2, 3, 10)
     torch._dynamo.reset()
     with settings_override(graph_rewrites=True), torch.no_grad():
         got = torch.compile(model, backend=boo_backend(nested), dynamic=False)(x)
@@ -77,22 +79,23 @@ def test_the_folds_of_a_graph_share_one_vector_of_zeros_per_channel_count():
 
 
 @pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
-def test_a_bfloat16_channels_last_model_folds_into_a_channels_last_conv_with_its_relu(backend, monkeypatch):
-    """What a GPU ResNet gives: bf16 weights and statistics, channels-last. The folded weight
-    keeps the channels-last layout (kernel libraries serve KRSC filters only), the bias and
-    the ReLU go into the conv's kernel, and the folding's own batch norms are left to the
-    nested backend (no batch-norm kernel offloaded)."""
+def test_bfloat16_data_with_float32_statistics_folds_into_a_channels_last_conv_with_its_relu(backend, monkeypatch):
+    """A bf16 channels-last conv whose batch norm keeps float32 statistics (no CBAInfer
+    signature has that mix): the folded weight keeps the channels-last layout (kernel
+    libraries serve KRSC filters only), the bias and the ReLU go into the conv's kernel, and
+    the folding's own batch norms are left to the nested backend (no batch-norm kernel)."""
     from boo_ops_conv.fusion import ConvForward
 
     compiled_for = record_signatures(monkeypatch, ConvForward)
     torch.manual_seed(0)
     model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1, bias=False),
                                                 torch.nn.BatchNorm2d(16), torch.nn.ReLU()))
-    model = model.to(torch.bfloat16).to(memory_format=torch.channels_last)
+    model[0].to(torch.bfloat16)
+    model = model.to(memory_format=torch.channels_last)
     x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     got, summary = compiled(model, x, backend)
     with torch.no_grad():
-        want = model.float()(x.float())
+        want = torch.nn.Sequential(model[0].float(), *model[1:])(x.float())
     torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
     assert summary.rewritten == {"bnorm.fold_into_conv": 1} and summary.offloaded == {"conv.forward": 1}
     (signature,) = compiled_for
@@ -103,8 +106,8 @@ def test_a_bfloat16_channels_last_model_folds_into_a_channels_last_conv_with_its
 def test_without_the_setting_nothing_is_rewritten(rewrites):
     """Off, or by default on the CPU (where folding measured slower); the default folds on GPUs."""
     torch.manual_seed(0)
-    model = with_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)))
-    _, summary = compiled(model, torch.randn(2, 3, 8, 8), rewrites=rewrites)
+    model = with_statistics(torch.nn.Sequential(torch.nn.Conv1d(3, 8, 3), torch.nn.BatchNorm1d(8)))
+    _, summary = compiled(model, torch.randn(2, 3, 8), rewrites=rewrites)
     assert not summary.rewritten and summary.offloaded == {"conv.forward": 1, "bnorm.inference": 1}
     defaults = get_settings() if rewrites is None else None
     assert defaults is None or (defaults.rewrites_graphs("cuda") and not defaults.rewrites_graphs("cpu"))

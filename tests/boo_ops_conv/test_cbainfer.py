@@ -87,11 +87,32 @@ def test_same_and_valid_padding_follow_miopendrivers_rule():
     ("CBAInfer -A nan", "-A/--alpha", CommandError),
     ("CBAInfer -D plan.dot", "-D/--dot_graph", UnsupportedError),
     ("CBAInfer --forw 1", "--forw", CommandError),  # CBAInfer's -F is the fusion mode: no --forw
+    ("CBAInfer --epsilon 0", "--epsilon", CommandError),
+    ("CBAInfer --epsilon -1e-5", "--epsilon", CommandError),
+    ("CBAInfer --layout CHWN", "--layout", CommandError),
 ])
 def test_bad_commands_name_the_flag(command, flag, error):
     with pytest.raises(error) as raised:
         parse(command)
     assert flag in str(raised.value)
+
+
+def test_boos_epsilon_and_nhwc_layout_parse_and_round_trip():
+    [signature] = parse("CBAInferbfp16 -n 2 -c 8 -H 6 -W 5 -k 16 -p 1 -q 1 -M 1 --epsilon 1e-5 --layout nhwc")
+    assert (signature.eps, signature.layout) == (1e-5, "NHWC")
+    assert [t.shape for t in signature.input_specs()][:2] == [(2, 6, 5, 8), (16, 3, 3, 8)]  # x NHWC, filter KRSC
+    assert signature.output_specs()[0].shape == (2, 6, 5, 16)
+    assert_round_trip(signature)
+    assert "--layout" not in parse("CBAInfer")[0].to_command()  # MIOpen's defaults are left out
+
+
+def test_nhwc_computes_what_nchw_does_on_the_same_tensors():
+    nchw = S(2, 4, 7, 6, k=8, pad_h=1, pad_w=1, stride_w=2, bn_mode="spatial", eps=1e-5)
+    nhwc = S(2, 4, 7, 6, k=8, pad_h=1, pad_w=1, stride_w=2, bn_mode="spatial", eps=1e-5, layout="NHWC")
+    x, w, *rest = nchw.get_sample_args(seed=1)
+    expected = nchw.reference(x, w, *rest)
+    got = nhwc.reference(x.permute(0, 2, 3, 1), w.permute(0, 2, 3, 1), *rest)
+    torch.testing.assert_close(got.permute(0, 3, 1, 2), expected)
 
 
 def test_a_grouped_count_that_does_not_matter_without_a_conv_is_accepted():
@@ -147,6 +168,8 @@ KERNELS = [
     S(2, 3, 6, 6, k=5, dilation_h=2, dilation_w=2, pad_mode="same", fusion="ca", activation="clippedrelu",
       alpha=0.5),
     S(2, 3, 6, 6, k=5, fil_h=1, fil_w=1, fusion="cb", dtype=f16),
+    S(2, 8, 7, 6, k=16, pad_h=1, pad_w=1, stride_h=2, fusion="cna", bn_mode="spatial", eps=1e-5, dtype=bf16,
+      layout="NHWC"),  # what torch.compile hands over for a channels-last ResNet
 ]
 
 
@@ -172,3 +195,56 @@ def test_the_driver_verifies_every_line_of_the_bnorm_and_cbainfer_commands_file(
 
     assert main(["driver", "--verify-numerics", "--iter", "1", "--warmup", "0", "--commands-file",
                  str(COMMANDS_FILE)]) == 0
+
+
+class ConvNet(torch.nn.Module):
+    """conv + bias + batch norm + ReLU; conv + batch norm into a residual add; conv + batch
+    norm + tanh, strided and grouped: three CBAInfer kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.norm1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.conv2, self.norm2 = torch.nn.Conv2d(8, 8, 1, bias=False), torch.nn.BatchNorm2d(8, eps=1e-3)
+        self.conv3, self.norm3 = torch.nn.Conv2d(8, 8, 3, stride=2, groups=2, bias=False), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = torch.relu(self.norm1(self.conv1(x)))
+        y = self.norm2(self.conv2(y)) + y
+        return torch.tanh(self.norm3(self.conv3(y)))
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+@pytest.mark.parametrize(("dtype", "channels_last"), [(f32, False), (bf16, True)], ids=["f32-nchw", "bf16-nhwc"])
+def test_torch_compile_runs_conv_and_inference_batch_norm_as_one_cbainfer_kernel(backend, dtype, channels_last,
+                                                                               monkeypatch):
+    from boo_core.dynamo import offload_summary, reset_offload_summary
+    from boo_core.settings import settings_override
+    from boo_ops_conv.cba_fusion import ConvBatchNormInference
+
+    from ..boo_ops_batchnorm.recording import record_signatures
+
+    compiled_for = record_signatures(monkeypatch, ConvBatchNormInference)
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial statistics
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+            torch.nn.init.normal_(module.weight)
+            torch.nn.init.normal_(module.bias)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(dtype).to(memory_format=memory_format)
+    x = torch.randn(2, 3, 10, 10, dtype=dtype).to(memory_format=memory_format)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    # graph rewrites on: the batch-norm plugin's fold leaves the batch norms the pattern takes alone
+    with settings_override(graph_rewrites=True), torch.no_grad():
+        got = torch.compile(model, backend=backend, dynamic=False)(x)
+        expected = model.double()(x.double())
+    tolerance = 1e-4 if dtype == f32 else 5e-2
+    torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
+    summary = offload_summary()
+    assert summary.offloaded == {"cbainfer.conv_batch_norm": 3} and not summary.rewritten, summary
+    layout = "NHWC" if channels_last else "NCHW"
+    assert [(s.fusion, s.activation if s.has_activation else None, s.eps, s.layout) for s in compiled_for] == [
+        ("cbna", "relu", 1e-5, layout), ("cn", None, 1e-3, layout), ("cna", "tanh", 1e-5, layout)]

@@ -132,6 +132,38 @@ def test_it_recognizes_the_modules_iree_makes_for_the_resnet_rows(private_cache,
             conv.plan(conv.problem_of(resnet_conv(*row)), found.executables)
 
 
+def resnet_cba(c: int, k: int, window: int, stride: int, size: int, fusion: str = "cna", **options: object):
+    """A ResNet-50 conv + batch norm (+ ReLU) as torch.compile hands it over: CBAInfer, bf16, NHWC."""
+    from boo_ops_conv import ConvBatchNormActivationSignature
+
+    return ConvBatchNormActivationSignature(32, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride,
+                                            stride_w=stride, pad_h=window // 2, pad_w=window // 2, fusion=fusion,
+                                            bn_mode="spatial", eps=1e-5, dtype=torch.bfloat16, layout="NHWC",
+                                            **options)
+
+
+@pytest.mark.parametrize(("row", "fusion", "kernels"), [((64, 256, 1, 1, 56), "cn", ["conv"]),
+                                                        ((64, 64, 3, 1, 56), "cna", ["pad", "conv"]),
+                                                        ((64, 128, 3, 2, 56), "cbna", ["pad", "conv"]),
+                                                        ((3, 64, 7, 2, 224), "cna", ["pad", "conv"])])
+def test_it_runs_a_conv_batch_norm_and_relu_with_the_batch_norm_in_the_epilogue(private_cache, row, fusion, kernels):
+    signature = resnet_cba(*row, fusion=fusion)
+    problem = conv.problem_of(signature)
+    assert (problem.norm, problem.eps, problem.bias) == (True, 1e-5, fusion == "cbna")
+    assert problem.activation == ("relu" if "a" in fusion else None)
+    found = executables_of(signature, "cuda:sm_80", "default")
+    launches = conv.plan(problem, found.executables)
+    assert [launch.kernel for launch in launches] == kernels
+    # the same module without the batch norm's four bindings is not this problem
+    with pytest.raises(ValueError):
+        conv.plan(dataclasses.replace(problem, norm=False), found.executables)
+    for other in (dataclasses.replace(signature, bn_mode="per_activation"),  # a statistic per pixel
+                  dataclasses.replace(signature, layout="NCHW"),
+                  dataclasses.replace(signature, fusion="cna", activation="elu"),
+                  dataclasses.replace(signature, dtype=torch.float16)):
+        assert conv.problem_of(other) is None
+
+
 @pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")
 def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None

@@ -86,6 +86,8 @@ def test_a_real_network_infers_as_eager_does(name, backend):
         inferred = torch.compile(model, backend=backend, dynamic=False)(x)
         torch.testing.assert_close(inferred, model(x), rtol=1e-4, atol=1e-4)
     offloaded = offload_summary().offloaded
-    assert offloaded["conv.forward"] == (20 if name == "resnet18" else 1)
-    assert offloaded["bnorm.inference"] == (20 if name == "resnet18" else 0)
+    # ResNet-18: each of its 20 convs with the batch norm (and ReLU) after it is one CBAInfer kernel
+    assert offloaded["cbainfer.conv_batch_norm"] == (20 if name == "resnet18" else 0)
+    assert offloaded["conv.forward"] == (0 if name == "resnet18" else 1)
+    assert offloaded["bnorm.inference"] == 0
     torch._dynamo.reset()

@@ -105,7 +105,7 @@ class FoldIntoConvolution(GraphRewrite):
             start = insert_aten(graph, aten.view.default, zeros if bias is None else bias, [1, channels])
             shift = insert_aten(graph, aten.view.default, normalized(start, gamma, beta, mean), [channels])
             if shift.meta["val"].dtype != value.dtype:
-                shift = insert_aten(graph, aten._to_copy.default, shift, dtype=value.dtype)
+                shift = insert_aten(graph, torch.ops.prims.convert_element_type.default, shift, value.dtype)
             args = [options[name] for name in ("input", "weight", "bias", "stride", "padding", "dilation",
                                                "transposed", "output_padding", "groups")]
             args[1], args[2] = folded, shift

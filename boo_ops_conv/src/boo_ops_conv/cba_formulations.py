@@ -25,8 +25,9 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
 
 
 def is_plain_1x1(s: ConvBatchNormActivationSignature) -> bool:
-    """A 1x1 convolution with no padding, stride or dilation, one group."""
-    return s.has_conv and (s.fil_h, s.fil_w, s.stride_h, s.stride_w, s.dilation_h, s.dilation_w, s.groups) == \
+    """An NCHW 1x1 convolution with no padding, stride or dilation, one group."""
+    return s.has_conv and s.layout == "NCHW" and \
+        (s.fil_h, s.fil_w, s.stride_h, s.stride_w, s.dilation_h, s.dilation_w, s.groups) == \
         (1, 1, 1, 1, 1, 1, 1) and s.padding == (0, 0)
 
 

@@ -4,16 +4,20 @@ The flag table is MIOpenDriver's (``driver/CBAInferFusion_driver.hpp``), with it
 the 2-D convolution's ``-n -c -H -W -k -g -y -x -u -v -p -q -l -j -z``, ``-F/--fusion_mode``
 (0 cbna, 1 cna, 2 na, 3 cn, 4 cba, 5 ca, 6 cb: which of conv, bias, batch norm and
 activation run), ``-M/--bnMode`` (0 per-activation, 1 spatial), ``-m/--activMode``
-(``miopenActivationMode_t``, 3 relu) and its ``-A/-B/-G`` alpha, beta and gamma. Unlike the
+(``miopenActivationMode_t``, 3 relu) and its ``-A/-B/-G`` alpha, beta and gamma. BOO adds
+``--epsilon`` (default MIOpenDriver's 1e-3) and ``--layout NHWC`` (default NCHW, the only
+layout MIOpen's fusion takes): what a channels-last model's conv and batch norm need. Unlike the
 other drivers, ``-F`` selects the fusion, not a direction: CBAInfer only runs forward.
 """
 
 from __future__ import annotations
 
-from boo_core import CommandParser, Flag, FlagKind, ParsedFlags
-from boo_core.signatures.flags import indexed, integer, non_negative, number, one_of, positive, text
+import math
 
-from .cba_signature import ACTIVATION_MODES, BN_MODES, FUSION_MODES, ConvBatchNormActivationSignature
+from boo_core import CommandParser, Flag, FlagKind, ParsedFlags
+from boo_core.signatures.flags import indexed, integer, non_negative, number, one_of, positive, text, upper
+
+from .cba_signature import ACTIVATION_MODES, BN_MODES, EPSILON, FUSION_MODES, LAYOUTS, ConvBatchNormActivationSignature
 
 RUN = FlagKind.RUN
 
@@ -50,6 +54,10 @@ CBA_FLAGS: tuple[Flag, ...] = (
     Flag("alpha", "A", 1.0, number, "activation alpha", field="alpha"),
     Flag("beta", "B", 0.0, number, "activation beta", field="beta"),
     Flag("gamma", "G", 1.0, number, "activation gamma", field="gamma"),
+    Flag("epsilon", None, EPSILON, number, "BOO extension: the batch norm's epsilon (MIOpenDriver's is 1e-3)",
+         field="eps", omit_default=True),
+    Flag("layout", None, "NCHW", one_of(*LAYOUTS, case=upper), "BOO extension: NCHW, or NHWC for x, the "
+         "filter (K, Y, X, C/groups) and y", field="layout", omit_default=True),
     # Read by BOO's tools or meaningless for BOO's kernels; never part of a signature.
     Flag("iter", "i", 1, positive, "timed iterations", RUN),
     Flag("time", "t", 0, integer, "1: report kernel time (BOO always times)", RUN),
@@ -68,6 +76,8 @@ class CBAInferParser(CommandParser):
     signature_class = ConvBatchNormActivationSignature
 
     def check(self, flags: ParsedFlags) -> None:
+        eps = flags["epsilon"]
+        flags.require("epsilon", math.isfinite(eps) and eps > 0, "must be finite and positive")
         if flags["fusion_mode"] == "na":
             return  # no convolution: its flags describe nothing
         groups, c, k = flags["group_count"], flags["in_channels"], flags["out_channels"]

@@ -15,6 +15,7 @@ from boo_core import Signature, TensorSpec, UnsupportedError
 from boo_core.signatures.dtypes import short_name
 from boo_core.signatures.signature import number_symbol, require_choice, require_finite, require_positive
 
+from . import layouts
 from .signature import same_padding
 
 #: MIOpen's ``-F/--fusion_mode`` values 0..6, in order: which of conv (c), bias (b), batch
@@ -26,6 +27,9 @@ BN_MODES = ("per_activation", "spatial")
 ACTIVATION_MODES = ("passthru", "logistic", "tanh", "relu", "softrelu", "abs", "power", "clippedrelu",
                     "leakyrelu", "elu")
 PAD_MODES = ("default", "same", "valid")
+#: Layouts of x, the filter and y (BOO extension: MIOpen's CBAInfer is NCHW only). NHWC
+#: stores the filter as (K, Y, X, C/groups), as conv's ``--fil_layout NHWC`` does.
+LAYOUTS = ("NCHW", "NHWC")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: The batch norm's epsilon: MIOpenDriver's CBAInfer has no flag for it and uses 1e-3.
 EPSILON = 1e-3
@@ -59,7 +63,12 @@ class ConvBatchNormActivationSignature(Signature):
     ``valid``). The batch norm uses running statistics: ``y = (y - mean) / sqrt(var + eps) *
     scale + shift``, per channel (``spatial``) or per channel and pixel (``per_activation``),
     its tensors in the data's dtype as MIOpen's are. The activation is MIOpen's, with its
-    alpha, beta and gamma. Everything is computed in float32 at least and rounded once.
+    alpha, beta and gamma. The convolution and its bias run in the data's dtype as PyTorch's
+    do (accumulated in float32, rounded to the dtype: what the conv op's kernels compute);
+    the batch norm and the activation are computed from that in float32 and rounded once.
+    ``layout`` NHWC (a BOO extension, what torch.compile hands over for a channels-last
+    model) stores x, the filter and y channels-last; the batch norm's tensors keep their
+    logical shapes.
     """
 
     op_name: ClassVar[str] = "cbainfer"
@@ -87,6 +96,7 @@ class ConvBatchNormActivationSignature(Signature):
     gamma: float = 1.0
     eps: float = EPSILON
     dtype: torch.dtype = torch.float32
+    layout: str = "NCHW"
 
     def __post_init__(self) -> None:
         require_positive(self, "n", "c", "h", "w", "k", "fil_h", "fil_w", "stride_h", "stride_w", "dilation_h",
@@ -96,6 +106,7 @@ class ConvBatchNormActivationSignature(Signature):
         require_choice(self, "bn_mode", BN_MODES)
         require_choice(self, "activation", ACTIVATION_MODES)
         require_choice(self, "pad_mode", PAD_MODES)
+        require_choice(self, "layout", LAYOUTS)
         if self.pad_h < 0 or self.pad_w < 0:
             raise ValueError(f"pad_h {self.pad_h} and pad_w {self.pad_w} must not be negative")
         if self.eps <= 0:
@@ -165,12 +176,15 @@ class ConvBatchNormActivationSignature(Signature):
         parameters = "".join(f"_{letter}{number_symbol(value)}" for letter, value in
                              (("a", self.alpha), ("b", self.beta), ("g", self.gamma)))
         act = f"_{self.activation}{parameters}" if self.has_activation else ""
-        return f"cbainfer_{self.fusion}_{short_name(self.dtype)}_n{self.n}c{self.c}h{self.h}w{self.w}{conv}{norm}{act}"
+        eps = "" if self.eps == EPSILON else f"_e{number_symbol(self.eps)}"
+        layout = "" if self.layout == "NCHW" else f"_{self.layout.lower()}"
+        return (f"cbainfer_{self.fusion}_{short_name(self.dtype)}_n{self.n}c{self.c}h{self.h}w{self.w}{conv}{norm}"
+                f"{eps}{act}{layout}")
 
     def input_specs(self) -> list[TensorSpec]:
-        specs = [TensorSpec("x", self.input_shape, self.dtype, "NCHW")]
+        specs = [self._stored("x", self.input_shape)]
         if self.has_conv:
-            specs.append(TensorSpec("w", (self.k, self.c // self.groups, self.fil_h, self.fil_w), self.dtype, "NCHW"))
+            specs.append(self._stored("w", (self.k, self.c // self.groups, self.fil_h, self.fil_w)))
         if self.has_bias:
             specs.append(TensorSpec("b", (self.k,), self.dtype))
         if self.has_norm:
@@ -178,7 +192,11 @@ class ConvBatchNormActivationSignature(Signature):
         return specs
 
     def output_specs(self) -> list[TensorSpec]:
-        return [TensorSpec("y", self.output_shape, self.dtype, "NCHW")]
+        return [self._stored("y", self.output_shape)]
+
+    def _stored(self, name: str, shape: tuple[int, ...]) -> TensorSpec:
+        """x, the filter or y of logical ``shape`` as ``layout`` stores it."""
+        return TensorSpec(name, layouts.physical_shape(shape, self.layout), self.dtype, self.layout)
 
     def reference(self, *args: torch.Tensor) -> torch.Tensor:
         return self.compute(args)
@@ -187,18 +205,20 @@ class ConvBatchNormActivationSignature(Signature):
         """The kernel's computation with ``convolution(x, w, b)`` for the conv stage (a
         formulation's; default ``F.conv2d`` with the signature's geometry)."""
         accumulate = torch.promote_types(args[0].dtype, torch.float32)
-        x, *rest = (t.to(accumulate) for t in args)
-        y = x
+        logical = layouts.to_logical(self.layout)
+        x, *rest = args
+        y = layouts.permute(x, logical)
         if self.has_conv:
-            weight = rest.pop(0)
+            weight = layouts.permute(rest.pop(0), logical)
             bias = rest.pop(0) if self.has_bias else None
-            y = (convolution or self._conv2d)(x, weight, bias)
+            y = (convolution or self._conv2d)(y, weight, bias)
+        y = y.to(accumulate)
         if self.has_norm:
-            scale, shift, mean, var = (self._per_channel(t) for t in rest[:4])
+            scale, shift, mean, var = (self._per_channel(t.to(accumulate)) for t in rest[:4])
             y = (y - mean) * torch.rsqrt(var + self.eps) * scale + shift
         if self.has_activation:
             y = miopen_activation(self.activation, self.alpha, self.beta, self.gamma)(y)
-        return y.to(args[0].dtype)
+        return layouts.permute(y, layouts.to_physical(self.layout)).to(args[0].dtype)
 
     def _conv2d(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         return F.conv2d(x, weight, bias, (self.stride_h, self.stride_w), self.padding,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from boo_core import OpSpec, hookimpl
 
 from .cba_formulations import cba_formulations
+from .cba_fusion import PATTERNS as CBA_PATTERNS
 from .cba_parser import CBAInferParser
 from .cba_signature import ConvBatchNormActivationSignature
 from .formulations import conv_formulations
@@ -35,4 +36,5 @@ def boo_register_ops(register):
         description="conv + bias + batch norm + activation inference, one kernel (MIOpenDriver CBAInfer, "
                     "CBAInferfp16, CBAInferbfp16)",
         formulations=cba_formulations,
+        fusion_patterns=CBA_PATTERNS,
     ))

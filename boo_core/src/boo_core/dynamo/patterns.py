@@ -119,7 +119,10 @@ class GraphRewrite(abc.ABC):
 
     Build new nodes with :func:`insert_aten` (it records their fake values, which patterns
     read) and leave the graph valid whatever the rest of BOO does with it: the nested
-    backend runs whatever no pattern takes.
+    backend runs whatever no pattern takes. A rewrite is not offered a node that a pattern
+    anchored at another node takes as the graph stands (the conv plugin's conv + batch norm
+    + activation kernel takes the batch norm the fold would rewrite): one kernel for the
+    whole match wins over rewriting part of it.
     """
 
     #: Unique name, ``<op>.<what>``; rewrites applied are counted under it in the report.

@@ -51,7 +51,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor = _by_anchor(patterns)
     if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
-        _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report)
+        _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report,
+                        spanned=_spanned(gm.graph, by_anchor, backend, kind))
     taken: set[torch.fx.Node] = set()
     claims = _claims(gm.graph, by_anchor, taken, report)
     # Kernels compile in parallel (iree-compile runs as a process of its own); a match whose
@@ -98,13 +99,25 @@ def _device_type(graph: torch.fx.Graph) -> str:
     return "cpu"
 
 
-def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], report: GraphReport) -> None:
-    """Run the plugins' graph rewrites at every node of their anchor ops, in graph order; the
-    first that applies at a node wins. One that raises is skipped there with a warning (an
-    error under BOO_COMPILE_STRICT=1): a rewrite builds its new nodes before it replaces any
-    use, so what it left behind is unused."""
+def _spanned(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]], backend: str,
+             kind: str) -> set[torch.fx.Node]:
+    """The nodes some pattern would take, as the graph stands, in a match anchored at
+    another node (a batch norm inside conv + batch norm + activation): no rewrite applies
+    there, since one kernel for the whole match beats rewriting a part of it."""
+    claims = _claims(graph, by_anchor, set(), new_report(backend, kind))  # a dry run: its refusals are not reported
+    return {n for anchor, _, _, match in claims for n in match.nodes if n is not anchor}
+
+
+def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], report: GraphReport,
+                    spanned: set[torch.fx.Node] = frozenset()) -> None:  # type: ignore[assignment]
+    """Run the plugins' graph rewrites at every node of their anchor ops, in graph order,
+    but those in ``spanned``; the first that applies at a node wins. One that raises is
+    skipped there with a warning (an error under BOO_COMPILE_STRICT=1): a rewrite builds its
+    new nodes before it replaces any use, so what it left behind is unused."""
     by_anchor = _by_anchor(rewrites)
     for node in list(graph.nodes):
+        if node in spanned:
+            continue
         for rewrite in by_anchor.get(node.target, []) if node.op == "call_function" else []:
             try:
                 done = rewrite.apply(node)

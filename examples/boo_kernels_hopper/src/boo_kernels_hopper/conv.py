@@ -3,7 +3,10 @@
 A served convolution (:func:`problem_of`): bf16, 2-D, channels-last (NHWC input and output,
 KRSC filter), one group, no dilation, not transposed; the forward (``fwd``, with its bias and
 activation, if any, as the kernel's epilogue) or the data gradient (``bwd``), with a multiple
-of 64 output channels.
+of 64 output channels. The ``cbainfer`` op's NHWC signatures (MIOpen's CBAInfer: conv, bias,
+per-channel batch norm from running statistics, activation) are forwards whose epilogue
+also applies the batch norm (:func:`cba_problem_of`); IREE's module for them has the same
+executables, the batch norm's four vectors bound after the bias (:data:`NORM_POINTERS`).
 
 Both are computed as one forward convolution, :class:`ConvProblem`: an implicit GEMM over a
 channels-last image that already holds its padding. The forward's image is x padded by the
@@ -91,6 +94,13 @@ class ConvProblem:
     in_major: bool  # the filter is (cin, r, s, cout) as stored (and read flipped): the data gradient
     bias: bool = False  # the forward's epilogue: y += bias[cout], then the activation
     activation: str | None = None
+    norm: bool = False  # CBAInfer's batch norm in the epilogue, after the bias (NORM_POINTERS)
+    eps: float = 0.0
+
+    @property
+    def epilogue_vectors(self) -> int:
+        """Per-output-channel tensors the epilogue reads: the bias, then the batch norm's four."""
+        return int(self.bias) + 4 * int(self.norm)
 
     @property
     def cin(self) -> int:
@@ -137,8 +147,39 @@ def is_plain_channels_last(s: Any) -> bool:
         return False
 
 
+#: CBAInfer's activations the epilogue has: MIOpen's mode (with its alpha, beta) -> the epilogue's.
+_CBA_ACTIVATIONS = {("relu", None): "relu", ("logistic", None): "sigmoid", ("tanh", (1.0, 1.0)): "tanh"}
+
+
+def cba_problem_of(s: Any) -> ConvProblem | None:
+    """The forward problem of a ``cbainfer`` signature (MIOpen's CBAInfer: conv, bias, batch
+    norm, activation) this library serves: bf16, NHWC, a convolution as :func:`problem_of`
+    takes, a per-channel (spatial) batch norm, an activation the epilogue has. Duck-typed."""
+    try:
+        if not (s.dtype == BF16 and s.layout == "NHWC" and s.has_conv and s.groups == 1
+                and (s.dilation_h, s.dilation_w) == (1, 1) and (not s.has_norm or s.bn_mode == "spatial")):
+            return None
+        activation = None
+        if s.has_activation and s.activation != "passthru":
+            activation = _CBA_ACTIVATIONS.get((s.activation, None)) or \
+                _CBA_ACTIVATIONS.get((s.activation, (s.alpha, s.beta)))
+            if activation is None:
+                return None
+        (n, c, h, w), (_, k, p, q) = s.input_shape, s.output_shape
+        ph, pw = s.padding
+        problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, s.fil_h, s.fil_w, s.stride_h,
+                              s.stride_w, p, q, k, False, bool(s.has_bias), activation, bool(s.has_norm),
+                              float(s.eps))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return _servable(problem)
+
+
 def problem_of(signature: Any) -> ConvProblem | None:
-    """The problem for a BOO ``conv`` signature this library serves (module docstring), else None."""
+    """The problem for a BOO ``conv`` or ``cbainfer`` signature this library serves (module
+    docstring), else None."""
+    if getattr(signature, "op_name", None) == "cbainfer":
+        return cba_problem_of(signature)
     if not is_plain_channels_last(signature):
         return None
     s = signature
@@ -162,6 +203,11 @@ def problem_of(signature: Any) -> ConvProblem | None:
             return None
     else:
         return None
+    return _servable(problem)
+
+
+def _servable(problem: ConvProblem) -> ConvProblem | None:
+    """``problem`` if the kernel's tiles and window fit it, else None."""
     if problem.cout % 64 or min(problem.p, problem.q) < 1:
         return None
     if (problem.p - 1) * problem.sh + problem.r > problem.hp or (problem.q - 1) * problem.sw + problem.s > problem.wp:
@@ -240,8 +286,9 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
             raise ValueError(f"{name}: a tensor of binding {bindings} is at an offset")
 
     conv = executables[-1]
-    # the forward's epilogue: the bias is binding 2, the output's moves to 3
-    bias = [(2, problem.cout, "readonly")] if problem.bias else []
+    # the forward's epilogue: the bias (then a batch norm's scale, shift, mean, var) from
+    # binding 2 on, the output's after them
+    bias = [(2 + i, problem.cout, "readonly") for i in range(problem.epilogue_vectors)]
     out = 2 + len(bias)
     if len(executables) == 1:
         if not problem.direct:
@@ -249,7 +296,7 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
         expect(conv.name, spans[conv.name], [(0, problem.source_numel, "readonly"),
                                              (1, problem.weight_numel, "readonly"), *bias,
                                              (out, problem.output_numel, "writeonly")])
-        at_start(conv.name, 0, 1, 2, out)
+        at_start(conv.name, 0, *range(1, out + 1))
         return [Launch(conv, "conv", (0, 0))]
     pad = executables[0]
     expect(pad.name, spans[pad.name], [(0, problem.source_numel, "readonly"), (1, problem.padded_numel, "writeonly")])
@@ -259,7 +306,7 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
         expect(conv.name, spans[conv.name], [(0, problem.padded_numel, "readonly"),
                                              (1, problem.weight_numel, "readonly"), *bias,
                                              (out, problem.output_numel, "writeonly")])
-        at_start(conv.name, 1, 2, out)
+        at_start(conv.name, *range(1, out + 1))
         x_at = next(sp for sp in spans[conv.name] if sp.binding == 0).offset
         if x_at != pad_to:
             raise ValueError(f"{names}: the transient is written at byte {pad_to} and read at {x_at}")
@@ -305,12 +352,17 @@ def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: 
     return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n,
             "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "IN_MAJOR": problem.in_major,
             "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group,
-            "HAS_BIAS": problem.bias, "ACT": problem.activation or "", **kernel_geometry(problem)}
+            "HAS_BIAS": problem.bias, "ACT": problem.activation or "", "HAS_NORM": problem.norm, "EPS": problem.eps,
+            **kernel_geometry(problem)}
 
 
-CONV_ORDER = ["x", "w", "bias", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT", "R", "S", "SH",
-              "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT", "SCATTER", "OH", "OW",
-              "DH", "DW"]
+#: The batch norm's vectors in the order IREE 3.13 binds them: the order its epilogue uses them
+#: (``(y - mean) * rsqrt(var + eps) * scale + shift``), not the op's argument order. A module
+#: bound otherwise computes something else, which verification refuses.
+NORM_POINTERS = ["mean", "var", "scale", "shift"]
+CONV_ORDER = ["x", "w", "bias", *NORM_POINTERS, "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT",
+              "R", "S", "SH", "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT",
+              "HAS_NORM", "EPS", "SCATTER", "OH", "OW", "DH", "DW"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 
@@ -335,8 +387,9 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
 
     if launch.kernel == "conv":
         constants = conv_constants(problem, config, launch.offsets[0], launch.offsets[1], launch.w_from_x)
-        pointers = ["x", *([] if launch.w_from_x else ["w"]), *(["bias"] if problem.bias else []), "y"]
-        constants.update({name: None for name in ("w", "bias") if name not in pointers})
+        pointers = ["x", *([] if launch.w_from_x else ["w"]), *(["bias"] if problem.bias else []),
+                    *(NORM_POINTERS if problem.norm else []), "y"]
+        constants.update({name: None for name in ("w", "bias", *NORM_POINTERS) if name not in pointers})
         compiled, ptx = compile_for_iree(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
                                  config.num_stages, entry)
         grid = conv_grid(problem, config)

@@ -7,7 +7,8 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
   product's executable of the ``default`` formulation's module (``gemm.plan``).
-* A conv: every executable of the ``default`` formulation's module (``conv.plan``).
+* A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
+  of the ``default`` formulation's module (``conv.plan``).
 * A weight gradient: every executable of an ``im2col_splitN`` formulation's module
   (``wgrad.plan``).
 
@@ -116,6 +117,6 @@ def _conv_substitution(signature: Any) -> Substitution | None:
 def boo_kernel_substitutions(signature: Any, target: Target) -> Sequence[Substitution] | Substitution | None:
     if target.backend != "cuda":
         return None
-    if getattr(signature, "op_name", None) == "conv":
+    if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
         return _conv_substitution(signature)
     return _gemm_substitutions(signature)

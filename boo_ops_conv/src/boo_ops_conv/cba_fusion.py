@@ -1,0 +1,146 @@
+"""The inference fusion pattern of conv + batch norm (+ activation): one CBAInfer kernel.
+
+In an inference graph, ``aten.convolution`` (2-D, not transposed) whose only user is an
+inference batch norm (``_native_batch_norm_legit_no_training``, only its normalized output
+read), optionally followed by a ReLU, sigmoid or tanh, is what MIOpen's ``CBAInfer`` computes:
+the batch norm runs in the convolution's epilogue from the running statistics, so the model
+pays one launch and no per-step arithmetic on its weights. The batch norm is an aten op, so
+this pattern needs nothing of the batch-norm plugin. It comes before ``conv.forward`` (ops
+offer patterns in name order), and graph rewrites leave alone the nodes it takes (the
+batch-norm plugin's fold then serves only what this pattern declines: 1-D and 3-D
+convolutions, statistics in another dtype than the data's).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from boo_core import get_launchable
+from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
+
+from . import layouts
+from .cba_signature import DTYPES, ConvBatchNormActivationSignature
+from .fusion import _options
+
+aten = torch.ops.aten
+
+#: torch's activation op -> (MIOpen's activation mode, its alpha, beta): tanh is ``beta * tanh(alpha * x)``.
+_ACTIVATIONS = {aten.relu.default: ("relu", 1.0, 0.0), aten.sigmoid.default: ("logistic", 1.0, 0.0),
+                aten.tanh.default: ("tanh", 1.0, 1.0)}
+_TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu, "logistic": torch.sigmoid, "tanh": torch.tanh, "passthru": lambda y: y}
+
+
+def _layout(x: torch.Tensor, w: torch.Tensor) -> str | None:
+    """NCHW or NHWC where x and the filter are both dense in that layout (a 1x1 filter is
+    both), else None."""
+    for layout in ("NCHW", "NHWC"):
+        order = layouts.to_physical(layout)
+        if layouts.permute(x, order).is_contiguous() and layouts.permute(w, order).is_contiguous():
+            return layout
+    return None
+
+
+class ConvBatchNormInference(FusionPattern):
+    """conv (+ bias) -> inference batch norm (-> relu | sigmoid | tanh): one CBAInfer kernel."""
+
+    name = "cbainfer.conv_batch_norm"
+    anchors = (aten.convolution.default,)
+
+    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        options = _options(node)
+        if options is None or options["transposed"]:
+            return None
+        x, w, b = node.args[:3]
+        norm = only_user(node)
+        if norm is None or norm.target is not aten._native_batch_norm_legit_no_training.default \
+                or norm.args[0] is not node:
+            return None
+        _, gamma, beta, mean, var, _, eps = norm.args[:7]
+        normalized = only_user(norm)
+        if gamma is None or beta is None or normalized is None or normalized.target is not operator.getitem \
+                or normalized.args[1] != 0:
+            return None
+        tensors = [t for t in (x, w, b, gamma, beta, mean, var) if t is not None]
+        values = [t.meta.get("val") for t in tensors]
+        if not all(isinstance(v, torch.Tensor) for v in values) or values[0].dim() != 4:
+            return None
+        if len({v.dtype for v in values}) != 1 or values[0].dtype not in DTYPES:
+            return None  # statistics in another dtype than the data's: not a CBAInfer signature
+        layout = _layout(values[0], values[1])
+        if layout is None:
+            return None
+        nodes = [node, norm, normalized]
+        activation, alpha, beta_ = "passthru", 1.0, 0.0
+        user = only_user(normalized)
+        if user is not None and user.op == "call_function" and user.target in _ACTIVATIONS \
+                and user.args[:1] == (normalized,) and len(user.args) == 1 and not user.kwargs:
+            activation, alpha, beta_ = _ACTIVATIONS[user.target]
+            nodes.append(user)
+        spec = {**options, "bias": b is not None, "eps": float(eps), "activation": activation, "alpha": alpha,
+                "beta": beta_, "layout": layout}
+        return FusionMatch(tuple(nodes), tuple(tensors), spec)
+
+    def signatures(self, spec: Mapping[str, Any],
+                   inputs: Sequence[torch.Tensor]) -> list[ConvBatchNormActivationSignature]:
+        return [cba_signature_for(spec, inputs)]
+
+    def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return _GeneralCall(spec, inputs)(*inputs)
+
+    def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        run = _GeneralCall(spec, inputs)
+        to_stored = layouts.to_physical(spec["layout"])
+        stored = lambda t: layouts.permute(t, to_stored)  # noqa: E731
+        back = layouts.to_logical(spec["layout"])
+        direct = run.launchable.bind(inputs, (stored, stored), (lambda y: layouts.permute(y, back),))
+        return run if direct is None else direct.or_else(run)
+
+    def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        x, w, *rest = inputs
+        b = rest.pop(0) if spec["bias"] else None
+        gamma, beta, mean, var = rest
+        y = aten.convolution(x, w, b, spec["stride"], spec["padding"], spec["dilation"], False,
+                             spec["output_padding"], spec["groups"])
+        y = F.batch_norm(y, mean, var, gamma, beta, False, 0.0, spec["eps"])
+        return _TORCH_ACTIVATIONS[spec["activation"]](y)
+
+
+def cba_signature_for(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> ConvBatchNormActivationSignature:
+    """The CBAInfer signature of a match's spec and (fake or real) inputs."""
+    x, w = inputs[:2]
+    n, c, h, width = x.shape
+    k, _, r, s = w.shape
+    activation = spec["activation"]
+    # MIOpen has no conv + bias + batch norm without an activation: passthru is none
+    fusion = "cbna" if spec["bias"] else ("cna" if activation != "passthru" else "cn")
+    return ConvBatchNormActivationSignature(
+        n=n, c=c, h=h, w=width, k=k, fil_h=r, fil_w=s, stride_h=spec["stride"][0], stride_w=spec["stride"][1],
+        pad_h=spec["padding"][0], pad_w=spec["padding"][1], dilation_h=spec["dilation"][0],
+        dilation_w=spec["dilation"][1], groups=spec["groups"], fusion=fusion, bn_mode="spatial",
+        activation=activation, alpha=spec["alpha"], beta=spec["beta"], eps=spec["eps"], dtype=x.dtype,
+        layout=spec["layout"])
+
+
+class _GeneralCall:
+    """A match's kernel for any strides: x and the filter copied into the layout where
+    they are not in it, y returned in logical order (a view)."""
+
+    def __init__(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]):
+        self.launchable = get_launchable(cba_signature_for(spec, inputs), inputs[0].device)
+        self._to_stored = layouts.to_physical(spec["layout"])
+        self._back = layouts.to_logical(spec["layout"])
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        stored = [layouts.permute(t, self._to_stored).contiguous() for t in (x, w)]
+        y = self.launchable(*stored, *(t.contiguous() for t in rest))
+        return layouts.permute(y, self._back)
+
+
+PATTERNS = (ConvBatchNormInference(),)
