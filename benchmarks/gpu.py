@@ -2,7 +2,7 @@
 
 Rows: ResNet-50's convolutions (bf16, NHWC, batch 32; forward, backward-data and
 backward-weight), the same forwards as inference's conv + batch norm + ReLU (BOO: one
-kernel, the batch norm folded into a bias, as ``torch.compile`` and ``CBAInfer`` give it;
+kernel, CBAInfer's, the batch norm in the conv's epilogue, as ``torch.compile`` gives it;
 torch: cuDNN's conv, then PyTorch's batch norm and ReLU), ResNet-50's batch norms,
 transformer layer norms and matmuls (bf16). Each time is device time per
 call: the sum of the kernels a call launches, from torch.profiler (which sees IREE's kernels
@@ -17,7 +17,6 @@ matmul rate and copy bandwidth (the peaks), and the host time of one launch.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from boo_core import BooOpRegistry, CompileError, clear_launchables, get_launcha
 from boo_core.kernels.request import KernelRequest
 from boo_core.settings import settings_override
 from boo_core.signatures.signature import Signature
-from boo_ops_conv import ConvSignature
+from boo_ops_conv import ConvBatchNormActivationSignature, ConvSignature
 from boo_ops_matmul import MatmulSignature
 
 BF16 = torch.bfloat16
@@ -55,8 +54,10 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
                                       padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
             out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
     for c, k, window, stride, size in RESNET50:
-        signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
-                                  dtype=BF16, shared_layout="NHWC", bias=True, activation="relu")
+        signature = ConvBatchNormActivationSignature(
+            batch, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride,
+            pad_h=window // 2, pad_w=window // 2, fusion="cna", bn_mode="spatial", eps=1e-5, dtype=BF16,
+            layout="NHWC")
         out.append((f"resnet50 conv+bn+relu {c}->{k} {window}x{window}/{stride} @{size}", signature))
     out += batch_norm_rows(batch)
     for tokens, width in ((8192, 1024), (8192, 4096), (6304, 768)):  # the last: ViT-B/16's, batch 32
@@ -95,18 +96,19 @@ def batch_norm_rows(batch: int) -> list[tuple[str, Signature]]:
 
 def torch_baseline(name: str, signature: Signature, device: str) -> Callable[..., object]:
     """What PyTorch runs for a row: the signature's eager computation, except that a conv +
-    bn + relu row runs cuDNN's convolution, then an inference batch norm and a ReLU (its
-    statistics drawn once per row) where BOO's kernel takes the folded bias."""
-    if "conv+bn+relu" not in name:
+    bn + relu row (BOO: one CBAInfer kernel, the batch norm in the conv's epilogue, as
+    torch.compile gives it) runs cuDNN's convolution on the channels-last tensors, then
+    PyTorch's inference batch norm and ReLU."""
+    if not isinstance(signature, ConvBatchNormActivationSignature):
         return signature.eager
-    channels = signature.kernel_shape[0]
-    mean, gamma, beta = (torch.randn(channels, device=device, dtype=BF16) for _ in range(3))
-    var = torch.rand(channels, device=device, dtype=BF16) + 0.5
-    conv = dataclasses.replace(signature, bias=False, activation=None)
+    s = signature
 
-    def eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        y = conv.eager(x, w).permute(0, 3, 1, 2)  # stored NHWC: the logical NCHW view (channels-last)
-        return torch.relu(torch.nn.functional.batch_norm(y, mean, var, gamma, beta, training=False))
+    def eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, mean: torch.Tensor,
+              var: torch.Tensor) -> torch.Tensor:
+        # stored NHWC: the logical NCHW views are channels-last, which cuDNN runs as such
+        y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), None,
+                                       (s.stride_h, s.stride_w), s.padding)
+        return torch.relu(torch.nn.functional.batch_norm(y, mean, var, scale, shift, training=False, eps=s.eps))
 
     return eager
 
