@@ -191,7 +191,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
     Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
             "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
-            "into the convolution before it): `auto` in graphs on GPUs, `1` on every device, `0` never "
+            "into a 1-D or 3-D convolution before it, or one whose statistics have another dtype than the data; "
+            "a 2-D conv + batch norm is one CBAInfer kernel instead): `auto` in graphs on GPUs, `1` on every "
+            "device, `0` never "
             "(measured: docs/plugins.md, Graph rewrites)",
             selects_kernel=False),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",

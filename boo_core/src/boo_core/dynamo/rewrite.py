@@ -8,7 +8,7 @@ import logging
 import operator
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -109,7 +109,7 @@ def _spanned(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]]
 
 
 def _apply_rewrites(graph: torch.fx.Graph, rewrites: Sequence[GraphRewrite], report: GraphReport,
-                    spanned: set[torch.fx.Node] = frozenset()) -> None:  # type: ignore[assignment]
+                    spanned: Collection[torch.fx.Node] = ()) -> None:
     """Run the plugins' graph rewrites at every node of their anchor ops, in graph order,
     but those in ``spanned``; the first that applies at a node wins. One that raises is
     skipped there with a warning (an error under BOO_COMPILE_STRICT=1): a rewrite builds its
