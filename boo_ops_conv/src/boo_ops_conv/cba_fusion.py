@@ -96,10 +96,7 @@ class ConvBatchNormInference(FusionPattern):
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
         run = _GeneralCall(spec, inputs)
-        to_stored = layouts.to_physical(spec["layout"])
-        stored = lambda t: layouts.permute(t, to_stored)  # noqa: E731
-        back = layouts.to_logical(spec["layout"])
-        direct = run.launchable.bind(inputs, (stored, stored), (lambda y: layouts.permute(y, back),))
+        direct = run.launchable.bind(inputs, (run.stored, run.stored), (run.logical,))
         return run if direct is None else direct.or_else(run)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -137,10 +134,17 @@ class _GeneralCall:
         self._to_stored = layouts.to_physical(spec["layout"])
         self._back = layouts.to_logical(spec["layout"])
 
-    def __call__(self, x: torch.Tensor, w: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        stored = [layouts.permute(t, self._to_stored).contiguous() for t in (x, w)]
-        y = self.launchable(*stored, *(t.contiguous() for t in rest))
+    def stored(self, t: torch.Tensor) -> torch.Tensor:
+        """x or the filter (logical order) as the layout stores it: a view."""
+        return layouts.permute(t, self._to_stored)
+
+    def logical(self, y: torch.Tensor) -> torch.Tensor:
+        """The kernel's output back in logical order: a view."""
         return layouts.permute(y, self._back)
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        y = self.launchable(self.stored(x).contiguous(), self.stored(w).contiguous(), *(t.contiguous() for t in rest))
+        return self.logical(y)
 
 
 PATTERNS = (ConvBatchNormInference(),)

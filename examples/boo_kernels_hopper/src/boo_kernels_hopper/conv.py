@@ -147,8 +147,9 @@ def is_plain_channels_last(s: Any) -> bool:
         return False
 
 
-#: CBAInfer's activations the epilogue has: MIOpen's mode (with its alpha, beta) -> the epilogue's.
-_CBA_ACTIVATIONS = {("relu", None): "relu", ("logistic", None): "sigmoid", ("tanh", (1.0, 1.0)): "tanh"}
+#: CBAInfer's activations the epilogue has: MIOpen's mode -> the epilogue's (tanh only as
+#: ``beta * tanh(alpha * x)`` with alpha = beta = 1).
+_CBA_ACTIVATIONS = {"relu": "relu", "logistic": "sigmoid", "tanh": "tanh"}
 
 
 def cba_problem_of(s: Any) -> ConvProblem | None:
@@ -161,9 +162,8 @@ def cba_problem_of(s: Any) -> ConvProblem | None:
             return None
         activation = None
         if s.has_activation and s.activation != "passthru":
-            activation = _CBA_ACTIVATIONS.get((s.activation, None)) or \
-                _CBA_ACTIVATIONS.get((s.activation, (s.alpha, s.beta)))
-            if activation is None:
+            activation = _CBA_ACTIVATIONS.get(s.activation)
+            if activation is None or (activation == "tanh" and (s.alpha, s.beta) != (1.0, 1.0)):
                 return None
         (n, c, h, w), (_, k, p, q) = s.input_shape, s.output_shape
         ph, pw = s.padding
@@ -286,7 +286,7 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
             raise ValueError(f"{name}: a tensor of binding {bindings} is at an offset")
 
     conv = executables[-1]
-    # the forward's epilogue: the bias (then a batch norm's scale, shift, mean, var) from
+    # the forward's epilogue: the bias (then a batch norm's vectors, NORM_POINTERS) from
     # binding 2 on, the output's after them
     bias = [(2 + i, problem.cout, "readonly") for i in range(problem.epilogue_vectors)]
     out = 2 + len(bias)
