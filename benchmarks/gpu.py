@@ -3,7 +3,9 @@
 Rows: ResNet-50's convolutions (bf16, NHWC, batch 32; forward, backward-data and
 backward-weight), the same forwards as inference's conv + batch norm + ReLU (BOO: one
 kernel, CBAInfer's, the batch norm in the conv's epilogue, as ``torch.compile`` gives it;
-torch: cuDNN's conv, then PyTorch's batch norm and ReLU), ResNet-50's batch norms,
+torch: cuDNN's conv, then PyTorch's batch norm and ReLU), the seven whose blocks add their
+identity before the ReLU (``conv+bn+add+relu``: CBAInfer with ``--residual``; torch adds
+it before the ReLU), ResNet-50's batch norms,
 transformer layer norms and matmuls (bf16). Each time is device time per
 call: the sum of the kernels a call launches, from torch.profiler (which sees IREE's kernels
 too), the median of several profiled batches. Also measured in the same run: the GPU's bf16
@@ -45,6 +47,12 @@ RESNET50 = [
     (512, 512, 3, 1, 7), (1024, 2048, 1, 2, 14),
 ]
 
+# The convolutions whose batch norm a ResNet-50 block adds its identity to before the ReLU
+# (torch.compile's CBAInfer with --residual): each block's last, or, in a downsampling block,
+# the downsampling conv (the later of the two in the graph).
+RESNET50_RESIDUAL = [(64, 256, 1, 1, 56), (128, 512, 1, 1, 28), (256, 1024, 1, 1, 14), (512, 2048, 1, 1, 7),
+                     (256, 512, 1, 2, 56), (512, 1024, 1, 2, 28), (1024, 2048, 1, 2, 14)]
+
 
 def rows(batch: int) -> list[tuple[str, Signature]]:
     out = []
@@ -59,6 +67,11 @@ def rows(batch: int) -> list[tuple[str, Signature]]:
             pad_h=window // 2, pad_w=window // 2, fusion="cna", bn_mode="spatial", eps=1e-5, dtype=BF16,
             layout="NHWC")
         out.append((f"resnet50 conv+bn+relu {c}->{k} {window}x{window}/{stride} @{size}", signature))
+    for c, k, window, stride, size in RESNET50_RESIDUAL:
+        signature = ConvBatchNormActivationSignature(
+            batch, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride,
+            fusion="cna", bn_mode="spatial", eps=1e-5, dtype=BF16, layout="NHWC", residual=True)
+        out.append((f"resnet50 conv+bn+add+relu {c}->{k} {window}x{window}/{stride} @{size}", signature))
     out += batch_norm_rows(batch)
     for tokens, width in ((8192, 1024), (8192, 4096), (6304, 768)):  # the last: ViT-B/16's, batch 32
         for command in (f"layernormbfp16 --input {tokens}x{width} -o 1 -m 1 -F 1",
@@ -96,19 +109,20 @@ def batch_norm_rows(batch: int) -> list[tuple[str, Signature]]:
 
 def torch_baseline(name: str, signature: Signature, device: str) -> Callable[..., object]:
     """What PyTorch runs for a row: the signature's eager computation, except that a conv +
-    bn + relu row (BOO: one CBAInfer kernel, the batch norm in the conv's epilogue, as
-    torch.compile gives it) runs cuDNN's convolution on the channels-last tensors, then
-    PyTorch's inference batch norm and ReLU."""
+    bn (+ add) + relu row (BOO: one CBAInfer kernel, the batch norm and the residual in the
+    conv's epilogue, as torch.compile gives it) runs cuDNN's convolution on the channels-last
+    tensors, then PyTorch's inference batch norm, the add and the ReLU."""
     if not isinstance(signature, ConvBatchNormActivationSignature):
         return signature.eager
     s = signature
 
     def eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, mean: torch.Tensor,
-              var: torch.Tensor) -> torch.Tensor:
+              var: torch.Tensor, *residual: torch.Tensor) -> torch.Tensor:
         # stored NHWC: the logical NCHW views are channels-last, which cuDNN runs as such
         y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), None,
                                        (s.stride_h, s.stride_w), s.padding)
-        return torch.relu(torch.nn.functional.batch_norm(y, mean, var, scale, shift, training=False, eps=s.eps))
+        y = torch.nn.functional.batch_norm(y, mean, var, scale, shift, training=False, eps=s.eps)
+        return torch.relu(y + residual[0].permute(0, 3, 1, 2) if residual else y)
 
     return eager
 

@@ -60,7 +60,8 @@ def runner(problem: conv.ConvProblem, config: conv.ConvConfig, source: torch.Ten
     def run() -> torch.Tensor:
         if pad_args is not None:
             boo_hopper_pad[(pad_args[0],)](source, image, **pad_args[1], num_warps=4, num_stages=1)
-        boo_hopper_conv[(grid,)](image, w, out, **constants, num_warps=config.num_warps,
+        no_epilogue = dict.fromkeys(("bias", "mean", "var", "scale", "shift", "res"))
+        boo_hopper_conv[(grid,)](x=image, w=w, y=out, **no_epilogue, **constants, num_warps=config.num_warps,
                                  num_stages=config.num_stages)
         return out
 

@@ -90,6 +90,7 @@ def test_same_and_valid_padding_follow_miopendrivers_rule():
     ("CBAInfer --epsilon 0", "--epsilon", CommandError),
     ("CBAInfer --epsilon -1e-5", "--epsilon", CommandError),
     ("CBAInfer --layout CHWN", "--layout", CommandError),
+    ("CBAInfer --residual 2", "--residual", CommandError),
 ])
 def test_bad_commands_name_the_flag(command, flag, error):
     with pytest.raises(error) as raised:
@@ -97,13 +98,16 @@ def test_bad_commands_name_the_flag(command, flag, error):
     assert flag in str(raised.value)
 
 
-def test_boos_epsilon_and_nhwc_layout_parse_and_round_trip():
-    [signature] = parse("CBAInferbfp16 -n 2 -c 8 -H 6 -W 5 -k 16 -p 1 -q 1 -M 1 --epsilon 1e-5 --layout nhwc")
-    assert (signature.eps, signature.layout) == (1e-5, "NHWC")
+def test_boos_epsilon_nhwc_layout_and_residual_parse_and_round_trip():
+    [signature] = parse("CBAInferbfp16 -n 2 -c 8 -H 6 -W 5 -k 16 -p 1 -q 1 -M 1 --epsilon 1e-5 --layout nhwc "
+                        "--residual 1")
+    assert (signature.eps, signature.layout, signature.residual) == (1e-5, "NHWC", True)
     assert [t.shape for t in signature.input_specs()][:2] == [(2, 6, 5, 8), (16, 3, 3, 8)]  # x NHWC, filter KRSC
+    assert [(t.name, t.shape) for t in signature.input_specs()][-1] == ("r", (2, 6, 5, 16))  # stored like y
     assert signature.output_specs()[0].shape == (2, 6, 5, 16)
     assert_round_trip(signature)
     assert "--layout" not in parse("CBAInfer")[0].to_command()  # MIOpen's defaults are left out
+    assert "--residual" not in parse("CBAInfer")[0].to_command()
 
 
 def test_nhwc_computes_what_nchw_does_on_the_same_tensors():
@@ -146,6 +150,17 @@ def test_the_reference_is_pytorchs_conv_batch_norm_and_activation(bn_mode):
     torch.testing.assert_close(signature.reference(x, w, b, scale, shift, mean, var), F.elu(y, 0.3))
 
 
+@pytest.mark.parametrize("fusion", ["cna", "cn"])
+def test_a_residual_is_added_after_the_batch_norm_and_before_the_activation(fusion):
+    signature = S(2, 4, 7, 6, k=6, pad_h=1, pad_w=1, fusion=fusion, bn_mode="spatial", activation="leakyrelu",
+                  alpha=0.2, residual=True)
+    args = [t.double() for t in signature.get_sample_args(seed=2)]
+    plain = S(**{**signature.__dict__, "residual": False, "fusion": "cn"})
+    y = plain.reference(*args[:-1]) + args[-1]
+    torch.testing.assert_close(signature.reference(*args), F.leaky_relu(y, 0.2) if "a" in fusion else y)
+    assert signature.flops == plain.flops + y.numel() * (1 + ("a" in fusion))
+
+
 def test_a_plain_1x1_on_cuda_is_first_built_as_a_matmul_that_computes_the_same():
     signature = S(2, 8, 5, 6, k=12, fil_h=1, fil_w=1, bn_mode="spatial", activation="logistic", dtype=f16)
     formulations = cba_formulations(signature, Target.parse("cuda:sm_80"))
@@ -164,12 +179,12 @@ KERNELS = [
     S(2, 4, 5, 5, fusion="na", bn_mode="spatial", activation="elu", alpha=0.5, dtype=f16),
     S(2, 4, 8, 8, k=6, groups=2, stride_h=2, fusion="cna", bn_mode="spatial", activation="tanh", alpha=0.7,
       beta=1.5),
-    S(2, 3, 6, 6, k=5, fusion="cn"),
+    S(2, 3, 6, 6, k=5, fusion="cn", residual=True),
     S(2, 3, 6, 6, k=5, dilation_h=2, dilation_w=2, pad_mode="same", fusion="ca", activation="clippedrelu",
       alpha=0.5),
     S(2, 3, 6, 6, k=5, fil_h=1, fil_w=1, fusion="cb", dtype=f16),
     S(2, 8, 7, 6, k=16, pad_h=1, pad_w=1, stride_h=2, fusion="cna", bn_mode="spatial", eps=1e-5, dtype=bf16,
-      layout="NHWC"),  # what torch.compile hands over for a channels-last ResNet
+      layout="NHWC", residual=True),  # what torch.compile hands over for a channels-last ResNet block
 ]
 
 
@@ -198,19 +213,22 @@ def test_the_driver_verifies_every_line_of_the_bnorm_and_cbainfer_commands_file(
 
 
 class ConvNet(torch.nn.Module):
-    """conv + bias + batch norm + ReLU; conv + batch norm into a residual add; conv + batch
-    norm + tanh, strided and grouped: three CBAInfer kernels."""
+    """conv + bias + batch norm + ReLU; conv + batch norm + the block's input + ReLU (a
+    residual); two conv + batch norm chains added, then tanh (a downsampling block's: the
+    later chain takes the add), one strided and grouped: four CBAInfer kernels."""
 
     def __init__(self):
         super().__init__()
         self.conv1, self.norm1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
         self.conv2, self.norm2 = torch.nn.Conv2d(8, 8, 1, bias=False), torch.nn.BatchNorm2d(8, eps=1e-3)
-        self.conv3, self.norm3 = torch.nn.Conv2d(8, 8, 3, stride=2, groups=2, bias=False), torch.nn.BatchNorm2d(8)
+        self.conv3 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2, bias=False)
+        self.norm3 = torch.nn.BatchNorm2d(8)
+        self.conv4, self.norm4 = torch.nn.Conv2d(8, 8, 1, stride=2, bias=False), torch.nn.BatchNorm2d(8)
 
     def forward(self, x):
         y = torch.relu(self.norm1(self.conv1(x)))
-        y = self.norm2(self.conv2(y)) + y
-        return torch.tanh(self.norm3(self.conv3(y)))
+        y = torch.relu(self.norm2(self.conv2(y)) + y)
+        return torch.tanh(self.norm3(self.conv3(y)) + self.norm4(self.conv4(y)))
 
 
 @pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
@@ -244,7 +262,9 @@ def test_torch_compile_runs_conv_and_inference_batch_norm_as_one_cbainfer_kernel
     tolerance = 1e-4 if dtype == f32 else 5e-2
     torch.testing.assert_close(got.double(), expected, rtol=tolerance, atol=tolerance)
     summary = offload_summary()
-    assert summary.offloaded == {"cbainfer.conv_batch_norm": 3} and not summary.rewritten, summary
+    assert summary.offloaded == {"cbainfer.conv_batch_norm": 4} and not summary.rewritten, summary
+    assert not summary.fallbacks.get("aten.add") and not summary.fallbacks.get("aten.relu"), summary
     layout = "NHWC" if channels_last else "NCHW"
-    assert [(s.fusion, s.activation if s.has_activation else None, s.eps, s.layout) for s in compiled_for] == [
-        ("cbna", "relu", 1e-5, layout), ("cn", None, 1e-3, layout), ("cna", "tanh", 1e-5, layout)]
+    assert [(s.fusion, s.activation if s.has_activation else None, s.eps, s.residual, s.layout)
+            for s in compiled_for] == [("cbna", "relu", 1e-5, False, layout), ("cna", "relu", 1e-3, True, layout),
+                                       ("cn", None, 1e-5, False, layout), ("cna", "tanh", 1e-5, True, layout)]

@@ -80,18 +80,22 @@ def test_a_conv_with_a_bias_and_activation_runs_them_in_the_library_kernels_epil
 
 # Conv + batch norm (+ bias, ReLU) as torch.compile's inference graphs of channels-last ResNets
 # hand them over (the cbainfer op, NHWC): the batch norm in the conv kernel's epilogue.
-CBA_ROWS = [(64, 64, 3, 1, 56, "cna"), (3, 64, 7, 2, 224, "cna"), (64, 256, 1, 1, 56, "cn"),
-            (128, 128, 3, 2, 56, "cbna"), (512, 2048, 1, 1, 7, "cn"), (1024, 512, 1, 1, 14, "cna")]
+# (input channels, output channels, window, stride, input size, fusion, residual)
+CBA_ROWS = [(64, 64, 3, 1, 56, "cna", False), (3, 64, 7, 2, 224, "cna", False), (64, 256, 1, 1, 56, "cn", False),
+            (128, 128, 3, 2, 56, "cbna", False), (512, 2048, 1, 1, 7, "cn", False),
+            (1024, 512, 1, 1, 14, "cna", False), (64, 256, 1, 1, 56, "cna", True), (1024, 2048, 1, 2, 14, "cna", True),
+            (512, 512, 3, 1, 7, "cna", True)]
 
 
-@pytest.mark.parametrize("row", CBA_ROWS, ids=lambda r: "{}to{}_{}x{}_s{}_at{}_{}".format(r[0], r[1], r[2], *r[2:]))
+@pytest.mark.parametrize("row", CBA_ROWS,
+                         ids=lambda r: "{}to{}_{}x{}_s{}_at{}_{}{}".format(*r[:3], *r[2:6], "_residual" * r[6]))
 def test_a_conv_batch_norm_and_relu_run_as_one_library_kernel(private_cache, row):
     from boo_ops_conv import ConvBatchNormActivationSignature
 
-    c, k, window, stride, size, fusion = row
+    c, k, window, stride, size, fusion, residual = row
     assert_served_and_right(ConvBatchNormActivationSignature(
         32, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride, pad_h=window // 2,
-        pad_w=window // 2, fusion=fusion, bn_mode="spatial", eps=1e-5, dtype=BF16, layout="NHWC"))
+        pad_w=window // 2, fusion=fusion, bn_mode="spatial", eps=1e-5, dtype=BF16, layout="NHWC", residual=residual))
 
 
 def assert_served_and_right(signature) -> None:

@@ -164,6 +164,19 @@ def test_it_runs_a_conv_batch_norm_and_relu_with_the_batch_norm_in_the_epilogue(
         assert conv.problem_of(other) is None
 
 
+# A ResNet block's last conv + batch norm + identity + ReLU: the identity bound after the
+# batch norm's vectors, read in the conv's epilogue.
+@pytest.mark.parametrize(("row", "kernels"), [((512, 2048, 1, 1, 7), ["conv"]), ((512, 512, 3, 1, 7), ["pad", "conv"])])
+def test_it_adds_a_residual_in_the_conv_epilogue(private_cache, row, kernels):
+    problem = conv.problem_of(resnet_cba(*row, residual=True))
+    assert (problem.residual, problem.norm, problem.activation) == (True, True, "relu")
+    found = executables_of(resnet_cba(*row, residual=True), "cuda:sm_80", "default")
+    assert [launch.kernel for launch in conv.plan(problem, found.executables)] == kernels
+    with pytest.raises(ValueError):  # the module binds one more tensor than a problem without it reads
+        conv.plan(dataclasses.replace(problem, residual=False), found.executables)
+    assert conv.problem_of(resnet_cba(*row)).residual is False
+
+
 @pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")
 def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None

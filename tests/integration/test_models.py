@@ -85,9 +85,12 @@ def test_a_real_network_infers_as_eager_does(name, backend):
     with torch.no_grad():
         inferred = torch.compile(model, backend=backend, dynamic=False)(x)
         torch.testing.assert_close(inferred, model(x), rtol=1e-4, atol=1e-4)
-    offloaded = offload_summary().offloaded
-    # ResNet-18: each of its 20 convs with the batch norm (and ReLU) after it is one CBAInfer kernel
+    offloaded, left = offload_summary().offloaded, offload_summary().fallbacks
+    # ResNet-18: each of its 20 convs with the batch norm (and ReLU) after it is one CBAInfer
+    # kernel, and so is each block's last with the identity added before its ReLU
     assert offloaded["cbainfer.conv_batch_norm"] == (20 if name == "resnet18" else 0)
+    if name == "resnet18":
+        assert left["aten.add"] == left["aten.relu"] == 0, left
     assert offloaded["conv.forward"] == (0 if name == "resnet18" else 1)
     assert offloaded["bnorm.inference"] == 0
     torch._dynamo.reset()

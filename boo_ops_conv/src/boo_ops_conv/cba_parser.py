@@ -5,8 +5,9 @@ the 2-D convolution's ``-n -c -H -W -k -g -y -x -u -v -p -q -l -j -z``, ``-F/--f
 (0 cbna, 1 cna, 2 na, 3 cn, 4 cba, 5 ca, 6 cb: which of conv, bias, batch norm and
 activation run), ``-M/--bnMode`` (0 per-activation, 1 spatial), ``-m/--activMode``
 (``miopenActivationMode_t``, 3 relu) and its ``-A/-B/-G`` alpha, beta and gamma. BOO adds
-``--epsilon`` (default MIOpenDriver's 1e-3) and ``--layout NHWC`` (default NCHW, the only
-layout MIOpen's fusion takes): what a channels-last model's conv and batch norm need. Unlike the
+``--epsilon`` (default MIOpenDriver's 1e-3), ``--layout NHWC`` (default NCHW, the only
+layout MIOpen's fusion takes) and ``--residual 1`` (a tensor of y's shape added before the
+activation): what a channels-last model's conv, batch norm and skip connection need. Unlike the
 other drivers, ``-F`` selects the fusion, not a direction: CBAInfer only runs forward.
 """
 
@@ -15,7 +16,17 @@ from __future__ import annotations
 import math
 
 from boo_core import CommandParser, Flag, FlagKind, ParsedFlags
-from boo_core.signatures.flags import indexed, integer, non_negative, number, one_of, positive, text, upper
+from boo_core.signatures.flags import (
+    indexed,
+    integer,
+    non_negative,
+    number,
+    one_of,
+    positive,
+    switch,
+    text,
+    upper,
+)
 
 from .cba_signature import ACTIVATION_MODES, BN_MODES, EPSILON, FUSION_MODES, LAYOUTS, ConvBatchNormActivationSignature
 
@@ -58,6 +69,8 @@ CBA_FLAGS: tuple[Flag, ...] = (
          field="eps", omit_default=True),
     Flag("layout", None, "NCHW", one_of(*LAYOUTS, case=upper), "BOO extension: NCHW, or NHWC for x, the "
          "filter (K, Y, X, C/groups) and y", field="layout", omit_default=True),
+    Flag("residual", None, False, switch, "BOO extension: 1 adds a last input r of y's shape and layout "
+         "before the activation (a skip connection)", field="residual", omit_default=True),
     # Read by BOO's tools or meaningless for BOO's kernels; never part of a signature.
     Flag("iter", "i", 1, positive, "timed iterations", RUN),
     Flag("time", "t", 0, integer, "1: report kernel time (BOO always times)", RUN),

@@ -68,7 +68,9 @@ class ConvBatchNormActivationSignature(Signature):
     the batch norm and the activation are computed from that in float32 and rounded once.
     ``layout`` NHWC (a BOO extension, what torch.compile hands over for a channels-last
     model) stores x, the filter and y channels-last; the batch norm's tensors keep their
-    logical shapes.
+    logical shapes. ``residual`` (a BOO extension: a ResNet block's skip connection) adds a
+    last input ``r`` of y's shape and layout before the activation, in float32:
+    ``y = act(batch_norm(conv(x, w) + b) + r)``.
     """
 
     op_name: ClassVar[str] = "cbainfer"
@@ -97,6 +99,7 @@ class ConvBatchNormActivationSignature(Signature):
     eps: float = EPSILON
     dtype: torch.dtype = torch.float32
     layout: str = "NCHW"
+    residual: bool = False
 
     def __post_init__(self) -> None:
         require_positive(self, "n", "c", "h", "w", "k", "fil_h", "fil_w", "stride_h", "stride_w", "dilation_h",
@@ -178,8 +181,9 @@ class ConvBatchNormActivationSignature(Signature):
         act = f"_{self.activation}{parameters}" if self.has_activation else ""
         eps = "" if self.eps == EPSILON else f"_e{number_symbol(self.eps)}"
         layout = "" if self.layout == "NCHW" else f"_{self.layout.lower()}"
+        residual = "_residual" if self.residual else ""
         return (f"cbainfer_{self.fusion}_{short_name(self.dtype)}_n{self.n}c{self.c}h{self.h}w{self.w}{conv}{norm}"
-                f"{eps}{act}{layout}")
+                f"{eps}{residual}{act}{layout}")
 
     def input_specs(self) -> list[TensorSpec]:
         specs = [self._stored("x", self.input_shape)]
@@ -189,6 +193,8 @@ class ConvBatchNormActivationSignature(Signature):
             specs.append(TensorSpec("b", (self.k,), self.dtype))
         if self.has_norm:
             specs += [TensorSpec(name, self.norm_shape, self.dtype) for name in ("scale", "shift", "mean", "var")]
+        if self.residual:
+            specs.append(self._stored("r", self.output_shape))
         return specs
 
     def output_specs(self) -> list[TensorSpec]:
@@ -216,6 +222,8 @@ class ConvBatchNormActivationSignature(Signature):
         if self.has_norm:
             scale, shift, mean, var = (self._per_channel(t.to(accumulate)) for t in rest[:4])
             y = (y - mean) * torch.rsqrt(var + self.eps) * scale + shift
+        if self.residual:
+            y = y + layouts.permute(rest[-1], logical).to(accumulate)
         if self.has_activation:
             y = miopen_activation(self.activation, self.alpha, self.beta, self.gamma)(y)
         return layouts.permute(y, layouts.to_physical(self.layout)).to(args[0].dtype)
@@ -233,14 +241,15 @@ class ConvBatchNormActivationSignature(Signature):
         """Standard-normal tensors, except the variance: uniform in [0.5, 1.5]."""
         args = list(super().get_sample_args(device=device, seed=seed, splat_value=splat_value))
         if self.has_norm and splat_value is None:
-            args[-1] = (args[-1].float().abs() % 1 + 0.5).to(self.dtype)
+            var = [spec.name for spec in self.input_specs()].index("var")
+            args[var] = (args[var].float().abs() % 1 + 0.5).to(self.dtype)
         return tuple(args)
 
     @property
     def flops(self) -> int:
         outputs = math.prod(self.output_shape)
         conv = 2 * outputs * (self.c // self.groups) * self.fil_h * self.fil_w if self.has_conv else 0
-        return conv + outputs * (self.has_bias + 4 * self.has_norm + self.has_activation)
+        return conv + outputs * (self.has_bias + 4 * self.has_norm + self.residual + self.has_activation)
 
     @property
     def accumulation_length(self) -> int:

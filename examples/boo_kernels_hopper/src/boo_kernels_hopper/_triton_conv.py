@@ -21,7 +21,8 @@ tensors at fixed offsets):
   each DH x DW block are written as zeros: no multiply-add of an inserted zero. A forward
   convolution's epilogue: ``HAS_BIAS`` adds ``bias[co]``, ``HAS_NORM`` rounds to bf16 and
   applies a batch norm (``(y - mean[co]) * scale[co] / sqrt(var[co] + EPS) + shift[co]``),
-  then ``ACT`` is applied, in float32 before the output's rounding.
+  ``HAS_RES`` adds ``res[m, co]`` (a skip connection, stored like y), then ``ACT`` is
+  applied, in float32 before the output's rounding.
 * ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
   that is a source element (the offset divisible by the dilation, inside the source), else
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
@@ -42,13 +43,14 @@ from ._triton_epilogue import activation
 
 
 @triton.jit
-def boo_hopper_conv(x, w, bias, mean, var, scale, shift, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr,
+def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.constexpr, W_OFF: tl.constexpr,
                     W_FROM_X: tl.constexpr, N: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr,
                     CIN: tl.constexpr, COUT: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
                     SH: tl.constexpr, SW: tl.constexpr, P: tl.constexpr,
                     Q: tl.constexpr, IN_MAJOR: tl.constexpr, FLIP: tl.constexpr, BM: tl.constexpr,
                     BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
-                    ACT: tl.constexpr, HAS_NORM: tl.constexpr, EPS: tl.constexpr, SCATTER: tl.constexpr,
+                    ACT: tl.constexpr, HAS_NORM: tl.constexpr, EPS: tl.constexpr, HAS_RES: tl.constexpr,
+                    SCATTER: tl.constexpr,
                     OH: tl.constexpr, OW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr):
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
@@ -115,8 +117,10 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, y, X_OFF: tl.constexpr,
         inv = tl.load(scale + offs_n).to(tl.float32) / tl.sqrt(tl.load(var + offs_n).to(tl.float32) + EPS)
         acc = (acc - tl.load(mean + offs_n).to(tl.float32)[None, :]) * inv[None, :] \
             + tl.load(shift + offs_n).to(tl.float32)[None, :]
-    acc = activation(acc, ACT)
     m_ok = offs_m < M
+    if HAS_RES:  # CBAInfer's skip connection, stored as y is
+        acc += tl.load(res + offs_m[:, None] * COUT + offs_n[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+    acc = activation(acc, ACT)
     if SCATTER:  # pixel (n, p, q) lands at (n, p*DH, q*DW) of an OH x OW output; the rest of its block is 0
         corner = ((n * OH + p * DH) * OW + q * DW) * COUT
         tl.store(y + corner[:, None] + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])

@@ -5,8 +5,10 @@ KRSC filter), one group, no dilation, not transposed; the forward (``fwd``, with
 activation, if any, as the kernel's epilogue) or the data gradient (``bwd``), with a multiple
 of 64 output channels. The ``cbainfer`` op's NHWC signatures (MIOpen's CBAInfer: conv, bias,
 per-channel batch norm from running statistics, activation) are forwards whose epilogue
-also applies the batch norm (:func:`cba_problem_of`); IREE's module for them has the same
-executables, the batch norm's four vectors bound after the bias (:data:`NORM_POINTERS`).
+also applies the batch norm and, with BOO's ``--residual``, adds a skip connection's tensor
+before the activation (:func:`cba_problem_of`); IREE's module for them has the same
+executables, the batch norm's four vectors bound after the bias (:data:`NORM_POINTERS`), the
+residual after them.
 
 Both are computed as one forward convolution, :class:`ConvProblem`: an implicit GEMM over a
 channels-last image that already holds its padding. The forward's image is x padded by the
@@ -96,6 +98,7 @@ class ConvProblem:
     activation: str | None = None
     norm: bool = False  # CBAInfer's batch norm in the epilogue, after the bias (NORM_POINTERS)
     eps: float = 0.0
+    residual: bool = False  # CBAInfer's skip connection: a tensor of the output's shape added before the activation
 
     @property
     def epilogue_vectors(self) -> int:
@@ -155,7 +158,8 @@ _CBA_ACTIVATIONS = {"relu": "relu", "logistic": "sigmoid", "tanh": "tanh"}
 def cba_problem_of(s: Any) -> ConvProblem | None:
     """The forward problem of a ``cbainfer`` signature (MIOpen's CBAInfer: conv, bias, batch
     norm, activation) this library serves: bf16, NHWC, a convolution as :func:`problem_of`
-    takes, a per-channel (spatial) batch norm, an activation the epilogue has. Duck-typed."""
+    takes, a per-channel (spatial) batch norm, an activation the epilogue has, and a residual
+    (``--residual``) if any. Duck-typed."""
     try:
         if not (s.dtype == BF16 and s.layout == "NHWC" and s.has_conv and s.groups == 1
                 and (s.dilation_h, s.dilation_w) == (1, 1) and (not s.has_norm or s.bn_mode == "spatial")):
@@ -169,7 +173,7 @@ def cba_problem_of(s: Any) -> ConvProblem | None:
         ph, pw = s.padding
         problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, s.fil_h, s.fil_w, s.stride_h,
                               s.stride_w, p, q, k, False, bool(s.has_bias), activation, bool(s.has_norm),
-                              float(s.eps))
+                              float(s.eps), bool(getattr(s, "residual", False)))
     except (AttributeError, TypeError, ValueError):
         return None
     return _servable(problem)
@@ -287,8 +291,10 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
 
     conv = executables[-1]
     # the forward's epilogue: the bias (then a batch norm's vectors, NORM_POINTERS) from
-    # binding 2 on, the output's after them
+    # binding 2 on, a residual's after them, then the output's
     bias = [(2 + i, problem.cout, "readonly") for i in range(problem.epilogue_vectors)]
+    if problem.residual:
+        bias.append((2 + len(bias), problem.output_numel, "readonly"))
     out = 2 + len(bias)
     if len(executables) == 1:
         if not problem.direct:
@@ -353,16 +359,16 @@ def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: 
             "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "IN_MAJOR": problem.in_major,
             "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group,
             "HAS_BIAS": problem.bias, "ACT": problem.activation or "", "HAS_NORM": problem.norm, "EPS": problem.eps,
-            **kernel_geometry(problem)}
+            "HAS_RES": problem.residual, **kernel_geometry(problem)}
 
 
 #: The batch norm's vectors in the order IREE 3.13 binds them: the order its epilogue uses them
 #: (``(y - mean) * rsqrt(var + eps) * scale + shift``), not the op's argument order. A module
 #: bound otherwise computes something else, which verification refuses.
 NORM_POINTERS = ["mean", "var", "scale", "shift"]
-CONV_ORDER = ["x", "w", "bias", *NORM_POINTERS, "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN", "COUT",
-              "R", "S", "SH", "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT",
-              "HAS_NORM", "EPS", "SCATTER", "OH", "OW", "DH", "DW"]
+CONV_ORDER = ["x", "w", "bias", *NORM_POINTERS, "res", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN",
+              "COUT", "R", "S", "SH", "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT",
+              "HAS_NORM", "EPS", "HAS_RES", "SCATTER", "OH", "OW", "DH", "DW"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 
@@ -388,8 +394,8 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
     if launch.kernel == "conv":
         constants = conv_constants(problem, config, launch.offsets[0], launch.offsets[1], launch.w_from_x)
         pointers = ["x", *([] if launch.w_from_x else ["w"]), *(["bias"] if problem.bias else []),
-                    *(NORM_POINTERS if problem.norm else []), "y"]
-        constants.update({name: None for name in ("w", "bias", *NORM_POINTERS) if name not in pointers})
+                    *(NORM_POINTERS if problem.norm else []), *(["res"] if problem.residual else []), "y"]
+        constants.update({name: None for name in ("w", "bias", *NORM_POINTERS, "res") if name not in pointers})
         compiled, ptx = compile_for_iree(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
                                  config.num_stages, entry)
         grid = conv_grid(problem, config)
