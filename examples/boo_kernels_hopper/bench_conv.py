@@ -2,8 +2,8 @@
 
 For each ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32; fwd and bwd): the pad
 kernel (where the row needs one) and the convolution kernel, as BOO's module runs them,
-checked against float64 PyTorch and timed (CUDA events) against torch's convolution
-(cuDNN). ``--sweep`` also times other tile configurations on a few rows.
+checked against float64 PyTorch and timed (device time from the profiler) against torch's
+convolution (cuDNN). ``--sweep`` also times other tile configurations.
 
     python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep]
 """
@@ -11,6 +11,7 @@ checked against float64 PyTorch and timed (CUDA events) against torch's convolut
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -26,26 +27,29 @@ from boo_ops_conv import ConvSignature  # noqa: E402
 BF16 = torch.bfloat16
 SWEEP = [conv.ConvConfig(128, 64, 64, 8, 4, 4), conv.ConvConfig(128, 128, 64, 8, 4, 4),
          conv.ConvConfig(128, 128, 64, 8, 8, 4), conv.ConvConfig(128, 256, 64, 8, 8, 3),
-         conv.ConvConfig(64, 128, 64, 8, 4, 4), conv.ConvConfig(256, 128, 64, 8, 8, 3)]
+         conv.ConvConfig(64, 128, 64, 8, 4, 4), conv.ConvConfig(256, 128, 64, 8, 8, 3),
+         conv.ConvConfig(64, 64, 64, 8, 4, 4), conv.ConvConfig(64, 128, 64, 8, 4, 3),
+         conv.ConvConfig(128, 64, 64, 8, 4, 3), conv.ConvConfig(64, 256, 64, 8, 8, 3)]
 
 
-def events_us(fn, iters: int = 20) -> float:
+def device_us(fn, batches: int = 5, calls: int = 10) -> float:
+    """Median over batches of the device time per call: the kernels' own time from the
+    profiler, so that Triton's launcher's host time (tens of µs) does not hide it."""
     fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
-    for _ in range(3):
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / iters)
-    return min(samples)
+    for _ in range(batches):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        samples.append(sum(e.device_time_total for e in profile.key_averages()) / calls)
+    return statistics.median(samples)
 
 
 def runner(problem: conv.ConvProblem, config: conv.ConvConfig, source: torch.Tensor, w: torch.Tensor):
-    """A function running the library's kernels as BOO's module does, returning the output."""
+    """A function running the library's kernels as BOO's module does, returning the output,
+    and one running only its pad (None where the row needs none)."""
     p = problem
     out = torch.empty(p.n, p.p, p.q, p.cout, device=source.device, dtype=BF16)
     image = source
@@ -57,15 +61,18 @@ def runner(problem: conv.ConvProblem, config: conv.ConvConfig, source: torch.Ten
     constants = conv.conv_constants(p, config, 0, 0, False)
     grid = conv.conv_grid(p, config)
 
+    def pad() -> None:
+        boo_hopper_pad[(pad_args[0],)](source, image, **pad_args[1], num_warps=4, num_stages=1)
+
     def run() -> torch.Tensor:
         if pad_args is not None:
-            boo_hopper_pad[(pad_args[0],)](source, image, **pad_args[1], num_warps=4, num_stages=1)
+            pad()
         no_epilogue = dict.fromkeys(("bias", "mean", "var", "scale", "shift", "res"))
         boo_hopper_conv[(grid,)](x=image, w=w, y=out, **no_epilogue, **constants, num_warps=config.num_warps,
                                  num_stages=config.num_stages)
         return out
 
-    return run
+    return run, (pad if pad_args is not None else None)
 
 
 def main() -> None:
@@ -76,7 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     device = "cuda:0"
-    print(f"{'row':<44} {'err':>8} {'ours us':>9} {'cudnn us':>9} {'ratio':>6}  config", flush=True)
+    print(f"{'row':<44} {'err':>8} {'ours us':>9} {'pad us':>7} {'cudnn us':>9} {'ratio':>6}  config", flush=True)
     for c, k, window, stride, size in RESNET50:
         for mode in args.modes.split(","):
             name = f"{c}->{k} {window}x{window}/{stride} @{size} {mode}"
@@ -90,19 +97,20 @@ def main() -> None:
                 continue
             inputs = signature.get_sample_args(device=device)
             reference = signature.reference(*[t.double() for t in inputs])
-            torch_us = events_us(lambda signature=signature, inputs=inputs: signature.reference(*inputs))
+            torch_us = device_us(lambda signature=signature, inputs=inputs: signature.reference(*inputs))
             configs = [conv.choose_config(problem)]
             if args.sweep:
                 configs += [cfg for cfg in SWEEP if problem.cout % cfg.bn == 0 and cfg not in configs
                             and problem.cin % 64 == 0]
             for config in configs:
                 try:
-                    run = runner(problem, config, *inputs)
+                    run, pad = runner(problem, config, *inputs)
                     out = run().double()
                     error = float((out - reference).norm() / reference.norm())
-                    ours = events_us(run)
-                    print(f"{name:<44} {error:8.1e} {ours:9.1f} {torch_us:9.1f} {ours / torch_us:6.2f}  {config}",
-                          flush=True)
+                    ours = device_us(run)
+                    pad_us = device_us(pad) if pad is not None else 0.0
+                    print(f"{name:<44} {error:8.1e} {ours:9.1f} {pad_us:7.1f} {torch_us:9.1f} {ours / torch_us:6.2f}  "
+                          f"{config}", flush=True)
                 except Exception as e:  # one config failing must not stop the table
                     print(f"{name:<44} {config}: {type(e).__name__}: {str(e)[:300]}", flush=True)
 

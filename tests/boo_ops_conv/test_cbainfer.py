@@ -4,6 +4,7 @@ poisoned, and the commands file of every bnorm and CBAInfer mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
@@ -168,6 +169,9 @@ def test_a_plain_1x1_on_cuda_is_first_built_as_a_matmul_that_computes_the_same()
     assert [f.name for f in cba_formulations(signature, Target.parse("cpu"))] == ["default"]
     padded = S(2, 8, 5, 6, k=12, fil_h=1, fil_w=1, pad_h=1, dtype=f16)
     assert [f.name for f in cba_formulations(padded, Target.parse("cuda:sm_80"))] == ["default"]
+    nhwc = dataclasses.replace(padded, layout="NHWC")  # its padding fused into IREE's channels-last conv
+    assert [f.name for f in cba_formulations(nhwc, Target.parse("cuda:sm_80"))] == ["default", "channels_last"]
+    assert [f.name for f in cba_formulations(nhwc, Target.parse("cpu"))] == ["default"]
     args = [t.double() for t in signature.get_sample_args(seed=1)]
     torch.testing.assert_close(formulations[0].computation(*args), signature.reference(*args))
 

@@ -3,6 +3,8 @@ the convolutions IREE rejects (strided windows that stop short of the input's en
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -117,7 +119,10 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert names(output_padded) == ["cropped", "default"]
     # On CUDA, the classes IREE computes wrongly get BOO's remedies first.
     half_nhwc = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC")
-    assert names(half_nhwc, CUDA) == ["im2col", "f32_compute", "default", "explicit_pad", "logical_layout"]
+    # ... and the channels-last module with its padding fused in last (the Hopper library's)
+    assert names(half_nhwc, CUDA) == ["im2col", "f32_compute", "default", "explicit_pad", "logical_layout",
+                                      "channels_last"]
+    assert "channels_last" not in names(half_nhwc) + names(dataclasses.replace(half_nhwc, padding=(0, 0)), CUDA)
     one_by_one = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=f16)
     assert names(one_by_one, CUDA) == ["matmul_1x1", "default", "im2col", "explicit_pad"]
     # Channels-first and padded (here with a stride that leaves input unread, so also cropped):

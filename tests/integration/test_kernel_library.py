@@ -164,6 +164,37 @@ def test_it_runs_a_conv_batch_norm_and_relu_with_the_batch_norm_in_the_epilogue(
         assert conv.problem_of(other) is None
 
 
+# A padded forward on the conv op's channels_last module (IREE's padding fused into its
+# channels-last convolution): one executable reading x as stored, which the kernel pads as it reads.
+@pytest.mark.parametrize("signature", [resnet_conv(64, 64, 3, 1, 56, "fwd"),
+                                       resnet_conv(128, 128, 3, 2, 56, "fwd", **RELU_BIAS),
+                                       resnet_cba(128, 128, 3, 2, 56), resnet_cba(512, 512, 3, 1, 7, residual=True)],
+                         ids=lambda s: s.func_name[:40])
+def test_a_padded_forward_reads_x_unpadded_from_the_channels_last_module(private_cache, signature):
+    padded = conv.problem_of(signature)
+    implicit = conv.padding_as_it_reads(padded)
+    assert implicit.implicit_pad and conv.kernel_geometry(implicit)["PAD_H"] == padded.lo_h > 0
+    found = executables_of(signature, "cuda:sm_80", "channels_last")
+    [launch] = conv.plan(implicit, found.executables)
+    assert (launch.kernel, launch.offsets) == ("conv", (0, 0))
+    with pytest.raises(ValueError):  # the explicit pad's problem needs its padded copy of x
+        conv.plan(padded, found.executables)
+    with pytest.raises(ValueError):  # and this problem never runs on the pad + conv module
+        conv.plan(implicit, executables_of(signature, "cuda:sm_80", "default").executables)
+    assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(64, 256, 1, 1, 56, "fwd"))) is None  # nothing to pad
+    assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "bwd"))) is None
+    assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(3, 64, 7, 2, 224, "fwd"))) is None  # the stem: padded
+
+
+def test_a_conv_with_few_output_tiles_runs_smaller_tiles():
+    assert conv.choose_config(conv.problem_of(resnet_conv(64, 256, 1, 1, 56, "fwd"))).bm == 128
+    assert conv.choose_config(conv.problem_of(resnet_conv(256, 256, 3, 1, 14, "fwd"))).bm == 128  # 98 tiles
+    for few in (resnet_conv(512, 512, 3, 1, 7, "fwd"), resnet_conv(512, 512, 3, 2, 14, "fwd"),
+                resnet_cba(2048, 512, 1, 1, 7)):  # 7x7 outputs: 52 tiles of 128x128
+        config = conv.choose_config(conv.problem_of(few))
+        assert (config.bm, config.bn, config.num_warps) == (64, 128, 4)
+
+
 # A ResNet block's last conv + batch norm + identity + ReLU: the identity bound after the
 # batch norm's vectors, read in the conv's epilogue.
 @pytest.mark.parametrize(("row", "kernels"), [((512, 2048, 1, 1, 7), ["conv"]), ((512, 512, 3, 1, 7), ["pad", "conv"])])

@@ -3,7 +3,9 @@ ungrouped 1x1 convolution, the conv stage as a batched matmul (``matmul_1x1``), 
 own kernel for such NCHW 1x1 convolutions came out wrong on an H200 (fp16, 32 output
 channels, per-activation batch norm and logistic: every element off; docs/gpu.md has the
 conv op's class). Verification refuses any formulation that comes out wrong, and the next
-one serves."""
+one serves. On CUDA an NHWC padded convolution also has the conv op's ``channels_last``
+(formulations.py: one executable, the padding fused into the convolution), last: the Hopper
+kernel library substitutes into it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 from boo_core import Formulation, Target
 
 from .cba_signature import ConvBatchNormActivationSignature
+from .formulations import channels_last_formulation
 
 
 def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target) -> tuple[Formulation, ...]:
@@ -21,6 +24,8 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
         return (Formulation("matmul_1x1", computation=lambda *a: s.compute(a, one_by_one_matmul),
                             description="the unpadded 1x1 convolution as a batched matmul"),
                 Formulation("default"))
+    if target.backend == "cuda" and s.has_conv and s.layout == "NHWC" and any(s.padding):
+        return (Formulation("default"), channels_last_formulation())
     return (Formulation("default"),)
 
 

@@ -25,6 +25,13 @@ and ``boo tune`` times them all.
   stride-1 convolution, the forward im2col of dY with the filter flipped.
 * ``logical_layout``: a channels-last convolution computed on NC[D]HW copies of its
   tensors, then stored back in its layout.
+* ``channels_last`` (CUDA, a padded 2-D channels-last forward, last): the reference's
+  export compiled with IREE's conversion of convolutions to channels-last and its padding
+  fused into the convolution (:data:`CHANNELS_LAST_FLAGS`), so that IREE's module is one
+  executable reading x, the filter (K, Y, X, C) and writing y as stored, with no padded copy
+  of x between two executables. It is what the Hopper kernel library substitutes into (its
+  kernel applies the padding as it reads); IREE's own kernel of it is untested here, so it
+  comes after every other formulation.
 
 CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
 computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
@@ -55,6 +62,18 @@ from . import layouts
 from .signature import ACTIVATIONS, ConvSignature
 
 _HALF = (torch.bfloat16, torch.float16)
+#: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
+#: made channels-last, their padding fused into them.
+CHANNELS_LAST_FLAGS = (
+    "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",
+    "--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",
+)
+
+
+def channels_last_formulation() -> Formulation:
+    """The ``channels_last`` formulation (module docstring)."""
+    return Formulation("channels_last", flags=CHANNELS_LAST_FLAGS,
+                       description="IREE's channels-last convolution with its padding fused in: one executable")
 
 
 def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formulation, ...]:
@@ -111,6 +130,9 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if not _all_logical(s) and s.mode != "bwd_bias":
         later.append(Formulation("logical_layout", computation=lambda *a: _in_logical_layout(s, a),
                                  description="computed on NC[D]HW copies of the tensors"))
+    if cuda and s.mode == "fwd" and not s.transposed and s.spatial_rank == 2 and any(s.padding) \
+            and (s.input_layout, s.kernel_layout, s.output_layout) == ("NHWC", "NHWC", "NHWC"):
+        later.append(channels_last_formulation())
     return (*first, Formulation("default"), *later)
 
 

@@ -4,25 +4,27 @@ Every size a compile-time constant, every tensor a pointer plus a constant
 element offset (IREE's ABI passes one pointer per binding; a binding may hold several
 tensors at fixed offsets):
 
-* ``boo_hopper_conv``: an implicit-GEMM convolution with no padding logic, over a channels-last
-  input that already holds its padding (or needs none): ``y[m, co] = sum_{r, s, ci}
-  x[n, p*SH + r, q*SW + s, ci] * W(co, r, s, ci)`` for output pixel ``m = (n, p, q)``; M = N*P*Q
-  pixels by COUT channels, reduced over R*S*CIN. ``W`` is the filter as stored: ``(COUT, R,
-  S, CIN)`` (a forward filter), or ``(CIN, R, S, COUT)`` read with its taps flipped when
-  ``IN_MAJOR`` and ``FLIP`` (a forward filter seen by the data gradient, which is the forward
-  convolution of dY, zero-inserted and padded, with the flipped, transposed filter). Float32
-  accumulation, one rounding to bf16. Where CIN is a multiple of BK each step of BK reads
-  one tap's contiguous channels (16-byte loads, pipelined ``num_stages`` deep; ``tl.dot`` is
-  wgmma on sm_90a); otherwise (the 3-channel stem) the reduction index is unfolded into
-  (r, s, ci) per element, masked past R*S*CIN. Rows past M repeat the last pixel and are not
-  stored. Output tiles are visited in groups of GROUP rows of tiles for L2 reuse. With
-  ``SCATTER`` (a strided 1x1 data gradient) the input is dY itself, compact, and output pixel
-  (n, p, q) is stored at (n, p*DH, q*DW) of an (N, OH, OW, COUT) output whose other pixels of
-  each DH x DW block are written as zeros: no multiply-add of an inserted zero. A forward
-  convolution's epilogue: ``HAS_BIAS`` adds ``bias[co]``, ``HAS_NORM`` rounds to bf16 and
-  applies a batch norm (``(y - mean[co]) * scale[co] / sqrt(var[co] + EPS) + shift[co]``),
-  ``HAS_RES`` adds ``res[m, co]`` (a skip connection, stored like y), then ``ACT`` is
-  applied, in float32 before the output's rounding.
+* ``boo_hopper_conv``: an implicit-GEMM convolution over a channels-last input of HP x WP
+  pixels that already holds its padding (or needs none), or, with ``PAD_H``/``PAD_W`` (CIN a
+  multiple of BK), that many pixels of zeros read around it by masked loads: ``y[m, co] =
+  sum_{r, s, ci} x[n, p*SH + r - PAD_H, q*SW + s - PAD_W, ci] * W(co, r, s, ci)`` for output
+  pixel ``m = (n, p, q)``; M = N*P*Q pixels by COUT channels, reduced over R*S*CIN. ``W`` is
+  the filter as stored: ``(COUT, R, S, CIN)`` (a forward filter), or ``(CIN, R, S, COUT)``
+  read with its taps flipped when ``IN_MAJOR`` and ``FLIP`` (a forward filter seen by the
+  data gradient, which is the forward convolution of dY, zero-inserted and padded, with the
+  flipped, transposed filter). Float32 accumulation, one rounding to bf16. Where CIN is a
+  multiple of BK each step of BK reads one tap's contiguous channels (16-byte loads,
+  pipelined ``num_stages`` deep; ``tl.dot`` is wgmma on sm_90a); otherwise (the 3-channel
+  stem) the reduction index is unfolded into (r, s, ci) per element, masked past R*S*CIN.
+  Rows past M repeat the last pixel and are not stored. Output tiles are visited in groups
+  of GROUP rows of tiles for L2 reuse. With ``SCATTER`` (a strided 1x1 data gradient) the
+  input is dY itself, compact, and output pixel (n, p, q) is stored at (n, p*DH, q*DW) of an
+  (N, OH, OW, COUT) output whose other pixels of each DH x DW block are written as zeros: no
+  multiply-add of an inserted zero. A forward convolution's epilogue: ``HAS_BIAS`` adds
+  ``bias[co]``, ``HAS_NORM`` rounds to bf16 and applies a batch norm (``(y - mean[co]) *
+  scale[co] / sqrt(var[co] + EPS) + shift[co]``), ``HAS_RES`` adds ``res[m, co]`` (a skip
+  connection, stored like y), then ``ACT`` is applied, in float32 before the output's
+  rounding.
 * ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
   that is a source element (the offset divisible by the dilation, inside the source), else
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
@@ -51,7 +53,8 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
                     BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
                     ACT: tl.constexpr, HAS_NORM: tl.constexpr, EPS: tl.constexpr, HAS_RES: tl.constexpr,
                     SCATTER: tl.constexpr,
-                    OH: tl.constexpr, OW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr):
+                    OH: tl.constexpr, OW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+                    PAD_H: tl.constexpr, PAD_W: tl.constexpr):
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
@@ -67,7 +70,10 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
     n = pixel // (P * Q)
     p = (pixel // Q) % P
     q = pixel % Q
-    x_rows = x + X_OFF + ((n * HP + p * SH) * WP + q * SW) * CIN  # (BM,) pointers to each window's corner
+    PADS: tl.constexpr = PAD_H > 0 or PAD_W > 0  # the image is unpadded: taps outside it read zeros
+    top = p * SH - PAD_H
+    left = q * SW - PAD_W
+    x_rows = x + X_OFF + ((n * HP + top) * WP + left) * CIN  # (BM,) pointers to each window's corner
     offs_n = pid_n * BN + tl.arange(0, BN)
     if W_FROM_X:
         w_base = x + W_OFF
@@ -82,7 +88,12 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
             c0 = (t % blocks) * BK
             r = tap // S
             s = tap % S
-            a = tl.load(x_rows[:, None] + ((r * WP + s) * CIN + c0) + offs_k[None, :])
+            if PADS:
+                inside = (top + r >= 0) & (top + r < HP) & (left + s >= 0) & (left + s < WP)
+                a = tl.load(x_rows[:, None] + ((r * WP + s) * CIN + c0) + offs_k[None, :], mask=inside[:, None],
+                            other=0.0)
+            else:
+                a = tl.load(x_rows[:, None] + ((r * WP + s) * CIN + c0) + offs_k[None, :])
             if IN_MAJOR:
                 wtap = tap
                 if FLIP:

@@ -41,6 +41,7 @@ serve). Everything here but :func:`generate` runs without Triton or a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ class ConvProblem:
     norm: bool = False  # CBAInfer's batch norm in the epilogue, after the bias (NORM_POINTERS)
     eps: float = 0.0
     residual: bool = False  # CBAInfer's skip connection: a tensor of the output's shape added before the activation
+    implicit_pad: bool = False  # a forward reading the unpadded source, padding as it reads (one executable)
 
     @property
     def epilogue_vectors(self) -> int:
@@ -210,6 +212,16 @@ def problem_of(signature: Any) -> ConvProblem | None:
     return _servable(problem)
 
 
+def padding_as_it_reads(problem: ConvProblem) -> ConvProblem | None:
+    """``problem`` (a padded forward) read from the unpadded source, its padding applied by
+    the kernel: what it computes on the conv op's ``channels_last`` module (one executable),
+    else None (nothing to pad, or not a forward). Not the 3-channel stem: its gathered
+    reduction masked per element measured slower (H100: 95.6 against 78.7 µs with the pad)."""
+    if problem.mode != "fwd" or problem.direct or problem.cin % 64:
+        return None
+    return dataclasses.replace(problem, implicit_pad=True)
+
+
 def _servable(problem: ConvProblem) -> ConvProblem | None:
     """``problem`` if the kernel's tiles and window fit it, else None."""
     if problem.cout % 64 or min(problem.p, problem.q) < 1:
@@ -219,13 +231,20 @@ def _servable(problem: ConvProblem) -> ConvProblem | None:
     return problem
 
 
+#: Below this many 128x128 output tiles (half an H100's 132 SMs) the kernel runs 64x128 tiles.
+FEW_TILES = 66
+
+
 def choose_config(problem: ConvProblem) -> ConvConfig:
     """The tiles for ``problem`` (README.md: measured on an H100)."""
     if problem.cin % 64:  # the stem: 3 channels, a short gathered reduction
         return ConvConfig(128, 64, 32, 8, 4, 2)
     if problem.cout == 64:
         return ConvConfig(128, 64, 64, 8, 4, 4)
-    return ConvConfig(128, 128, 64, 8, 8, 4)
+    config = ConvConfig(128, 128, 64, 8, 8, 4)
+    if conv_grid(problem, config) < FEW_TILES:  # 7x7 outputs: 52 programs would leave most SMs idle
+        return ConvConfig(64, 128, 64, 8, 4, 4)
+    return config
 
 
 # -- IREE's module --------------------------------------------------------------------------------
@@ -296,8 +315,10 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
     if problem.residual:
         bias.append((2 + len(bias), problem.output_numel, "readonly"))
     out = 2 + len(bias)
+    if problem.implicit_pad and len(executables) != 1:
+        raise ValueError(f"{len(executables)} executables {names}: a convolution padding as it reads replaces one")
     if len(executables) == 1:
-        if not problem.direct:
+        if not (problem.direct or problem.implicit_pad):
             raise ValueError(f"one executable {names}, but the {problem.mode} convolution needs padding")
         expect(conv.name, spans[conv.name], [(0, problem.source_numel, "readonly"),
                                              (1, problem.weight_numel, "readonly"), *bias,
@@ -348,9 +369,13 @@ def kernel_geometry(problem: ConvProblem) -> dict[str, Any]:
     pixels land DH x DW apart in the OH x OW output."""
     if problem.scatter:
         return {"HP": problem.h, "WP": problem.w, "SH": 1, "SW": 1, "P": problem.h, "Q": problem.w, "SCATTER": True,
-                "OH": problem.p, "OW": problem.q, "DH": problem.dh, "DW": problem.dw}
+                "OH": problem.p, "OW": problem.q, "DH": problem.dh, "DW": problem.dw, "PAD_H": 0, "PAD_W": 0}
+    if problem.implicit_pad:  # the source as it is; the kernel reads zeros outside it
+        return {"HP": problem.h, "WP": problem.w, "SH": problem.sh, "SW": problem.sw, "P": problem.p, "Q": problem.q,
+                "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1, "PAD_H": problem.lo_h,
+                "PAD_W": problem.lo_w}
     return {"HP": problem.hp, "WP": problem.wp, "SH": problem.sh, "SW": problem.sw, "P": problem.p, "Q": problem.q,
-            "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1}
+            "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1, "PAD_H": 0, "PAD_W": 0}
 
 
 def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
@@ -368,7 +393,7 @@ def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: 
 NORM_POINTERS = ["mean", "var", "scale", "shift"]
 CONV_ORDER = ["x", "w", "bias", *NORM_POINTERS, "res", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN",
               "COUT", "R", "S", "SH", "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT",
-              "HAS_NORM", "EPS", "HAS_RES", "SCATTER", "OH", "OW", "DH", "DW"]
+              "HAS_NORM", "EPS", "HAS_RES", "SCATTER", "OH", "OW", "DH", "DW", "PAD_H", "PAD_W"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 

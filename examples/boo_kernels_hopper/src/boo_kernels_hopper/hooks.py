@@ -8,7 +8,9 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
   product's executable of the ``default`` formulation's module (``gemm.plan``).
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
-  of the ``default`` formulation's module (``conv.plan``).
+  of the ``default`` formulation's module (``conv.plan``); for a padded forward, first the
+  one executable of the ``channels_last`` formulation's, the padding applied as the kernel
+  reads x.
 * A weight gradient: every executable of an ``im2col_splitN`` formulation's module
   (``wgrad.plan``).
 
@@ -32,6 +34,9 @@ from . import conv, gemm, ptx, wgrad
 logger = logging.getLogger(__name__)
 OBJECT = "objects/hopper_gemm.ptx"
 CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan knows
+#: The conv op's module of one executable for a padded channels-last forward (its padding
+#: fused in), which the kernel reads unpadded (conv.padding_as_it_reads).
+CHANNELS_LAST_FORMULATION = "channels_last"
 GEMM_FORMULATION = "default"  # the matmul op's module whose executables gemm.plan knows
 
 
@@ -99,18 +104,26 @@ def _wgrad_substitution(problem: wgrad.WgradProblem) -> Substitution:
     return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
 
 
-def _conv_substitution(signature: Any) -> Substitution | None:
+def _conv_substitution(signature: Any) -> Substitution | list[Substitution] | None:
     weight_gradient = getattr(signature, "mode", None) == "wrw"
     problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
     if problem is None or not _buildable(signature):
         return None
     if weight_gradient:
         return _wgrad_substitution(problem)
+    found = [_conv_launches(problem, CONV_FORMULATION)]
+    implicit = conv.padding_as_it_reads(problem)
+    if implicit is not None:  # one executable and no padded copy of x, ahead of the pad + conv
+        found.insert(0, _conv_launches(implicit, CHANNELS_LAST_FORMULATION))
+    return found
+
+
+def _conv_launches(problem: conv.ConvProblem, formulation: str) -> Substitution:
     config = conv.choose_config(problem)
-    key = _key("conv", problem, config)
+    key = _key("conv", problem, config, formulation)
     build = _build_launches(lambda executables: conv.plan(problem, executables),
                             lambda launch, name: conv.generate(problem, config, launch, name), "hopper_conv")
-    return Substitution("hopper_conv", build=build, key=key, formulation=CONV_FORMULATION)
+    return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
 
 
 @hookimpl
