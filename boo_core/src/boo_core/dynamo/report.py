@@ -21,7 +21,8 @@ class GraphReport:
     the substitution's label). ``boo_flops`` is the arithmetic of the nodes BOO took and
     ``nested_flops`` that of the ops left, by op (:mod:`.flops`: convolutions, matmuls,
     attention and normalizations; everything else counts zero). ``rewritten`` counts the
-    plugins' graph rewrites applied before matching (``GraphRewrite``), by name.
+    plugins' graph rewrites applied before matching (``GraphRewrite``), by name;
+    ``dropped_copies`` the clones removed that copied a tensor into its own layout (:mod:`.copies`).
     """
 
     backend: str
@@ -35,6 +36,7 @@ class GraphReport:
     boo_flops: int = 0
     nested_flops: Counter[str] = field(default_factory=Counter)
     rewritten: Counter[str] = field(default_factory=Counter)
+    dropped_copies: int = 0
 
     @property
     def offload_share(self) -> float | None:
@@ -53,6 +55,8 @@ class GraphReport:
             text += f"; {self.offload_share:.1%} of the conv/matmul/attention/norm FLOPs on BOO"
         if self.rewritten:
             text += f"; rewritten first: {listing(self.rewritten)}"
+        if self.dropped_copies:
+            text += f"; {self.dropped_copies} copies of a tensor into its own layout dropped"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:

@@ -22,6 +22,7 @@ from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
+from .copies import drop_noop_clones
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .patterns import NESTED, Decline, FusionMatch, FusionPattern, GraphRewrite, has_static_shape
@@ -35,6 +36,7 @@ _module_logger = logging.getLogger(__name__)
 def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
             autotune: bool = False) -> GraphReport:
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
+    A forward or inference graph first loses its clones that copy nothing (:mod:`.copies`).
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
@@ -50,6 +52,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor = _by_anchor(patterns)
+    if kind != "backward":
+        report.dropped_copies = drop_noop_clones(gm.graph)
     if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report,
                         spanned=_spanned(gm.graph, by_anchor, backend, kind))

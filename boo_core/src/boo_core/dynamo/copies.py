@@ -1,0 +1,56 @@
+"""Copies a compiled graph need not make: ``aten.clone`` of a tensor into the same layout.
+
+AOTAutograd writes an inference ``dropout`` (and a few other identities) as ``aten.clone``.
+Inductor removes such copies as it fuses; an eager nested backend (``iree_boo``) would run
+each as a kernel: a ViT-B/16 inference step made 37 device-to-device copies this way. In a
+functional graph a clone that keeps its input's layout computes nothing, so its users can
+read the input itself, unless aliasing would show: the input is a graph input, the clone is
+a graph output, or some node writes in place into either.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+
+def drop_noop_clones(graph: torch.fx.Graph) -> int:
+    """Replace every clone that copies its input into the same layout by the input, in
+    place (module docstring); how many were dropped."""
+    dropped = 0
+    for node in list(graph.find_nodes(op="call_function", target=aten.clone.default)):
+        source = node.args[0] if node.args else None
+        if isinstance(source, torch.fx.Node) and _is_noop(node, source):
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)
+            dropped += 1
+    return dropped
+
+
+def _is_noop(clone: torch.fx.Node, source: torch.fx.Node) -> bool:
+    before, after = source.meta.get("val"), clone.meta.get("val")
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return False
+    if (before.shape, before.stride(), before.dtype, before.device) != (after.shape, after.stride(), after.dtype,
+                                                                         after.device):
+        return False
+    if source.op == "placeholder" or any(user.op == "output" for user in clone.users):
+        return False  # the result would alias a graph input, or an output another may mutate
+    return not any(_mutates(user) for user in (*source.users, *clone.users))
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` may write into one of its arguments: an aten op whose schema is
+    mutable (in place, ``out=``), or anything that is not an aten op or an indexing."""
+    if node.op == "output":
+        return False
+    if node.op != "call_function":
+        return True
+    if node.target is operator.getitem:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    return schema is None or schema.is_mutable

@@ -1,0 +1,54 @@
+"""Clones that copy nothing are dropped from compiled graphs (boo_core.dynamo.copies), and
+only where no one can tell: never a graph input aliased by an output, never a tensor some
+node writes into, never a copy into another layout."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.dynamo.copies import drop_noop_clones
+
+aten = torch.ops.aten
+
+
+def clones(graph: torch.fx.Graph) -> int:
+    return len(graph.find_nodes(op="call_function", target=aten.clone.default))
+
+
+def test_an_inference_dropout_copies_nothing_under_torch_compile():
+    model = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Dropout(0.5), torch.nn.Sigmoid()).eval()
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+    torch.testing.assert_close(got, torch.sigmoid(torch.tanh(x)))
+    assert [g.dropped_copies for g in offload_summary().graphs] == [1]
+
+
+def test_a_clone_is_kept_where_dropping_it_would_show():
+    def f(x):
+        y = x * 2
+        kept_for_output = y.clone()  # returned: another output (y) must not alias it
+        into_channels_last = (y + 1).clone(memory_format=torch.channels_last)
+        written = (y - 1).clone()
+        written.add_(1)  # written in place: its source must stay its own tensor
+        return kept_for_output, y, into_channels_last, written, x.clone()  # the last: a clone of an input
+
+    graph = make_fx(f, tracing_mode="fake")(torch.randn(2, 3, 4, 4)).graph
+    assert clones(graph) == 4
+    assert drop_noop_clones(graph) == 0 and clones(graph) == 4
+
+
+def test_a_clone_inside_the_graph_is_replaced_by_its_source():
+    def f(x):
+        y = torch.tanh(x).clone()
+        return torch.sigmoid(y) + y
+
+    module = make_fx(f, tracing_mode="fake")(torch.randn(3, 5))
+    assert drop_noop_clones(module.graph) == 1 and clones(module.graph) == 0
+    module.recompile()
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(module(x), f(x))
