@@ -211,6 +211,23 @@ def test_conv_and_activation_become_one_kernel():
     assert "aten.silu" not in graph.fallbacks
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attentions_input_projection_takes_its_bias_into_the_kernel(backend):
+    # nn.MultiheadAttention (batch first) projects its transposed, copied input as
+    # add(view(mm(x, w^T)), bias): one matmul with its bias; the output projection is an addmm
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = torch.randn(3, 5, 16)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(lambda t: attention(t, t, t, need_weights=False)[0], backend=backend, dynamic=False)(x)
+        torch.testing.assert_close(got, attention(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-5)
+    summary = offload_summary()
+    assert summary.offloaded == {"matmul.mm": 1, "matmul.addmm": 1}, summary
+    assert not summary.fallbacks["aten.add"], summary
+
+
 def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
     torch._dynamo.reset()
     reset_offload_summary()

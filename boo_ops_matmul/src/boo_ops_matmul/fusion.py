@@ -1,5 +1,7 @@
 """Fusion patterns for the torch.compile backends: mm, addmm and bmm, each with the
-activation that follows it when the product's only user is one."""
+activation that follows it when the product's only user is one, and an mm whose result,
+viewed in another shape, has a bias row added (what AOTAutograd makes of ``F.linear`` on a
+non-contiguous 3-D input, as ``nn.MultiheadAttention``'s input projection)."""
 
 from __future__ import annotations
 
@@ -34,18 +36,31 @@ class _Product(FusionPattern):
         return [matmul_signature_for(*_positional(spec, inputs), **_keywords(spec, inputs))]
 
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        return boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs))
+        return _viewed(spec, boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs)))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
         bias = inputs[2] if spec["operand"] == "bias" else None  # bound_matmul takes a (1, N) row as it is
-        return bound_matmul(*_positional(spec, inputs), **{**_keywords(spec, inputs), "bias": bias})
+        call = bound_matmul(*_positional(spec, inputs), **{**_keywords(spec, inputs), "bias": bias})
+        if call is None or spec.get("view") is None:
+            return call
+
+        def viewed(*tensors: torch.Tensor) -> torch.Tensor | None:
+            y = call(*tensors)
+            return None if y is None else y.view(spec["view"])
+
+        return viewed
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, *rest = inputs
         y = spec["alpha"] * torch.matmul(a, b)
         if rest:
             y = y + (spec["beta"] * rest[0] if spec["operand"] == "c" else rest[0])
-        return ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y
+        return _viewed(spec, ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y)
+
+
+def _viewed(spec: Mapping[str, Any], y: torch.Tensor) -> torch.Tensor:
+    """The product in the shape the matched view gave it (``spec["view"]``), if any."""
+    return y if spec.get("view") is None else y.view(spec["view"])
 
 
 def _positional(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -65,7 +80,31 @@ class MatmulMM(_Product):
     anchors = (aten.mm.default,)
 
     def match(self, node: torch.fx.Node) -> FusionMatch | None:
+        biased = _viewed_bias_add(node)
+        if biased is not None:
+            return biased
         return self._match(node, tuple(node.args[:2]), {"alpha": 1.0, "beta": 0.0, "operand": None})
+
+
+_VIEWS = (aten.view.default, aten._unsafe_view.default)
+
+
+def _viewed_bias_add(mm: torch.fx.Node) -> FusionMatch | None:
+    """``add(view(mm(a, b), shape), bias)`` with ``bias`` a row of N values in the product's
+    dtype: the product with a bias, viewed (module docstring)."""
+    view = only_user(mm)
+    if view is None or view.op != "call_function" or view.target not in _VIEWS or view.args[0] is not mm:
+        return None
+    add = only_user(view)
+    if add is None or add.op != "call_function" or add.target is not aten.add.Tensor or len(add.args) != 2 \
+            or add.kwargs or add.args[0] is not view or not isinstance(add.args[1], torch.fx.Node):
+        return None
+    product, bias, result = tensor_value(mm), tensor_value(add.args[1]), tensor_value(add)
+    if product is None or bias is None or result is None or bias.dim() != 1 or bias.numel() != product.shape[-1] \
+            or bias.dtype != product.dtype or result.dtype != product.dtype:
+        return None
+    spec = {"alpha": 1.0, "beta": 0.0, "operand": "bias", "activation": None, "view": [int(d) for d in result.shape]}
+    return FusionMatch((mm, view, add), (*mm.args[:2], add.args[1]), spec)
 
 
 class MatmulBMM(_Product):
