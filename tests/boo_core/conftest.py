@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from boo_core.testing import isolated_registry
 
+from .compile_once import compiling_once
 from .fake_plugins import scale_op
 
 
@@ -18,27 +17,6 @@ def scale_registry():
 
 @pytest.fixture(scope="module")
 def compile_once():
-    """iree-compile run once per MLIR text and flags for the module's tests, its output kept.
-
-    For tests of the kernel cache that rebuild one kernel again and again (each damaged,
-    killed or full cache must be healed by a rebuild): the rebuild takes BOO's whole path, its
-    export, lock, MLIR file, compile call and writes included; only the iree-compile process
-    for an input compiled before is replaced by the bytes it gave then (its output depends on
-    its input and flags alone). Failures are not kept: a failing compile runs every time.
-    """
-    from boo_core.kernels import compiler
-
-    real = compiler.compile_to_bytes
-    outputs: dict[tuple[bytes, tuple[str, ...]], bytes] = {}
-
-    def compile_to_bytes(mlir, flags, **kwargs):
-        text = mlir.read_bytes() if isinstance(mlir, Path) else str(mlir).encode()
-        key = (text, tuple(flags))
-        if key not in outputs:
-            outputs[key] = real(mlir, flags, **kwargs)
-        return outputs[key]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(compiler, "compile_to_bytes", compile_to_bytes)
-        patch.setattr("boo_core.kernels.request.compile_to_bytes", compile_to_bytes)
+    """iree-compile run once per MLIR text and flags for the module's tests (:mod:`.compile_once`)."""
+    with compiling_once() as outputs:
         yield outputs
