@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from boo_core import CompileError, Formulation, clear_launchables, get_launchable
 from boo_core.kernels import cache
 from boo_core.kernels.compiler import compiler_version
@@ -15,6 +17,13 @@ from boo_core.tools.cli import main
 
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_once(compile_once):
+    """The tests below fill caches of their own with the same kernels: iree-compile runs once
+    for each (conftest.compile_once), BOO's whole build path every time."""
+    yield compile_once
 
 
 def broken_for_size_5(signature, target):

@@ -19,12 +19,20 @@ def test_builds_a_kernel():
     get_launchable("gemm -m 4 -n 4 -k 4")
 
 
-def test_builds_one_in_a_child_process(tmp_path):
+def test_builds_one_in_a_child_process():
     import os, subprocess, sys
     env = {k: v for k, v in os.environ.items() if not k.startswith("BOO_")}
     subprocess.run([sys.executable, "-c", "from boo_core import get_launchable; get_launchable('gemm -m 4 -n 8 -k 4')"],
-                   env={**env, "BOO_CACHE_DIR": str(tmp_path)}, check=True)
+                   env={**env, "BOO_CACHE_DIR": os.environ["BOO_CACHE_DIR"]}, check=True)
 '''
+
+
+@pytest.fixture
+def pytester(pytester, tmp_path, monkeypatch):
+    """pytester whose inner sessions share one kernel cache of this test's own: the first
+    compiles each kernel, the later ones load it (a load is logged and marks a test too)."""
+    monkeypatch.setenv("BOO_TEST_CACHE_DIR", str(tmp_path / "kernel-cache"))
+    return pytester
 
 
 @pytest.mark.kernel  # its inner sessions build kernels, which they log for themselves

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,12 @@ def test_the_registry_parses_softmax_commands_and_the_example_depends_on_boo_cor
 
 def test_the_examples_numerics_tests_pass_there(installed):
     venv, env, cwd, _ = installed
+    # The inner session's kernel cache is this session's (BOO's pytest plugin gives each session
+    # a fresh one otherwise): it compiles the kernels this session's own run of the same tests
+    # (examples/boo_ops_softmax/tests) compiles, under the same keys (an op's key names its
+    # distribution, version and a hash of its sources, not where it is installed), so whichever
+    # runs second loads them.
+    env = {**env, "BOO_TEST_CACHE_DIR": os.environ["BOO_CACHE_DIR"]}
     result = run([str(venv / "bin" / "python"), "-m", "pytest", "-v", "-p", "no:cacheprovider",
                   str(EXAMPLE / "tests" / "test_numerics.py")], env=env, cwd=cwd)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
