@@ -42,6 +42,16 @@ def test_a_clone_is_kept_where_dropping_it_would_show():
     assert drop_noop_clones(graph) == 0 and clones(graph) == 4
 
 
+def test_a_graph_that_writes_in_place_anywhere_keeps_its_clones():
+    def f(x, stats):
+        y = torch.tanh(x).clone()  # a copy of its own... in a graph that also writes into an input
+        stats.copy_(y.mean(0))
+        return torch.sigmoid(y)
+
+    graph = make_fx(f, tracing_mode="fake")(torch.randn(3, 5), torch.zeros(5)).graph
+    assert drop_noop_clones(graph) == 0 and clones(graph) == 1
+
+
 def test_a_clone_inside_the_graph_is_replaced_by_its_source():
     def f(x):
         y = torch.tanh(x).clone()
