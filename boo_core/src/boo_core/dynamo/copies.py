@@ -44,7 +44,7 @@ def _is_noop(clone: torch.fx.Node, source: torch.fx.Node) -> bool:
         return False
     if source.op == "placeholder" or any(user.op == "output" for user in clone.users):
         return False  # the result would alias a graph input, or an output another may mutate
-    return not any(_mutates(user) for user in (*source.users, *clone.users))
+    return not any(_opaque(user) for user in (*source.users, *clone.users))
 
 
 def _writes_in_place(node: torch.fx.Node) -> bool:
@@ -53,14 +53,9 @@ def _writes_in_place(node: torch.fx.Node) -> bool:
     return schema is not None and schema.is_mutable
 
 
-def _mutates(node: torch.fx.Node) -> bool:
-    """Whether ``node`` may write into one of its arguments: an aten op whose schema is
-    mutable (in place, ``out=``), or anything that is not an aten op or an indexing."""
-    if node.op == "output":
+def _opaque(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a user whose writes the graph's schemas cannot rule out: not an
+    aten op (those that write in place already kept every clone), an indexing or the output."""
+    if node.op == "output" or node.target is operator.getitem:
         return False
-    if node.op != "call_function":
-        return True
-    if node.target is operator.getitem:
-        return False
-    schema = getattr(node.target, "_schema", None)
-    return schema is None or schema.is_mutable
+    return node.op != "call_function" or getattr(node.target, "_schema", None) is None

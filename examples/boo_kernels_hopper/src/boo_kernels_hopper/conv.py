@@ -367,15 +367,15 @@ def kernel_geometry(problem: ConvProblem) -> dict[str, Any]:
     """The convolution kernel's image, window and output: the problem's own, or for a
     scattered one (:attr:`ConvProblem.scatter`) a 1x1 stride-1 pass over compact dY whose
     pixels land DH x DW apart in the OH x OW output."""
+    geometry = {"HP": problem.hp, "WP": problem.wp, "SH": problem.sh, "SW": problem.sw, "P": problem.p,
+                "Q": problem.q, "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1, "PAD_H": 0,
+                "PAD_W": 0}
     if problem.scatter:
-        return {"HP": problem.h, "WP": problem.w, "SH": 1, "SW": 1, "P": problem.h, "Q": problem.w, "SCATTER": True,
-                "OH": problem.p, "OW": problem.q, "DH": problem.dh, "DW": problem.dw, "PAD_H": 0, "PAD_W": 0}
-    if problem.implicit_pad:  # the source as it is; the kernel reads zeros outside it
-        return {"HP": problem.h, "WP": problem.w, "SH": problem.sh, "SW": problem.sw, "P": problem.p, "Q": problem.q,
-                "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1, "PAD_H": problem.lo_h,
-                "PAD_W": problem.lo_w}
-    return {"HP": problem.hp, "WP": problem.wp, "SH": problem.sh, "SW": problem.sw, "P": problem.p, "Q": problem.q,
-            "SCATTER": False, "OH": problem.p, "OW": problem.q, "DH": 1, "DW": 1, "PAD_H": 0, "PAD_W": 0}
+        geometry.update(HP=problem.h, WP=problem.w, SH=1, SW=1, P=problem.h, Q=problem.w, SCATTER=True,
+                        DH=problem.dh, DW=problem.dw)
+    elif problem.implicit_pad:  # the source as it is; the kernel reads zeros outside it
+        geometry.update(HP=problem.h, WP=problem.w, PAD_H=problem.lo_h, PAD_W=problem.lo_w)
+    return geometry
 
 
 def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
