@@ -134,3 +134,31 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
     assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]
+
+
+def test_staged_statistics_shift_by_the_first_element_and_do_not_cancel():
+    """The GPU formulations sum x - s and (x - s)**2 in one pass (s: each channel's first
+    element). In float32 with a mean 3,000 times the spread, the plain one-pass formula
+    E[x**2] - E[x]**2 would lose the variance to cancellation; the shifted sums keep it."""
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import formulations
+
+    s = S((32, 4, 6, 6), channels_last=True, save=True)
+    x, w, b = s.get_sample_args()
+    x = 3000 + x.float()
+    staged = formulations(s, Target.parse("cuda:sm_80"))[0]
+    _, mean, invstd = staged.computation(x, w, b)
+    _, want_mean, want_invstd = s.reference(x.double(), w.double(), b.double())
+    torch.testing.assert_close(mean.double(), want_mean, rtol=1e-6, atol=0)
+    torch.testing.assert_close(invstd.double(), want_invstd, rtol=1e-4, atol=0)
+    rows = x.reshape(-1, 4)
+    naive_var = (rows.square().mean(0) - rows.mean(0).square()).double()
+    assert not torch.allclose(naive_var, want_invstd.pow(-2) - s.eps, rtol=1e-2)  # what the shift avoids
+
+
+@pytest.mark.parametrize(("rows", "groups", "chosen"), [(196, 32, 28), (98, 32, 14), (49, 32, 32), (97, 32, 32),
+                                                        (3136, 32, 32), (7, 64, 64)])
+def test_later_stages_sum_a_divisor_of_the_rows_where_one_is_near_the_group_size(rows, groups, chosen):
+    from boo_ops_batchnorm.signature import _stage_group
+
+    assert _stage_group(rows, groups) == chosen

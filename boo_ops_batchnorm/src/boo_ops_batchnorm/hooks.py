@@ -28,6 +28,11 @@ CPU_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",
 GROUPS = 32
 SECOND_GROUPS = 64  # a second candidate for the tuner: it wins on some shapes by 2-15%
 NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
+#: The staged formulations' flags: the above, and aggressive fusion, which puts the small
+#: elementwise passes over the statistics (rounding dweight and dbias, the saved and running
+#: statistics) into the last stage's dispatch or into one dispatch beside it (a backward: 4
+#: dispatches instead of 6 and a fill; docs/gpu.md "Batch norm").
+STAGED_FLAGS = (*NO_REDUCTION_VECTOR_DISTRIBUTION, "--iree-dispatch-creation-enable-aggressive-fusion=true")
 
 
 def elementwise_pass_configs(signature: BatchNormSignature, target: Target) -> list[dict]:
@@ -60,7 +65,7 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     if config is not None:  # should IREE refuse the configuration, the sums with its own
         variants.append(("staged_sums_iree_tiles", GROUPS, None))
     staged = [Formulation(name, computation=functools.partial(compute, groups=groups), config=tiles,
-                          flags=NO_REDUCTION_VECTOR_DISTRIBUTION,
+                          flags=STAGED_FLAGS,
                           description=f"sums over the batch in stages of {groups} rows (a thread per output)")
               for name, groups, tiles in variants]
     return (*staged, default)

@@ -25,6 +25,14 @@ def _accumulation_dtype(signature: BatchNormSignature, x: torch.Tensor) -> torch
     return torch.float64 if x.dtype == torch.float64 else signature.stats_dtype
 
 
+def _stage_group(rows: int, groups: int) -> int:
+    """Rows per thread in a later stage of staged sums: the largest divisor of ``rows`` up to
+    ``groups`` where one of at least a quarter of ``groups`` exists (no padded copy of the
+    partial sums, which costs a fill), else ``groups`` (the last group padded)."""
+    divisor = max(d for d in range(1, groups + 1) if rows % d == 0)
+    return divisor if 4 * divisor >= groups else groups
+
+
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of every statistic (mean, inverse standard deviation, running mean and
     variance) and of every accumulation: at least float32."""
@@ -243,42 +251,80 @@ class BatchNormSignature(Signature):
             shape[1:] = self.param_shape
         return t.reshape(shape)
 
-    def _sum(self, term: Callable[..., torch.Tensor], *tensors: torch.Tensor, groups: int | None) -> torch.Tensor:
-        """``term(*tensors)`` summed over the reduced dims, keeping them. ``tensors`` are
-        stored inputs (full size) or parameter-sized tensors with the reduced dims kept;
-        ``term`` is elementwise (conversions, centring).
+    def _sums(self, terms: Sequence[Callable[..., torch.Tensor]], *tensors: torch.Tensor,
+              groups: int | None) -> tuple[torch.Tensor, ...]:
+        """Each of ``terms(*tensors)`` summed over the reduced dims, keeping them. ``tensors``
+        are stored inputs (full size) or parameter-sized tensors with the reduced dims kept;
+        each term is elementwise (conversions, centring, products).
 
-        ``groups``: the same sums in an order a GPU spreads over a thread per output. The
-        rows of the (rows, columns) view are summed ``groups`` at a time per stage, an NCHW
-        input's spatial rows (contiguous) first. ``term`` is applied to views already shaped
-        for the first stage, so the compiler fuses it into that reduction instead of writing
-        ``term``'s float32 values out first."""
+        ``groups``: the same sums in an order a GPU spreads over a thread per output (see
+        :meth:`_partial_sums`), each term's last stage its own reduction, so that what is
+        computed from that sum alone (a rounding to the output's dtype) fuses into it."""
         if groups is None:
-            return term(*tensors).sum(self.reduced_dims, keepdim=True)
+            return tuple(term(*tensors).sum(self.reduced_dims, keepdim=True) for term in terms)
         kept = [1 if d in self.reduced_dims else size for d, size in enumerate(self.stored_shape)]
-        n_columns = math.prod(self.param_shape)
+        partials = self._partial_sums(terms, *tensors, groups=groups)
+        return tuple(partials[..., i].sum(0).reshape(kept) for i in range(len(terms)))
+
+    def _partial_sums(self, terms: Sequence[Callable[..., torch.Tensor]], *tensors: torch.Tensor,
+                      groups: int) -> torch.Tensor:
+        """Partial sums ``(rows, columns, terms)``, at most ``groups`` rows, of every term at
+        once. The terms become one more trailing dim (chosen per term by ``triu``/``tril``,
+        whose position tests the compiler generates in the kernel: no constant), and the rows
+        of the (rows, columns × terms) view are summed ``groups`` at a time per stage, an NCHW
+        input's spatial rows (contiguous) first. The terms are applied to views already
+        shaped for the first stage, so the compiler fuses them into that reduction instead of
+        writing their float32 values out first; one read of the inputs serves every sum."""
+        def stacked(*views: torch.Tensor) -> torch.Tensor:
+            # every tensor broadcast to a trailing (1, k) matrix first, so each term is computed
+            # where it is used (a value read twice would stop the fusion); term i keeps column i
+            # (triu from column i, tril up to it)
+            k = len(terms)
+            wide = [v.unsqueeze(-1).unsqueeze(-1).expand(*v.shape, 1, k) for v in views]
+            out = sum(torch.tril(torch.triu(term(*wide), i), i) for i, term in enumerate(terms))
+            return out.squeeze(-2)
+
+        n_columns = math.prod(self.param_shape) * len(terms)
         if self.spatial and not self.channels_last and len(self.input_shape) > 2:
-            columns = term(*tensors).sum(tuple(range(2, len(self.input_shape)))).reshape(-1, n_columns)
+            spatial_dims = tuple(range(2, len(self.input_shape)))
+            columns = stacked(*tensors).sum(spatial_dims).reshape(-1, n_columns)
         else:
             rows = self.reduction_size
             first = math.gcd(rows, groups)  # a whole number of groups: no padding of the input
-            views = [t.reshape(rows // first, first, n_columns) if t.numel() > n_columns else
-                     t.reshape(1, 1, n_columns) for t in tensors]
-            columns = term(*views).sum(1)
+            per_row = math.prod(self.param_shape)
+            views = [t.reshape(rows // first, first, per_row) if t.numel() > per_row else
+                     t.reshape(1, 1, per_row) for t in tensors]
+            columns = stacked(*views).sum(1).reshape(-1, n_columns)
         while columns.shape[0] > groups:
             n_rows = columns.shape[0]
-            parts = -(-n_rows // groups)
-            padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * groups - n_rows))
-            columns = padded.reshape(parts, groups, n_columns).sum(1)
-        return columns.sum(0).reshape(kept)
+            group = _stage_group(n_rows, groups)
+            parts = -(-n_rows // group)
+            padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * group - n_rows))
+            columns = padded.reshape(parts, group, n_columns).sum(1)
+        return columns.reshape(columns.shape[0], -1, len(terms))
+
+    def _first_element(self, x: torch.Tensor) -> torch.Tensor:
+        """x at index 0 of every reduced dim: a parameter-sized tensor, reduced dims kept."""
+        return x[tuple(slice(0, 1) if d in self.reduced_dims else slice(None) for d in range(x.dim()))]
 
     def _mean_var(self, x: torch.Tensor, groups: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's mean and biased variance (kept dims, accumulation dtype) of a stored input."""
+        """The batch's mean and biased variance (kept dims, accumulation dtype) of a stored input.
+
+        Without ``groups``, in two passes (the mean, then the centred squares). With them (the
+        GPU's staged sums), in one: the sums of ``x - s`` and ``(x - s)**2`` with ``s`` each
+        statistic's first element, a shift that keeps the subtraction ``S2 - S1**2 / n`` from
+        cancelling the way the plain sum of squares does when the mean is large against the spread."""
         n = self.reduction_size
         acc = _accumulation_dtype(self, x)
-        mean = self._sum(lambda a: a.to(acc), x, groups=groups) / n
-        var = self._sum(lambda a, m: (a.to(acc) - m).square(), x, mean, groups=groups) / n
-        return mean, var
+        if groups is None:
+            mean = self._sums([lambda a: a.to(acc)], x, groups=None)[0] / n
+            var = self._sums([lambda a, m: (a.to(acc) - m).square()], x, mean, groups=None)[0] / n
+            return mean, var
+        shift = self._first_element(x).to(acc)
+        s1, s2 = self._sums([lambda a, s: a.to(acc) - s, lambda a, s: (a.to(acc) - s).square()], x, shift,
+                            groups=groups)
+        mean = s1 / n
+        return shift + mean, (s2 / n - mean.square()).clamp_min(0)
 
     def _map(self, term: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
         """``term(*tensors)`` elementwise, in the stored layout: ``tensors`` are stored inputs
@@ -307,7 +353,9 @@ class BatchNormSignature(Signature):
             n = self.reduction_size
             unbiased = var.reshape(self.param_shape) * (n / max(n - 1, 1))
             m = running[2].to(acc)
-            outputs += [(1 - m) * running[0].to(acc) + m * mean, (1 - m) * running[1].to(acc) + m * unbiased]
+            # (1 - m) * old + m * new, written so that no scalar 1 - m is computed on its own
+            outputs += [running[0].to(acc) + m * (mean - running[0].to(acc)),
+                        running[1].to(acc) + m * (unbiased - running[1].to(acc))]
         return tuple(outputs)  # statistics in the accumulation dtype: the stats dtype, or float64
 
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
@@ -318,8 +366,8 @@ class BatchNormSignature(Signature):
         else:
             mean, var = self._mean_var(x, groups)
             invstd = torch.rsqrt(var + self.eps)
-        dbias = self._sum(lambda d: d.to(acc), dy, groups=groups)
-        dweight = self._sum(lambda d, a, m, i: d.to(acc) * ((a.to(acc) - m) * i), dy, x, mean, invstd, groups=groups)
+        terms = [lambda d, a, m, i: d.to(acc), lambda d, a, m, i: d.to(acc) * ((a.to(acc) - m) * i)]
+        dbias, dweight = self._sums(terms, dy, x, mean, invstd, groups=groups)
         n = self.reduction_size
 
         def dx(a: torch.Tensor, d: torch.Tensor, m: torch.Tensor, i: torch.Tensor, w: torch.Tensor,
