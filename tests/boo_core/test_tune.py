@@ -212,6 +212,10 @@ def test_a_record_whose_winner_is_no_longer_offered_is_tuned_again_not_kept(priv
     ((), {"workgroup": ["1; evil"]}, "not a list of tile sizes"),
     ((), {"objects": "/tmp/evil.o"}, "'objects' is not one"),
     ((), {"workgroup_size": [64, 1]}, "not three thread counts"),
+    ((), {"thread": [1, 8], "reductions": {"workgroup": [8, 2, 32], "workgroup_size": [128, 1, 1]}}, None),
+    ((), {"reductions": {"workgroup": ["8 evil"]}}, "'reductions' configuration: configuration field 'workgroup'"),
+    ((), {"reductions": {"reductions": {"workgroup": [1]}}}, "'reductions' is not one"),
+    ((), {"reductions": [8, 2, 32]}, "'reductions' configuration: configuration is not an object"),
 ])
 def test_a_records_flags_and_configuration_must_be_ones_the_tuning_spaces_generate(flags, config, problem):
     from boo_core.tune.allowed import config_problem, flags_problem

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from boo_core.tune.configs import configure_root
-from boo_core.tune.space import elementwise_configs, tile_and_fuse_configs
+from boo_core.tune.configs import apply_config, configure_root
+from boo_core.tune.space import describe, elementwise_configs, reduction_configs, tile_and_fuse_configs
 
 
 @pytest.mark.parametrize("m, n, k", [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 4096, 1024), (256, 512, 96)])
@@ -80,3 +80,41 @@ def test_an_elementwise_configuration_edits_only_elementwise_roots_of_its_rank()
     assert "thread = [1, 8]" in edited and "workgroup = [32, 64]" in edited
     assert configure_root(REDUCTION_ROOT, config) is None  # the kernel's sums keep IREE's tiles
     assert configure_root(ONE_LOOP_ROOT, config) is None
+
+
+STAGE_ROOT = ('%15 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, '
+              'affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", '
+              '"reduction"]} ins(%11 : tensor<3136x32x64xbf16>) outs(%12 : tensor<3136x2x64xf32>) attrs =  '
+              '{lowering_config = #iree_gpu.lowering_config<{reduction = [0, 0, 0, 4], thread = [1, 1, 4, 0], '
+              'workgroup = [2, 2, 32, 0]}>} {\n')
+TRANSLATION = ('  func.func @f() attributes {translation_info = #iree_codegen.translation_info<pipeline = '
+               '#iree_gpu.pipeline<TileAndFuse> workgroup_size = [32, 1, 1] subgroup_size = 32>} {\n')
+BOTH = {"workgroup": [32, 64], "thread": [1, 8], "workgroup_size": [256, 1, 1],
+        "reductions": {"workgroup": [8, 2, 32], "thread": [1, 1, 4], "workgroup_size": [128, 1, 1]}}
+
+
+@pytest.mark.parametrize(("root", "tiles", "threads"), [
+    (ELEMENTWISE_ROOT, "workgroup = [32, 64]", 256),  # the configuration's own fields
+    (STAGE_ROOT, "workgroup = [8, 2, 32, 0]", 128),  # its reductions' fields
+])
+def test_a_configuration_with_reductions_configures_each_kind_of_root_with_its_own_fields(root, tiles, threads):
+    edited = apply_config(TRANSLATION + root, BOTH)
+    assert tiles in edited and f"workgroup_size = [{threads}, 1, 1]" in edited
+    assert apply_config(TRANSLATION + REDUCTION_ROOT, BOTH) is None  # 2 parallel loops: below the rank of its tiles
+    assert apply_config(TRANSLATION + ONE_LOOP_ROOT, BOTH) is None
+    assert describe("staged_sums", BOTH, ()) == "staged_sums/wg32x64_th1x8_red(wg8x2x32_th1x1x4)"
+
+
+@pytest.mark.parametrize("parallel", [(3136, 2, 64), (196, 2, 256), (49, 2, 2048), (784, 2, 128)])
+def test_reduction_configurations_tile_the_loops_evenly_with_more_threads_than_iree_gives(parallel):
+    configs = reduction_configs(parallel)
+    assert configs
+    for config in configs:
+        assert all(size % tile == 0 for size, tile in zip(parallel, config["workgroup"], strict=True))
+        assert config["workgroup"][1:-1] == list(parallel[1:-1])
+        threads = math.prod(config["workgroup"]) // config["thread"][-1]
+        assert config["workgroup_size"] == [threads, 1, 1] and 64 <= threads <= 256
+
+
+def test_no_reduction_configuration_where_the_columns_do_not_split_into_vectors():
+    assert reduction_configs((10, 2, 3)) == [] and reduction_configs((64,)) == []

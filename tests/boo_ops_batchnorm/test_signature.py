@@ -131,6 +131,11 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
     assert [(f.name, f.config is not None) for f in formulations(train, gpu)] == [
         ("staged_sums", True), ("staged_sums_64", True), ("staged_sums_iree_tiles", False), ("default", False)]
     assert {c.formulation for c in tuning_space(train, gpu)} == {"staged_sums", "staged_sums_64"}
+    # the first stage of sums (3136 parts of 32 rows x 2 sums x 64 channels) configured: candidates only
+    staged = formulations(train, gpu)[0]
+    first_stages = [c.config["reductions"] for c in tuning_space(train, gpu) if "reductions" in c.config]
+    assert first_stages and all(c["workgroup"][1:] == [2, 32] and 3136 % c["workgroup"][0] == 0 for c in first_stages)
+    assert "reductions" not in staged.config
     assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]

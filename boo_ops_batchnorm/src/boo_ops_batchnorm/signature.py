@@ -264,11 +264,11 @@ class BatchNormSignature(Signature):
             return tuple(term(*tensors).sum(self.reduced_dims, keepdim=True) for term in terms)
         kept = [1 if d in self.reduced_dims else size for d, size in enumerate(self.stored_shape)]
         partials = self._partial_sums(terms, *tensors, groups=groups)
-        return tuple(partials[..., i].sum(0).reshape(kept) for i in range(len(terms)))
+        return tuple(partials[:, i].sum(0).reshape(kept) for i in range(len(terms)))
 
     def _partial_sums(self, terms: Sequence[Callable[..., torch.Tensor]], *tensors: torch.Tensor,
                       groups: int) -> torch.Tensor:
-        """Partial sums ``(rows, columns, terms)``, at most ``groups`` rows, of every term at
+        """Partial sums ``(rows, terms, columns)``, at most ``groups`` rows, of every term at
         once. The terms become one more dim (chosen per term by ``triu``/``tril``, whose
         position tests the compiler generates in the kernel: no constant), stored outside the
         columns (a warp's threads then read consecutive columns, not the same column for each
@@ -303,7 +303,7 @@ class BatchNormSignature(Signature):
             parts = -(-n_rows // group)
             padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * group - n_rows))
             columns = padded.reshape(parts, group, n_columns).sum(1)
-        return columns.reshape(columns.shape[0], len(terms), -1).transpose(1, 2)
+        return columns.reshape(columns.shape[0], len(terms), -1)
 
     def _first_element(self, x: torch.Tensor) -> torch.Tensor:
         """x at index 0 of every reduced dim: a parameter-sized tensor, reduced dims kept."""

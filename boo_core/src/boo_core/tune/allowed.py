@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .configs import PARALLEL_LEVELS, REDUCTION_LEVELS
+from .configs import PARALLEL_LEVELS, REDUCTION_LEVELS, REDUCTIONS
 
 #: iree-compile options a tuning space may emit, without a value or with a plain one.
 ALLOWED_OPTIONS = frozenset({
@@ -43,15 +43,20 @@ def flags_problem(flags: Sequence[str]) -> str | None:
     return None
 
 
-def config_problem(config: Mapping[str, Any] | None) -> str | None:
+def config_problem(config: Mapping[str, Any] | None, *, nested: bool = False) -> str | None:
     """Why ``config`` may not come from a record (None when it is a configuration of the
-    fields :mod:`.configs` applies, each of its type)."""
+    fields :mod:`.configs` applies, each of its type; ``reductions`` one such configuration,
+    itself without ``reductions``)."""
     if config is None:
         return None
     if not isinstance(config, Mapping):
         return "its configuration is not an object"
     for key, value in config.items():
-        if key in (*PARALLEL_LEVELS, *REDUCTION_LEVELS):
+        if key == REDUCTIONS and not nested:
+            problem = config_problem(value, nested=True)
+            if problem is not None:
+                return f"its '{REDUCTIONS}' configuration: {problem.removeprefix('its ')}"
+        elif key in (*PARALLEL_LEVELS, *REDUCTION_LEVELS):
             if not _tiles(value, length=None):
                 return f"configuration field {key!r} is not a list of tile sizes"
         elif key == "workgroup_size":

@@ -16,7 +16,9 @@ A *configuration* is a JSON-able mapping, for the dispatch's root op (the one IR
 A configuration with ``thread`` tiles is for elementwise dispatches (:func:`~boo_core.tune.space.elementwise_configs`):
 it configures only roots without reduction loops and with at least as many parallel loops
 as its ``workgroup`` tiles, so a kernel's reductions and smaller elementwise dispatches keep
-IREE's configurations.
+IREE's configurations. Its ``reductions`` key, a configuration of the same fields, is for
+the roots *with* reduction loops and at least as many parallel loops as its ``workgroup``
+tiles: a kernel of reductions and elementwise passes (batch norm's) configures both kinds.
 
 Building a configured kernel (:func:`compile_with_config`): iree-compile stops after
 configuring the executables and dumps them, BOO edits the root op of each contraction
@@ -51,6 +53,8 @@ NAMED_LOOPS = {"linalg.matmul": "ppr", "linalg.matmul_transpose_a": "ppr", "lina
                "linalg.batch_matmul_transpose_b": "pppr", "linalg.conv_2d_nchw_fchw": "ppppr" + "rr",
                "linalg.conv_2d_nhwc_hwcf": "pppp" + "rrr"}
 _EXECUTABLE = re.compile(r"hal\.executable (?:public |private )?@(\S+) \{")
+#: A configuration's key for the nested configuration of its roots with reduction loops.
+REDUCTIONS = "reductions"
 
 
 def split_top_level(text: str) -> list[str]:
@@ -99,15 +103,18 @@ def _aligned(values: Sequence[int], kinds: Sequence[str], wanted: str, level: st
     return existing
 
 
-def configure_root(line: str, config: Mapping[str, Any]) -> str | None:
+def configure_root(line: str, config: Mapping[str, Any], *, reductions: bool = False) -> str | None:
     """The root op's line with ``config`` applied to its lowering config; None when the line
-    is not a root op BOO can configure (no tile levels, or no iterator types)."""
+    is not a root op BOO can configure (no tile levels, or no iterator types), or not one
+    ``config`` is for: with ``thread`` tiles, roots of its rank or more without reduction
+    loops; with ``reductions`` (a nested configuration), roots of its rank or more with them."""
     match = _ROOT_CONFIG.search(line)
     kinds = _loop_kinds(line)
     if match is None or kinds is None:
         return None
-    if "thread" in config and ("reduction" in kinds or kinds.count("parallel") < len(config.get("workgroup", ()))):
-        return None  # a configuration with thread tiles is for elementwise roots of its rank or more
+    if ("thread" in config or reductions) and (
+            ("reduction" in kinds) != reductions or kinds.count("parallel") < len(config.get("workgroup", ()))):
+        return None
     dialect, body = match.group(1), match.group(2)
     braced = body.startswith("{")
     items = _parse_items(body[1:-1] if braced else body)
@@ -150,15 +157,19 @@ def _configure_translation(text: str, config: Mapping[str, Any]) -> str:
 def apply_config(configured: str, config: Mapping[str, Any]) -> str | None:
     """A configured executable with ``config`` applied to its root op, or None when it has
     no root op the configuration fits (a copy or elementwise dispatch)."""
+    own = {key: value for key, value in config.items() if key != REDUCTIONS}
+    choices = [(chosen, nested) for chosen, nested in ((own, False), (config.get(REDUCTIONS), True)) if chosen]
     lines = configured.splitlines(keepends=True)
-    changed = False
+    applied = None
     for index, line in enumerate(lines):
-        if config.get("mma_kind") and "mma_kind" not in line:
-            continue  # a GPU configuration is for contractions IREE maps to matrix instructions
-        edited = configure_root(line, config)
-        if edited is not None:
-            lines[index], changed = edited, True
-    return _configure_translation("".join(lines), config) if changed else None
+        for chosen, nested in choices:
+            if chosen.get("mma_kind") and "mma_kind" not in line:
+                continue  # a GPU configuration is for contractions IREE maps to matrix instructions
+            edited = configure_root(line, chosen, reductions=nested)
+            if edited is not None:
+                lines[index], applied = edited, chosen
+                break
+    return _configure_translation("".join(lines), applied) if applied is not None else None
 
 
 def executable_name(configured: str) -> str:

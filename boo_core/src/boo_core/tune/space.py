@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import PluginError
 from ..kernels.formulation import Formulation
 from ..kernels.target import Target
+from .configs import REDUCTIONS
 
 
 @dataclass(frozen=True)
@@ -67,20 +68,24 @@ def describe(formulation: str, config: Mapping[str, Any] | None, flags: Sequence
     """A short label: ``default``, ``default/wg128x128_sg4x8_k4_s3``, ``im2col+data-tiling``."""
     label = formulation
     if config:
-        parts = []
-        for key, short in (("workgroup", "wg"), ("distribution", "dist"), ("subgroup", "sg"), ("thread", "th"),
-                           ("vector_common_parallel", "vec")):
-            if key in config:
-                parts.append(short + "x".join(str(v) for v in config[key]))
-        for key, short in (("reduction", "k"), ("vector_reduction", "k")):
-            if key in config:
-                parts.append(short + "x".join(str(v) for v in config[key]))
-        if "prefetch_num_stages" in config:
-            parts.append(f"s{config['prefetch_num_stages']}")
-        label += "/" + "_".join(parts)
+        label += "/" + _config_label(config)
     for flag in flags:
         label += "+" + flag.removeprefix("--iree-").split("=")[0]
     return label
+
+
+def _config_label(config: Mapping[str, Any]) -> str:
+    """``wg128x128_sg4x8_k4_s3``; a nested ``reductions`` configuration as ``red(...)``."""
+    parts = []
+    for key, short in (("workgroup", "wg"), ("distribution", "dist"), ("subgroup", "sg"), ("thread", "th"),
+                       ("vector_common_parallel", "vec"), ("reduction", "k"), ("vector_reduction", "k")):
+        if key in config:
+            parts.append(short + "x".join(str(v) for v in config[key]))
+    if "prefetch_num_stages" in config:
+        parts.append(f"s{config['prefetch_num_stages']}")
+    if config.get(REDUCTIONS):
+        parts.append(f"red({_config_label(config[REDUCTIONS])})")
+    return "_".join(parts)
 
 
 def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate],
@@ -136,6 +141,28 @@ def elementwise_configs(rows: int, columns: int, element_bytes: int, *, limit: i
         configs.append({"workgroup": [row_tile, column_tile], "thread": [1, vector],
                         "workgroup_size": [threads, 1, 1]})
     configs.sort(key=lambda c: abs(math.log2(c["workgroup_size"][0] / 256)))
+    return configs[:limit]
+
+
+def reduction_configs(parallel: Sequence[int], *, vector: int = 4, limit: int = 3) -> list[dict[str, Any]]:
+    """Configurations of IREE's TileAndFuse pipeline for the root of a reduction dispatch on
+    an NVIDIA GPU whose innermost parallel loops have the sizes ``parallel`` (innermost last:
+    contiguous outputs), for the ``reductions`` key of a configuration. IREE 3.13 gives such
+    a root (batch norm's first stage of sums: parts x terms x channels) workgroups of 32
+    threads, half an H100 multiprocessor's threads at most; these give 128, 256 or 64
+    threads, each ``vector`` outputs of the innermost loop, the middle loops whole, and
+    tiles of the innermost and outermost loops that divide them (the fewest columns first)."""
+    if len(parallel) < 2 or parallel[-1] % vector:
+        return []
+    middle = math.prod(parallel[1:-1])
+    configs = []
+    for threads in (128, 256, 64):
+        for inner in (32, 64, 128, 256):
+            outer, rest = divmod(threads * vector, inner * middle)
+            if not rest and outer >= 1 and parallel[0] % outer == 0 and parallel[-1] % inner == 0:
+                configs.append({"workgroup": [outer, *parallel[1:-1], inner],
+                                "thread": [*[1] * (len(parallel) - 1), vector], "workgroup_size": [threads, 1, 1]})
+                break
     return configs[:limit]
 
 
