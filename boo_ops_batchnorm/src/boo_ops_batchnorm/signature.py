@@ -272,7 +272,7 @@ class BatchNormSignature(Signature):
         once. The terms become one more dim (chosen per term by ``triu``/``tril``, whose
         position tests the compiler generates in the kernel: no constant), stored outside the
         columns (a warp's threads then read consecutive columns, not the same column for each
-        term: 10-20% faster on an H100), and the rows of the (rows, terms × columns) view are
+        term: up to 20% faster on an H100), and the rows of the (rows, terms × columns) view are
         summed ``groups`` at a time per stage, an NCHW input's spatial rows (contiguous) first.
         The terms are applied to views already shaped for the first stage, so the compiler
         fuses them into that reduction instead of writing their float32 values out first; one
