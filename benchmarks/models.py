@@ -194,6 +194,11 @@ CONFIGS = [  # (label, backend, torch.compile mode)
 ]
 
 
+def _chosen(label: str, only: str) -> bool:
+    """Whether ``--only`` picks the configuration ``label``: a substring, or a comma-separated list of labels."""
+    return label in only.split(",") if "," in only else only in label
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -204,7 +209,9 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--backward-kernels", default="1",
                         help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
-    parser.add_argument("--only", default="", help="run only configurations whose label contains this (and eager)")
+    parser.add_argument("--only", default="",
+                        help="run only configurations whose label contains this (and eager); comma-separated "
+                             "labels: exactly those (and eager)")
     parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print each row's N costliest kernels of one step (rows without CUDA graphs)")
@@ -217,7 +224,7 @@ def main() -> None:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     configs = [c for c in CONFIGS if c[1] is None or ((cuda or "graphs" not in c[0])
                                                       and not (args.no_graphs and "graphs" in c[0])
-                                                      and args.only in c[0])]
+                                                      and _chosen(c[0], args.only))]
     print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, {dtype}, "
           f"batch {args.batch}, median of {args.steps} steps")
     print("| model | pass | configuration | bwd kernels | ms/step | vs eager | first step s | output err | "
