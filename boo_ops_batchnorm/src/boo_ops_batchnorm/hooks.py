@@ -34,8 +34,8 @@ SECOND_GROUPS = 64  # a second candidate for the tuner: it wins on some shapes b
 NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
 #: The staged formulations' flags: the above, and aggressive fusion, which puts the small
 #: elementwise passes over the statistics (rounding dweight and dbias, the saved and running
-#: statistics) into the last stage's dispatch or into one dispatch beside it (a backward: 4
-#: dispatches instead of 6 and a fill; docs/gpu.md "Batch norm").
+#: statistics) into the last stages' dispatches or into one beside them (docs/gpu.md, "One
+#: reduction per pass", counts the dispatches).
 STAGED_FLAGS = (*NO_REDUCTION_VECTOR_DISTRIBUTION, "--iree-dispatch-creation-enable-aggressive-fusion=true")
 
 
