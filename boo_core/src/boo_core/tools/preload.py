@@ -31,13 +31,14 @@ import torch
 
 from ..errors import BooCacheWarning, BooError, is_plugins_failure
 from ..kernels import cache
-from ..kernels.chain import compile_formulations
+from ..kernels.chain import compile_plan
 from ..kernels.target import Target
 from ..runtime.devices import resolve_device
 from ..runtime.launchable import get_launchable
 from ..settings import Settings, configure, get_settings
 from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
+from ..substitute.candidates import signature_plan
 from .driver import error_text
 from .progress import ProgressBar
 
@@ -251,12 +252,13 @@ def _use_settings(settings: Settings) -> None:
 
 
 def compile_kernel(job: _Job) -> PreloadOutcome:
-    """Compile one signature's formulations for one target into the cache (runs in a worker)."""
+    """Compile one signature's chain for one target into the cache (runs in a worker)."""
     command, signature, target = job.command, job.signature, job.target
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", BooCacheWarning)  # why a kernel was not stored, said once per kernel
-            chain = compile_formulations(signature, Target.parse(target))
+            parsed = Target.parse(target)
+            chain = compile_plan(signature, parsed, signature_plan(signature, parsed))
     except BaseException as e:  # a plugin's failure: reported against this kernel only
         if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
             raise
