@@ -1,8 +1,8 @@
 """``boo preload --ray``: a preload's kernels compiled, and verified, as tasks on a Ray cluster.
 
-For each (signature, target) job the caller first looks its chain's kernels up in its own
-cache (keys only, nothing exported): a job whose kernels are all there, or recorded as not
-compiling, is settled here, without a task.
+For each (signature, target) job the caller first looks its chain's kernels (the tuned
+winner the job carries included) up in its own cache (keys only, nothing exported): a job
+whose kernels are all there, or recorded as not compiling, is settled here, without a task.
 Every other job becomes a CPU task that runs the local preload's
 :func:`~boo_core.tools.preload.compile_kernel` on a worker; its cache entries come back and
 are written into the caller's cache (:mod:`boo_core.cluster`), after a check that the
@@ -34,6 +34,7 @@ from ..runtime.launchable import get_launchable
 from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
 from ..substitute.candidates import signature_plan
+from ..tune.database import TuningRecord
 from .driver import error_text
 from .preload import FAILED, PreloadOutcome, _Job, compile_kernel
 
@@ -91,11 +92,11 @@ class _Plan:
     settled: bool  # the caller's cache already decides the outcome: no task needed
 
 
-def _plan(signature: Signature, target_name: str, cache_dir: Path) -> _Plan:
+def _plan(signature: Signature, target_name: str, cache_dir: Path, tuned: TuningRecord | None = None) -> _Plan:
     """What the caller's cache holds for one job (as kernels.chain.compile_plan reads it)."""
     try:
         target = Target.parse(target_name)
-        chain = signature_plan(signature, target)
+        chain = signature_plan(signature, target, tuned=lambda: tuned)
         keys = tuple(planned.request(signature, target).key for planned in chain)
     except Exception:  # compile_kernel, run here, reports it as the local preload does
         return _Plan((), True)
@@ -118,7 +119,7 @@ def compile_on_cluster(jobs: Sequence[_Job], cluster: ClusterHandle, record: Cal
     cache_dir = get_settings().cache_dir
     tasks = []
     for index, job in enumerate(jobs):
-        plan = _plan(job.signature, job.target, cache_dir)
+        plan = _plan(job.signature, job.target, cache_dir, job.tuned)
         if plan.settled:
             record(index, compile_kernel(job))  # cache hits and recorded failures: nothing compiles
             continue
