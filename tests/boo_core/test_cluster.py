@@ -27,11 +27,12 @@ import torch
 from boo_core import BooOpRegistry, CachePopulator, clear_launchables, get_launchable
 from boo_core.cluster import RayCluster, Task, TaskResult
 from boo_core.kernels import cache
+from boo_core.kernels.compiler import compiler_version
 from boo_core.settings import settings_override
 from boo_core.testing import write_fake_distribution
 from boo_core.tools.cli import main
 from boo_core.tune.cluster import gpu_task_summary
-from boo_core.tune.database import read_record
+from boo_core.tune.database import TuningRecord, read_record, write_record
 from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.numerics import check_launchable
 from boo_core.verify.verdicts import VERDICTS_FILE, device_identity, read_verdict
@@ -225,6 +226,23 @@ def test_a_substituted_kernel_comes_back_with_its_substitution_files(cluster, ra
         launchable = get_launchable(signature)
         x = torch.randn(13)
         assert launchable.cache_hit and torch.equal(launchable(x), x * NUDGED_VALUE)
+
+
+def test_a_tuned_winner_is_compiled_on_the_cluster_as_a_launch_will_load_it(cluster, ray_registry, private_cache):
+    # The record is in this process's cache only: the job carries the winner to the worker.
+    signature = ScaleSignature(1024)
+    config = {"distribution": [64], "vector_common_parallel": [16]}
+    write_record(TuningRecord(signature.func_name, signature.canonical(), "cpu", compiler_version(),
+                              device_identity(torch.device("cpu")), "default", config, label="default/tiles"),
+                 signature)
+    progress = io.StringIO()
+    [outcome] = CachePopulator(commands=[signature.to_command()], ray=cluster, progress=progress).run()
+    assert (outcome.status, outcome.formulation) == ("compiled", "tuned default/tiles")
+    assert "Ray: the Ray cluster at " in progress.getvalue()  # a task compiled it (the caller's keys: no mismatch)
+    clear_launchables()
+    launchable = get_launchable(signature)
+    assert launchable.cache_hit and launchable.request.config == config
+    assert launchable.cache_directory == Path(outcome.directory)
 
 
 def where(context, seconds):

@@ -8,10 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from boo_core import BooError, CachePopulator, DeviceError, Formulation, get_launchable
+from boo_core import BooError, CachePopulator, DeviceError, Formulation, clear_launchables, get_launchable
+from boo_core.kernels import activity
+from boo_core.kernels.cache import entry_directories
+from boo_core.kernels.compiler import compiler_version
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry, write_fake_distribution
 from boo_core.tools.cli import main
+from boo_core.tune.database import TuningRecord, write_record
+from boo_core.verify.verdicts import device_identity
 
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -42,6 +47,28 @@ def test_compiles_in_parallel_then_finds_everything_in_the_cache(scale_registry,
     again = CachePopulator(commands=["scale -n 3", "scale -n 6"], jobs=2)
     assert [o.status for o in again.run()] == ["cache hit", "cache hit"]
     assert get_launchable(ScaleSignature(6)).cache_hit  # what the driver will find
+
+
+def test_preload_builds_exactly_the_kernel_the_driver_then_loads_tuned_winner_included(scale_registry, private_cache,
+                                                                                      capsys):
+    signature = ScaleSignature(1024)
+    command = signature.to_command().split()
+    config = {"distribution": [64], "vector_common_parallel": [16]}  # what a tune of this CPU found fastest
+    write_record(TuningRecord(signature.func_name, signature.canonical(), "cpu", compiler_version(),
+                              device_identity(torch.device("cpu")), "default", config, label="default/tiles"),
+                 signature)
+    assert main(["preload", "-j", "1", *command]) == 0
+    assert "compiled 1, cache hits 0, failed 0" in capsys.readouterr().out
+    [built] = entry_directories(private_cache)  # the tuned winner alone (the CPU verifies no untuned kernel)
+
+    clear_launchables()
+    activity.reset()
+    assert main(["driver", "--iter", "1", *command]) == 0
+    assert "formulation default: kernel from the cache (no compile)" in capsys.readouterr().out
+    assert activity.counts()["kernel compiled"] == 0 and activity.counts()["kernel hit"] == 1
+    served = get_launchable(signature)  # what the driver loaded, kept in memory
+    assert served.cache_directory == built and served.request.config == config and served.verified
+    assert entry_directories(private_cache) == [built]
 
 
 @pytest.mark.parametrize("jobs", [1, 4])

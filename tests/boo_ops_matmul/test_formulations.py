@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from boo_core import BooOpRegistry, Target
-from boo_core.kernels.chain import compile_formulations
+from boo_core.kernels.chain import compile_plan
+from boo_core.substitute.candidates import signature_plan
 from boo_core.verify.numerics import compare
 from boo_ops_matmul import MatmulSignature
 
@@ -47,6 +48,6 @@ def test_the_racy_class_gets_the_padded_formulation_first():
 
 
 def test_every_cuda_formulation_cross_compiles(private_cache):
-    outcome = compile_formulations(MatmulSignature(m=17, n=33, k=9, batch=3, trans_a=True, dtype=torch.bfloat16),
-                                   CUDA, every=True)
+    signature = MatmulSignature(m=17, n=33, k=9, batch=3, trans_a=True, dtype=torch.bfloat16)
+    outcome = compile_plan(signature, CUDA, signature_plan(signature, CUDA), every=True)
     assert outcome.failed == [] and sorted(outcome.compiled) == ["default", "f32_compute", "padded"]

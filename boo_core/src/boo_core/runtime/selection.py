@@ -1,7 +1,8 @@
 """Which kernel serves a signature on a device: the formulation chain, with verification.
 
 The candidates are the op's formulations in its order (a tuned winner first, when the
-tuning database has one for this signature, target, compiler and device model). For each,
+tuning database has one for this signature, target, compiler and device model), as
+:func:`~boo_core.kernels.chain.plan_kernels` orders them for every tool. For each,
 BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY``: GPUs by
 default) it reads the verdict recorded for this device model, or checks the kernel against
 PyTorch now and records the verdict. The first candidate that compiles and passes serves.
@@ -32,13 +33,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BooError, BooFallbackWarning, CompileError, KernelLoadError, is_plugins_failure
-from ..kernels.formulation import Formulation
-from ..kernels.request import KernelRequest
-from ..plugins.registry import BooOpRegistry
+from ..errors import BooFallbackWarning, CompileError, KernelLoadError, is_plugins_failure
+from ..kernels.chain import PlannedKernel, TunedWinner
 from ..settings import get_settings
 from ..signatures.signature import Signature
-from ..substitute.candidates import library_substitutions, ordered, refuse_if_user, user_substitution
+from ..substitute.candidates import refuse_if_user, signature_plan
 from ..verify import verdicts
 from .devices import BooDevice
 from .launchable import Launchable, ReferenceLaunchable
@@ -61,57 +60,11 @@ class Attempt:
         return f"{self.formulation}: {what} ({self.detail})"
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One way to build the kernel: a formulation, maybe with a tuned configuration."""
+def _tuned(signature: Signature, device: BooDevice) -> TunedWinner | None:
+    """The tuning database's winner for ``signature`` on ``device``'s model, if launches use one."""
+    from ..tune.database import tuned_record
 
-    formulation: Formulation
-    config: dict | None = None
-    flags: tuple[str, ...] = ()
-    label: str = ""
-    #: Verified on first use per device model whatever BOO_VERIFY says (tuned kernels).
-    always_verify: bool = False
-    substitution: Any = None  # boo_core.substitute.Substitution: replacement executables (always verified)
-
-    @property
-    def name(self) -> str:
-        if self.substitution is not None:
-            return f"{self.formulation.name} with substitution {self.substitution.label}"
-        return self.label or self.formulation.name
-
-    def request(self, signature: Signature, device: BooDevice) -> KernelRequest:
-        return KernelRequest.create(signature, device.target, self.formulation, config=self.config,
-                                    extra_flags=self.flags, substitution=self.substitution)
-
-
-def candidates(signature: Signature, device: BooDevice, only: str | None = None,
-               substitution: Any = None) -> list[Candidate]:
-    """The candidates in the order they are tried (``only``: that formulation alone).
-    A user substitution (``substitution``, or ``BOO_SUBSTITUTIONS``) applies to every
-    formulation in turn; plugins' substitutions come before the op's own candidates."""
-    formulations = BooOpRegistry.default().formulations(signature, device.target)
-    user = user_substitution(signature, device.target, substitution)
-    if only is not None:
-        chosen = [f for f in formulations if f.name == only]
-        if not chosen:
-            raise BooError(f"{signature.func_name} has no formulation {only!r} on {device.target.name} "
-                           f"(it has: {', '.join(f.name for f in formulations)})")
-        return [Candidate(chosen[0], substitution=user)]
-    library = library_substitutions(signature, device.target) if user is None else []
-    found = [Candidate(f, substitution=s) for f, s in ordered(formulations, user, library)]
-    if user is not None:
-        return found
-    settings = get_settings()
-    if settings.use_tuned:
-        from ..tune.database import tuned_candidate
-
-        tuned = tuned_candidate(signature, device, formulations, library)
-        if tuned is not None:
-            candidate, before_library = tuned
-            if candidate.substitution is not None:  # the library's own candidate, now first
-                found = [c for c in found if c.substitution is not candidate.substitution]
-            found.insert(0 if before_library else len(library), candidate)
-    return found
+    return tuned_record(signature, device.target.name, verdicts.device_identity(device.torch_device))
 
 
 def select(signature: Signature, device: BooDevice, driver: str, *, only: str | None = None,
@@ -120,9 +73,10 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
     Substituted candidates are always verified; a user substitution that fails is an error."""
     verify_all = get_settings().verifies(device.torch_device.type)
     attempts: list[Attempt] = []
-    for candidate in candidates(signature, device, only, substitution):
-        request = candidate.request(signature, device)
-        checked = verify_all or candidate.always_verify or candidate.substitution is not None
+    for candidate in signature_plan(signature, device.target, substitution=substitution, only=only,
+                                    tuned=lambda: _tuned(signature, device)):
+        request = candidate.request(signature, device.target)
+        checked = verify_all or candidate.always_verified
         if checked:
             recorded = verdicts.read_verdict(request.directory, device.torch_device)
             if recorded is not None and recorded != verdicts.PASS:
@@ -166,7 +120,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
     return _nothing_served(signature, device, attempts)
 
 
-def _log(candidate: Candidate, message: str, *args: object) -> None:
+def _log(candidate: PlannedKernel, message: str, *args: object) -> None:
     """A plugin's substitution passed over is worth a warning (the user expected its kernel)."""
     (logger.warning if candidate.substitution is not None else logger.info)(message, *args)
 

@@ -7,15 +7,19 @@
   that fails verification, is an error: it never falls back to IREE's own kernel silently.
 * Installed plugins' (the ``boo_kernel_substitutions`` hook): candidates tried before the
   op's formulations; one that fails is passed over and the op's formulations serve.
+
+:func:`signature_plan` gathers what a signature's chain is made of (formulations,
+substitutions, a tuned winner) and has :func:`~boo_core.kernels.chain.plan_kernels` order it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import SubstitutionError
+from ..errors import BooError, SubstitutionError
+from ..kernels.chain import PlannedKernel, TunedWinner, plan_kernels
 from ..kernels.target import Target
 from ..settings import get_settings
 from .substitution import Substitution
@@ -63,15 +67,28 @@ def library_substitutions(signature: Any, target: Target) -> list[Substitution]:
     return found
 
 
-def ordered(formulations: Sequence[Any], user: Substitution | None,
-            library: Sequence[Substitution]) -> list[tuple[Any, Substitution | None]]:
-    """(formulation, substitution) pairs in the order they are tried: the user's substitution
-    on each formulation in turn; else the plugins' substitutions (each on the formulation it
-    names, or the first), then the formulations as they are."""
+def signature_plan(signature: Any, target: Target, *, substitution: Substitution | str | Path | None = None,
+                   tuned: Callable[[], TunedWinner | None] | None = None,
+                   only: str | None = None) -> list[PlannedKernel]:
+    """``signature``'s chain for ``target`` (:func:`~boo_core.kernels.chain.plan_kernels`),
+    its inputs gathered: the op's formulations, the user's substitution (``substitution``, or
+    ``BOO_SUBSTITUTIONS``) or else the installed plugins', and the tuned winner ``tuned``
+    looks up (asked only where the chain takes one). ``only``: that formulation alone
+    (with the user's substitution, if any)."""
+    from ..plugins.registry import BooOpRegistry
+
+    formulations = BooOpRegistry.default().formulations(signature, target)
+    user = user_substitution(signature, target, substitution)
+    if only is not None:
+        chosen = [f for f in formulations if f.name == only]
+        if not chosen:
+            raise BooError(f"{signature.func_name} has no formulation {only!r} on {target.name} "
+                           f"(it has: {', '.join(f.name for f in formulations)})")
+        return plan_kernels(chosen, user=user)
     if user is not None:
-        return [(f, user) for f in formulations]
-    by_name = {f.name: f for f in formulations}
-    return [(by_name.get(s.formulation or "", formulations[0]), s) for s in library] + [(f, None) for f in formulations]
+        return plan_kernels(formulations, user=user)
+    return plan_kernels(formulations, library=library_substitutions(signature, target),
+                        tuned=tuned() if tuned is not None else None)
 
 
 def refuse_if_user(substitution: Substitution | None, signature: Any, what: str,

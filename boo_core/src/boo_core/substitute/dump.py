@@ -30,12 +30,13 @@ from typing import Any
 
 from ..errors import CompileError, SubstitutionError
 from ..files import MAX_KERNEL_FILE_BYTES, read_text
+from ..kernels.chain import plan_kernels
 from ..kernels.compiler import compiler_version, reproducer, run_compile
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
 from .build import SUBSTITUTION_DIR, prepare
-from .candidates import kernel_directory, ordered, target_directory
+from .candidates import kernel_directory, target_directory
 from .mlir_text import Executable, merge, parse_executable, split_executables
 from .substitution import Substitution
 
@@ -72,14 +73,13 @@ def dump_kernel(signature: Any, target: Target, root: str | Path, *, formulation
             raise CompileError(f"{signature.func_name} has no formulation {formulation!r} on {target.name}")
     directory = kernel_directory(Path(root), target, signature)
     passed_over: list[tuple[str, str]] = []
-    for candidate, substituted in ordered(formulations, substitution, ()):
-        request = KernelRequest.create(signature, target, candidate, substitution=substituted)
+    for planned in plan_kernels(formulations, user=substitution):
         try:
-            return _dump(request, directory, passed_over)
+            return _dump(planned.request(signature, target), directory, passed_over)
         except SubstitutionError:
             raise
         except CompileError as e:
-            passed_over.append((candidate.name, _first_error_line(e)))
+            passed_over.append((planned.formulation.name, _first_error_line(e)))
     listing = "\n".join(f"  - {name}: {why}" for name, why in passed_over)
     raise CompileError(f"no formulation of {signature.func_name} compiles for {target.name}:\n{listing}")
 

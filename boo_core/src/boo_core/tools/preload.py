@@ -1,10 +1,13 @@
 """Filling the kernel cache ahead of time: :class:`CachePopulator` and ``boo preload``.
 
-Every command is parsed here; each distinct (signature, target) pair is then compiled into
-the disk cache, in worker processes when ``jobs > 1`` (forked where safe: see
-:func:`_pool`). Targets need no device: ``cuda:sm_80`` and ``rocm:gfx942`` cross-compile on
-any machine. The cache's per-entry lock makes concurrent compiles of one kernel (another
-``boo preload``, a running model) happen once.
+Every command is parsed here; each distinct (signature, target) pair's chain is then
+compiled into the disk cache, in worker processes when ``jobs > 1`` (forked where safe: see
+:func:`_pool`). The chain is the one selection tries at run time
+(:func:`~boo_core.kernels.chain.plan_kernels`), the tuned winner included where the
+target's device model is known (this machine's CPU for ``cpu``, ``device``'s model for its
+target): what a launch then loads is in the cache. Targets need no device: ``cuda:sm_80``
+and ``rocm:gfx942`` cross-compile on any machine. The cache's per-entry lock makes
+concurrent compiles of one kernel (another ``boo preload``, a running model) happen once.
 
     populator = CachePopulator(commands_file="commands.txt", targets=["cpu", "cuda:sm_80"], jobs=4)
     populator.run()
@@ -31,13 +34,16 @@ import torch
 
 from ..errors import BooCacheWarning, BooError, is_plugins_failure
 from ..kernels import cache
-from ..kernels.chain import compile_formulations
+from ..kernels.chain import compile_plan
 from ..kernels.target import Target
 from ..runtime.devices import resolve_device
 from ..runtime.launchable import get_launchable
 from ..settings import Settings, configure, get_settings
 from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
+from ..substitute.candidates import signature_plan
+from ..tune.database import TuningRecord, tuned_record
+from ..verify.verdicts import device_identity
 from .driver import error_text
 from .progress import ProgressBar
 
@@ -75,6 +81,7 @@ class _Job:
     command: Command
     signature: Signature
     target: str
+    tuned: TuningRecord | None = None  # the record whose winner launches use on this target's device model
 
 
 class CachePopulator:
@@ -133,6 +140,7 @@ class CachePopulator:
         self.outcomes = []
         jobs: dict[tuple[Signature, str], _Job] = {}
         self._signatures = jobs.keys()
+        models = self._device_models()
         for command in self.commands:
             try:
                 signatures = command.parse().signatures
@@ -144,7 +152,10 @@ class CachePopulator:
                 continue
             for signature in signatures:
                 for target in self.targets:
-                    jobs.setdefault((signature, target), _Job(command, signature, target))
+                    if (signature, target) not in jobs:
+                        model = models.get(target)
+                        tuned = tuned_record(signature, target, model) if model else None
+                        jobs[(signature, target)] = _Job(command, signature, target, tuned)
         if self.ray is not None:
             self.outcomes = self._run_on_cluster(list(jobs.values()))
             return self.outcomes
@@ -166,6 +177,14 @@ class CachePopulator:
             return outcomes
         finally:
             cluster.close()
+
+    def _device_models(self) -> dict[str, str]:
+        """The device model whose tuned kernels each target's preload builds, where it is
+        known: this machine's CPU for ``cpu``; the ``device``'s model for its target."""
+        models = {"cpu": device_identity(torch.device("cpu"))}
+        if self.device is not None and (self.device.torch_device.type == "cpu" or torch.cuda.is_available()):
+            models[self.device.target.name] = device_identity(self.device.torch_device)
+        return models
 
     def _signature_named(self, func_name: str) -> Signature:
         return next(s for (s, target) in self._signatures if s.func_name == func_name)
@@ -251,12 +270,13 @@ def _use_settings(settings: Settings) -> None:
 
 
 def compile_kernel(job: _Job) -> PreloadOutcome:
-    """Compile one signature's formulations for one target into the cache (runs in a worker)."""
+    """Compile one signature's chain for one target into the cache (runs in a worker)."""
     command, signature, target = job.command, job.signature, job.target
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", BooCacheWarning)  # why a kernel was not stored, said once per kernel
-            chain = compile_formulations(signature, Target.parse(target))
+            parsed = Target.parse(target)
+            chain = compile_plan(signature, parsed, signature_plan(signature, parsed, tuned=lambda: job.tuned))
     except BaseException as e:  # a plugin's failure: reported against this kernel only
         if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
             raise

@@ -1,11 +1,12 @@
 """``boo preload --ray``: a preload's kernels compiled, and verified, as tasks on a Ray cluster.
 
-For each (signature, target) job the caller first looks its formulations up in its own
-cache (keys only, nothing exported): a job whose kernels are all there, or recorded as not
-compiling, is settled here, without a task. Every other job becomes a CPU task that runs
-the local preload's :func:`~boo_core.tools.preload.compile_kernel` on a worker; its cache
-entries come back and are written into the caller's cache (:mod:`boo_core.cluster`), after
-a check that the worker computed the keys this process computes. With a device whose
+For each (signature, target) job the caller first looks its chain's kernels (the tuned
+winner the job carries included) up in its own cache (keys only, nothing exported): a job
+whose kernels are all there, or recorded as not compiling, is settled here, without a task.
+Every other job becomes a CPU task that runs the local preload's
+:func:`~boo_core.tools.preload.compile_kernel` on a worker; its cache entries come back and
+are written into the caller's cache (:mod:`boo_core.cluster`), after a check that the
+worker computed the keys this process computes. With a device whose
 kernels are verified (``BOO_VERIFY``), each compiled kernel is then verified by a task on
 that kind of device (one GPU for ``cuda``), seeded with its entries; the verdict comes back
 into the caller's ``verdicts.json``.
@@ -26,12 +27,14 @@ from ..cluster import RayCluster, Task, TaskContext
 from ..cluster.ray_cluster import is_local
 from ..errors import DeviceError
 from ..kernels.cache import CacheEntry, CacheKey, integrity_key
-from ..kernels.chain import chain_requests, target_verifies
+from ..kernels.chain import target_verifies
 from ..kernels.target import Target
 from ..runtime.devices import BooDevice, resolve_device
 from ..runtime.launchable import get_launchable
 from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
+from ..substitute.candidates import signature_plan
+from ..tune.database import TuningRecord
 from .driver import error_text
 from .preload import FAILED, PreloadOutcome, _Job, compile_kernel
 
@@ -85,15 +88,16 @@ def cluster_device(text: str, targets: Sequence[str],
 
 @dataclass(frozen=True)
 class _Plan:
-    keys: tuple[CacheKey, ...]  # every formulation's key: the entries a worker may write
+    keys: tuple[CacheKey, ...]  # every kernel's key in the chain: the entries a worker may write
     settled: bool  # the caller's cache already decides the outcome: no task needed
 
 
-def _plan(signature: Signature, target_name: str, cache_dir: Path) -> _Plan:
-    """What the caller's cache holds for one job (as kernels.chain.compile_formulations reads it)."""
+def _plan(signature: Signature, target_name: str, cache_dir: Path, tuned: TuningRecord | None = None) -> _Plan:
+    """What the caller's cache holds for one job (as kernels.chain.compile_plan reads it)."""
     try:
         target = Target.parse(target_name)
-        keys = tuple(request.key for _, request in chain_requests(signature, target))
+        chain = signature_plan(signature, target, tuned=lambda: tuned)
+        keys = tuple(planned.request(signature, target).key for planned in chain)
     except Exception:  # compile_kernel, run here, reports it as the local preload does
         return _Plan((), True)
     every = target_verifies(target)
@@ -115,7 +119,7 @@ def compile_on_cluster(jobs: Sequence[_Job], cluster: ClusterHandle, record: Cal
     cache_dir = get_settings().cache_dir
     tasks = []
     for index, job in enumerate(jobs):
-        plan = _plan(job.signature, job.target, cache_dir)
+        plan = _plan(job.signature, job.target, cache_dir, job.tuned)
         if plan.settled:
             record(index, compile_kernel(job))  # cache hits and recorded failures: nothing compiles
             continue

@@ -3,9 +3,9 @@ in the cache directory (``<cache>/tuning/<func_name>-<digest>.json``), written a
 
 A record names the winning candidate (formulation, configuration, flags, or a kernel
 library's substitution) and the times it was chosen by, and which library substitutions
-were among the candidates. :func:`tuned_candidate` is what kernel selection asks; a record
-made by another compiler, for another device model, or naming a formulation or substitution
-no longer offered is not used.
+were among the candidates. :func:`tuned_record` is what kernel selection and ``boo preload``
+ask; a record made by another compiler, for another device model, or naming a formulation
+or substitution no longer offered is not used.
 
 A record's winner becomes compiler flags and executable edits, so records are trusted like
 kernels: each is sealed under the cache's integrity key (:mod:`boo_core.kernels.integrity`)
@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,15 +27,10 @@ from ..kernels.cache import atomic_write, read_json_object
 from ..kernels.compiler import compiler_version
 from ..kernels.integrity import integrity_key, seal, unseal
 from ..settings import get_settings
-from ..verify.verdicts import device_identity
 from .allowed import config_problem, flags_problem
 
 if TYPE_CHECKING:
-    from ..kernels.formulation import Formulation
-    from ..runtime.devices import BooDevice
-    from ..runtime.selection import Candidate
     from ..signatures.signature import Signature
-    from ..substitute.substitution import Substitution
 
 logger = logging.getLogger(__name__)
 
@@ -145,27 +139,11 @@ def all_records(cache_dir: Path | None = None) -> list[TuningRecord]:
     return [record for record in records if record is not None]
 
 
-def tuned_candidate(signature: Signature, device: BooDevice, formulations: Sequence[Formulation],
-                    library: Sequence[Substitution] = ()) -> tuple[Candidate, bool] | None:
-    """The recorded winner for ``signature`` on ``device`` as a selection candidate, and
-    whether it goes before the ``library`` substitutions (those the tune timed it against:
-    all of them), or None."""
-    if not get_settings().cache_enabled:
+def tuned_record(signature: Signature, target: str, device: str) -> TuningRecord | None:
+    """The record whose winner launches of ``signature`` on ``target`` and the device model
+    ``device`` use (:func:`~boo_core.kernels.chain.plan_kernels` puts it first): None when
+    tuned kernels are off (``BOO_USE_TUNED=0``), the cache is, or there is none."""
+    settings = get_settings()
+    if not settings.use_tuned or not settings.cache_enabled:
         return None
-    record = read_record(signature, device.target.name, device_identity(device.torch_device))
-    if record is None:
-        return None
-    by_name = {f.name: f for f in formulations}
-    formulation = by_name.get(record.formulation)
-    if formulation is None:
-        return None
-    substitution = None
-    if record.substitution:
-        substitution = next((s for s in library if s.digest == record.substitution), None)
-        if substitution is None:  # the library, or its kernel, changed since the tune
-            return None
-    from ..runtime.selection import Candidate
-
-    candidate = Candidate(formulation, record.config, record.flags, f"tuned {record.label or record.formulation}",
-                          always_verify=True, substitution=substitution)
-    return candidate, {s.digest for s in library} <= set(record.library)
+    return read_record(signature, target, device)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PluginError
+from ..kernels.chain import plan_kernels
 from ..kernels.formulation import Formulation
 from ..kernels.target import Target
 from .configs import REDUCTIONS
@@ -90,16 +91,12 @@ def _config_label(config: Mapping[str, Any]) -> str:
 
 def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate],
             where: str, library: Sequence[Any] = ()) -> list[ResolvedCandidate]:
-    """Kernel libraries' substitutions (each on the formulation it names, or the first: as
-    launches try them), every formulation as it is, then the op's extra candidates; labels
-    unique."""
+    """The untuned chain as launches try it (:func:`~boo_core.kernels.chain.plan_kernels`:
+    kernel libraries' substitutions, then every formulation as it is), then the op's extra
+    candidates; labels unique."""
+    found = [ResolvedCandidate(_label(k.formulation, k.substitution), k.formulation, substitution=k.substitution)
+             for k in plan_kernels(formulations, library=library)]
     by_name = {f.name: f for f in formulations}
-    found = []
-    for substitution in library:
-        formulation = by_name.get(substitution.formulation or "", formulations[0])
-        found.append(ResolvedCandidate(f"{formulation.name} with {substitution.name}", formulation,
-                                       substitution=substitution))
-    found += [ResolvedCandidate(f.name, f) for f in formulations]
     labels = {c.label for c in found}
     for candidate in extra:
         if not isinstance(candidate, TuningCandidate):
@@ -113,6 +110,11 @@ def resolve(formulations: Sequence[Formulation], extra: Iterable[TuningCandidate
         labels.add(candidate.label)
         found.append(ResolvedCandidate(candidate.label, formulation, candidate.config, candidate.flags))
     return found
+
+
+def _label(formulation: Formulation, substitution: Any) -> str:
+    """A chain kernel's label in results: ``default``, ``default with <substitution name>``."""
+    return f"{formulation.name} with {substitution.name}" if substitution is not None else formulation.name
 
 
 # -- configuration generators --------------------------------------------------------------------
