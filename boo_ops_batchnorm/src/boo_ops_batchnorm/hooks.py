@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Mapping
-from typing import Any
 
 from boo_core import Formulation, OpSpec, Target, hookimpl
 from boo_core.tune.configs import REDUCTIONS
@@ -54,13 +51,7 @@ def first_stage_configs(signature: BatchNormSignature, target: Target, groups: i
     it 32-thread workgroups); none elsewhere."""
     if target.backend == "llvm-cpu" or not (signature.spatial and signature.channels_last):
         return []
-    rows = signature.reduction_size
-    return reduction_configs((rows // math.gcd(rows, groups), 2, signature.channels))
-
-
-def _config(elementwise: Mapping[str, Any], sums: dict) -> dict:
-    """One configuration of both passes: the sums' under ``reductions``."""
-    return {**elementwise, REDUCTIONS: sums}
+    return reduction_configs((signature.first_stage_parts(groups), 2, signature.channels))
 
 
 def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formulation, ...]:
@@ -101,7 +92,7 @@ def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCa
                   for config in elementwise_pass_configs(signature, target)[1:]]
     for f in configured:
         if f.name == "staged_sums":
-            candidates += [TuningCandidate(f.name, _config(f.config, sums))
+            candidates += [TuningCandidate(f.name, {**f.config, REDUCTIONS: sums})
                            for sums in first_stage_configs(signature, target, GROUPS)]
     return candidates
 

@@ -291,10 +291,9 @@ class BatchNormSignature(Signature):
             spatial_dims = tuple(range(2, len(self.input_shape)))
             columns = stacked(*tensors).sum(spatial_dims).transpose(-1, -2).reshape(-1, n_columns)
         else:
-            rows = self.reduction_size
-            first = math.gcd(rows, groups)  # a whole number of groups: no padding of the input
+            parts = self.first_stage_parts(groups)
             per_row = math.prod(self.param_shape)
-            views = [t.reshape(rows // first, first, per_row) if t.numel() > per_row else
+            views = [t.reshape(parts, self.reduction_size // parts, per_row) if t.numel() > per_row else
                      t.reshape(1, 1, per_row) for t in tensors]
             columns = stacked(*views).transpose(-1, -2).sum(1).reshape(-1, n_columns)
         while columns.shape[0] > groups:
@@ -304,6 +303,12 @@ class BatchNormSignature(Signature):
             padded = torch.nn.functional.pad(columns, (0, 0, 0, parts * group - n_rows))
             columns = padded.reshape(parts, group, n_columns).sum(1)
         return columns.reshape(columns.shape[0], len(terms), -1)
+
+    def first_stage_parts(self, groups: int) -> int:
+        """Partial sums per column after the first stage of staged sums of ``groups`` rows
+        (with channels last or per activation): each sums a divisor of the reduction near
+        ``groups``, so the input is never padded."""
+        return self.reduction_size // math.gcd(self.reduction_size, groups)
 
     def _first_element(self, x: torch.Tensor) -> torch.Tensor:
         """x at index 0 of every reduced dim: a parameter-sized tensor, reduced dims kept."""

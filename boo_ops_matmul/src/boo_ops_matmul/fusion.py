@@ -46,7 +46,7 @@ class _Product(FusionPattern):
 
         def viewed(*tensors: torch.Tensor) -> torch.Tensor | None:
             y = call(*tensors)
-            return None if y is None else y.view(spec["view"])
+            return None if y is None else _viewed(spec, y)
 
         return viewed
 
