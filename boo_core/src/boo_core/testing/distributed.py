@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import gc
 import json
 import os
 import statistics
@@ -173,9 +174,10 @@ def run_rank(model_name: str, backend: str, steps: int, batch: int, *, small: bo
 def rank_environment(cache_dir: Path, **variables: str) -> dict[str, str]:
     """The environment for a job's ranks: this process's without its ``BOO_*`` settings, the
     kernel cache at ``cache_dir`` (shared by the ranks), one OpenMP thread per rank unless
-    ``OMP_NUM_THREADS`` says otherwise, and ``variables``."""
+    ``OMP_NUM_THREADS`` says otherwise, Python's fault handler on, and ``variables``."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("BOO_")}
-    env.update({"BOO_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), **variables})
+    env.update({"BOO_CACHE_DIR": str(cache_dir), "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+                "PYTHONFAULTHANDLER": "1", **variables})  # a rank that crashes prints where
     return env
 
 
@@ -214,6 +216,13 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / f"rank{result.rank}.json").write_text(json.dumps(dataclasses.asdict(result), indent=1))
         dist.barrier()
     finally:
+        # torch.compile's caches keep the compiled DDP modules, and through their reducers the
+        # process group, alive into interpreter teardown. A rank aborted there now and then on
+        # CI ("terminate called without an active exception", SIGABRT, after both ranks had
+        # written their results; three times in two days, never outside pytest), likely a
+        # gloo group's threads destroyed unjoined: so they are released first.
+        torch._dynamo.reset()
+        gc.collect()
         dist.destroy_process_group()
 
 
