@@ -6,7 +6,12 @@ The interpreter adds a few microseconds to every node, so read the table for whe
 goes and how many nodes of each kind a step runs, and the plain ``iree_boo`` step time for
 what a user sees (printed first, without the interpreter).
 
-    python benchmarks/graph_node_times.py [--model resnet50] [--batch 32] [--steps 20] [--top 20]
+With ``--train`` a step is a forward and a backward (``model.train()``; the gradient of
+the output's sum), and the table has the backward graph's nodes too. The step time not in
+any node is the host time around the graphs (Dynamo's guards, AOTAutograd's wrappers and
+the autograd engine) and, on a GPU, the wait for the last kernels.
+
+    python benchmarks/graph_node_times.py [--model resnet50] [--train] [--batch 32] [--steps 20] [--top 20]
 """
 
 from __future__ import annotations
@@ -67,20 +72,30 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="the small model (a CPU smoke run)")
+    parser.add_argument("--train", action="store_true", help="forward and backward steps")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     model, shape, channels_last = workload(args.model, args.batch, small=args.small)
-    model = model.to(args.device, torch.bfloat16 if cuda else torch.float32).eval()
+    model = model.to(args.device, torch.bfloat16 if cuda else torch.float32).train(args.train)
     x = torch.randn(shape).to(args.device, next(model.parameters()).dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
 
-    with torch.no_grad():
-        eager = step_ms(lambda: model(x), args.steps, sync)
+    def stepper(run: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        if not args.train:
+            return lambda: run(x)
+
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            run(x).sum().backward()
+        return step
+
+    with torch.set_grad_enabled(args.train):
+        eager = step_ms(stepper(model), args.steps, sync)
         torch._dynamo.reset()
         plain = torch.compile(model, backend="iree_boo", dynamic=False)
-        boo = step_ms(lambda: plain(x), args.steps, sync)
+        boo = step_ms(stepper(plain), args.steps, sync)
 
         totals: dict[str, float] = collections.defaultdict(float)
         counts: collections.Counter = collections.Counter()
@@ -95,18 +110,20 @@ def main() -> None:
         try:
             torch._dynamo.reset()
             timed = torch.compile(model, backend="iree_boo", dynamic=False)
-            step_ms(lambda: timed(x), 1, sync)
+            step = stepper(timed)
+            step_ms(step, 1, sync)
             totals.clear()
             counts.clear()
             start = time.perf_counter()
             for _ in range(args.steps):
-                timed(x)
+                step()
             sync()
             interpreted = (time.perf_counter() - start) / args.steps * 1e3
         finally:
             backends.rewrite = rewrite
     steps = args.steps
-    print(f"{args.model}, {args.device}, batch {args.batch}: eager {eager:.2f} ms/step, iree_boo {boo:.2f}, "
+    what = "training" if args.train else "inference"
+    print(f"{args.model} {what}, {args.device}, batch {args.batch}: eager {eager:.2f} ms/step, iree_boo {boo:.2f}, "
           f"iree_boo interpreted {interpreted:.2f} (nodes' own host time {sum(totals.values()) / steps * 1e3:.2f})")
     print("| node kind | per step | host us per step | us each |")
     print("| --- | ---: | ---: | ---: |")

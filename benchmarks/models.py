@@ -14,8 +14,10 @@ a fraction of the step's total.
 
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
-                                [--profile N] [--host-profile N]
+                                [--graph-replay 0,1] [--profile N] [--host-profile N]
 
+``--graph-replay 0,1`` measures BOO's configurations with and without
+``BOO_CUDA_GRAPH_REPLAY`` (a kernel of several commands relaunched as one CUDA graph).
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
@@ -28,8 +30,8 @@ every Python call alike), in microseconds per step, with their calls per step.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
+import itertools
 import pstats
 import statistics
 import time
@@ -209,6 +211,8 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--backward-kernels", default="1",
                         help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
+    parser.add_argument("--graph-replay", default="1",
+                        help="BOO_CUDA_GRAPH_REPLAY values for BOO's configurations (0,1: both, in one run)")
     parser.add_argument("--only", default="",
                         help="run only configurations whose label contains this (and eager); comma-separated "
                              "labels: exactly those (and eager)")
@@ -245,20 +249,24 @@ def main() -> None:
             want_grads = [g.clone() for g in want_grads]
             eager_ms = None
             for label, backend, mode in configs:
-                for bwd in (args.backward_kernels.split(",") if training and backend and "iree" in backend else ["-"]):
-                    settings = settings_override(use_backward_kernels=bwd == "1") if bwd != "-" else \
-                        contextlib.nullcontext()
-                    with settings:
+                boo = backend is not None and "iree" in backend
+                for bwd, replay in itertools.product(args.backward_kernels.split(",") if training and boo else ["-"],
+                                                     args.graph_replay.split(",") if boo else ["1"]):
+                    overrides = {"cuda_graph_replay": replay == "1"}
+                    if bwd != "-":
+                        overrides["use_backward_kernels"] = bwd == "1"
+                    with settings_override(**overrides):
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
                                       args.device, args.steps, sync, args.profile, args.host_profile)
+                    label_text = label if replay == "1" else f"{label} (no graph replay)"
                     if isinstance(row, str):
-                        print(f"| {work.name} | {pass_name} | {label} | {bwd} | failed: {row} |")
+                        print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | failed: {row} |")
                         continue
                     ms, first, y_err, g_err, share, torch_share, reasons, profile = row
                     eager_ms = ms if backend is None else eager_ms
                     share_text = "-" if share is None else f"{share:.1%}"
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
-                    print(f"| {work.name} | {pass_name} | {label} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
+                    print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
                           f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
                     if share is not None and reasons:
                         left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])

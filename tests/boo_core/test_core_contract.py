@@ -110,6 +110,7 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
     values = {"BOO_CACHE_ON": "0", "BOO_CACHE_DIR": "/tmp/x", "BOO_EXTRA_COMPILE_FLAGS": "--a '--b c'",
               "BOO_TUNING_SPEC_PATH": "/tmp/spec.mlir", "BOO_COMPILE_TIMEOUT": "5", "BOO_LOCK_TIMEOUT": "7",
               "BOO_CPU_DRIVER": "local-sync", "BOO_CUDA_TARGET": "sm_89", "BOO_CUDA_LAUNCH": "iree",
+              "BOO_CUDA_GRAPH_REPLAY": "0",
               "BOO_USE_BACKWARD_KERNELS": "1", "BOO_GRAPH_REWRITES": "1",
               "BOO_VERIFY": "0", "BOO_USE_TUNED": "0", "BOO_COMPILE_STRICT": "1", "BOO_STRICT_PLUGINS": "1",
               "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_LOAD_PLUGINS": "c",

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from boo_core import BooOpRegistry, get_launchable
+from boo_core.runtime.cuda.replay import GraphReplays
 from boo_core.settings import settings_override
-from boo_core.verify.numerics import check_launchable
+from boo_core.verify.numerics import check_launchable, check_outputs, poisoned
 from boo_ops_conv import ConvSignature
 from boo_ops_matmul import MatmulSignature
 
@@ -65,6 +66,56 @@ def test_a_call_returns_before_its_kernel_ends():
     assert host < 0.1
     torch.cuda.synchronize()
     torch.testing.assert_close(y.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_plan_of_several_commands_replays_as_one_cuda_graph_where_its_buffers_repeat():
+    """The second call with the same buffers records the plan's commands into a CUDA graph,
+    later ones launch it: each call reads its inputs' new values and writes every output
+    element (poisoned before each call); calls on other buffers run command by command."""
+    signature = BooOpRegistry.parse_signatures("bnormbfp16 -n 8 -c 64 -H 14 -W 14 -L NHWC -m 1 -F 1 -s 1 -r 1")[0]
+    launchable = get_launchable(signature, DEVICE)
+    launcher = launchable._launcher
+    assert launcher._replays is not None, "a staged batch-norm forward is several dispatches"
+    args = signature.get_sample_args(device=DEVICE, seed=0)
+    outputs = tuple(torch.empty(s.shape, dtype=s.dtype, device=DEVICE) for s in signature.output_specs())
+    launches = []
+    api = launcher._driver
+
+    class Counting:  # the driver, counting graph launches
+        def __getattr__(self, name):
+            return getattr(api, name)
+
+        def cuGraphLaunch(self, *call):
+            launches.append(call)
+            return api.cuGraphLaunch(*call)
+
+    kept_replays = launcher._replays
+    launcher._replays = replays = GraphReplays(Counting(), 0, signature.func_name)  # none seen or recorded yet
+    # Everything allocated ahead, so that between calls nothing takes the plan's scratch memory.
+    draws = [signature.get_sample_args(device=DEVICE, seed=seed) for seed in range(1, 6)]
+    poison = [poisoned(o.shape, o.dtype, DEVICE) for o in outputs]
+    results = [[torch.empty_like(o) for o in outputs] for _ in draws]
+    try:
+        for draw, kept in zip(draws, results):
+            for arg, fresh in zip(args, draw):
+                arg.copy_(fresh)
+            for output, nan in zip(outputs, poison):
+                output.copy_(nan)
+            launchable(*args, out=outputs)
+            for keep, output in zip(kept, outputs):
+                keep.copy_(output)
+        # The first call is seen, the second recorded and launched; the allocator gives the
+        # later calls the same scratch memory, so they launch that graph too.
+        assert replays.recorded >= 1 and len(launches) >= 3, (replays.recorded, len(launches), replays.enabled)
+        for number, (draw, kept) in enumerate(zip(draws, results)):
+            failed = [str(c) for c in check_outputs(signature, draw, kept) if not c.passed]
+            assert not failed, (number, failed)
+        fresh = signature.get_sample_args(device=DEVICE, seed=9)
+        assert all(c.passed for c in check_outputs(signature, fresh, launchable(*fresh)))
+    finally:
+        launcher._replays = kept_replays
+    with settings_override(cuda_graph_replay=False):  # part of the launchable's key: a launcher of its own
+        assert get_launchable(signature, DEVICE)._launcher._replays is None
 
 
 def test_producer_boo_consumer_across_two_streams_a_thousand_times():

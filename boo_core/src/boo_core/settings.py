@@ -187,6 +187,9 @@ SETTINGS: tuple[Setting, ...] = (
             "`direct`: CUDA kernels launched on torch's current stream, no host wait (CUDA-graph capturable); "
             "`iree`: through IREE's runtime, which waits on the host (a kernel with no launch plan always does)",
             selects_kernel=True),
+    Setting("cuda_graph_replay", "BOO_CUDA_GRAPH_REPLAY", _boolean, _const(True), "`1`",
+            "`1`: a direct launch of several commands is recorded as a CUDA graph and relaunched as one where its "
+            "buffers repeat (docs/gpu.md); `0`: command by command", selects_kernel=True),
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
     Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
@@ -254,6 +257,7 @@ class Settings:
     cpu_driver: str = "auto"
     cuda_target: str | None = None
     cuda_launch: str = "direct"
+    cuda_graph_replay: bool = True
     use_backward_kernels: bool = False
     graph_rewrites: str = "auto"
     verify: str = "auto"

@@ -144,7 +144,7 @@ class Launchable:
             return None
         sizes = [spec.nbytes for spec in (*self._inputs, *self._outputs)]
         try:
-            return PlanLauncher(plan, self._torch_device.index or 0, sizes, name)
+            return PlanLauncher(plan, self._torch_device.index or 0, sizes, name, replay=settings.cuda_graph_replay)
         except LaunchError as e:
             logger.warning("%s: launch plan unusable, IREE's runtime runs it: %s", name, e)
             return None

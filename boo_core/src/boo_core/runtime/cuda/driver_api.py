@@ -16,6 +16,8 @@ from ...errors import LaunchError
 #: ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``: opt a kernel into more than 48 KB.
 MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 DEFAULT_SHARED_LIMIT = 48 * 1024
+#: What a call returns when no context, or another one, is current on this thread.
+WRONG_CONTEXT_CODES = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
 
 _c_void_p, _c_uint, _c_size_t = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t
 
@@ -56,8 +58,27 @@ class Driver:
         self.cuMemsetD32Async = declare(("cuMemsetD32Async",), ctypes.c_uint64, _c_uint, _c_size_t, _c_void_p)
         self.cuMemcpyDtoDAsync = declare(("cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync"), ctypes.c_uint64,
                                          ctypes.c_uint64, _c_size_t, _c_void_p)
+        # Recording a plan into a CUDA graph (.replay): optional, a driver without them launches command by command.
+        def optional(name: str, *argtypes: Any) -> Any:
+            return declare((name,), *argtypes) if hasattr(lib, name) else None
+
+        self.cuStreamCreate = optional("cuStreamCreate", p(_c_void_p), _c_uint)
+        self.cuStreamBeginCapture = optional("cuStreamBeginCapture_v2", _c_void_p, ctypes.c_int)
+        self.cuStreamEndCapture = optional("cuStreamEndCapture", _c_void_p, p(_c_void_p))
+        self.cuGraphInstantiateWithFlags = optional("cuGraphInstantiateWithFlags", p(_c_void_p), _c_void_p,
+                                                    ctypes.c_ulonglong)
+        self.cuGraphDestroy = optional("cuGraphDestroy", _c_void_p)
+        self.cuGraphLaunch = optional("cuGraphLaunch", _c_void_p, _c_void_p)
+        self.cuGraphExecDestroy = optional("cuGraphExecDestroy", _c_void_p)
         self._contexts: dict[int, int] = {}
         self.check(self.cuInit(0), "cuInit")
+
+    @property
+    def records_graphs(self) -> bool:
+        """Whether the driver has the calls that record and launch CUDA graphs (11.4 and later)."""
+        return None not in (self.cuStreamCreate, self.cuStreamBeginCapture, self.cuStreamEndCapture,
+                            self.cuGraphInstantiateWithFlags, self.cuGraphDestroy, self.cuGraphLaunch,
+                            self.cuGraphExecDestroy)
 
     def error(self, code: int) -> str:
         text = ctypes.c_char_p()

@@ -12,10 +12,9 @@ import torch
 
 from ...errors import LaunchError
 from ...kernels.launch_plan import Copy, Dispatch, Fill, LaunchPlan
-from .driver_api import DEFAULT_SHARED_LIMIT, MAX_DYNAMIC_SHARED_SIZE_BYTES, driver
+from .driver_api import DEFAULT_SHARED_LIMIT, MAX_DYNAMIC_SHARED_SIZE_BYTES, WRONG_CONTEXT_CODES, driver
+from .replay import GraphReplays
 
-#: What a first launch returns when no context, or another one, is current on this thread.
-_WRONG_CONTEXT_CODES = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
 _thread = threading.local()
 
 #: Transient buffers share one allocation, each at an offset aligned like IREE's allocator's.
@@ -33,9 +32,12 @@ class _Launch:
 
 class PlanLauncher:
     """A :class:`LaunchPlan` loaded on GPU ``ordinal``: ``launcher(pointers, stream)`` enqueues
-    the kernel's work on ``stream`` for the arguments at ``pointers`` and returns at once."""
+    the kernel's work on ``stream`` for the arguments at ``pointers`` and returns at once.
+    A plan of several commands is relaunched as one CUDA graph where its buffers' addresses
+    repeat (:mod:`.replay`), unless ``replay`` is False."""
 
-    def __init__(self, plan: LaunchPlan, ordinal: int, argument_bytes: Sequence[int], name: str) -> None:
+    def __init__(self, plan: LaunchPlan, ordinal: int, argument_bytes: Sequence[int], name: str, *,
+                 replay: bool = True) -> None:
         self.name = name
         self.ordinal = ordinal
         self._driver = api = driver()
@@ -66,6 +68,8 @@ class PlanLauncher:
         if only is not None and not plan.transients:
             self._single = (only, tuple((index, self._slots[slot][0], self._slots[slot][2] + offset)
                                         for index, (slot, offset) in enumerate(only.sources)))
+        self._replays = GraphReplays(api, ordinal, name) \
+            if replay and len(self._steps) > 1 and api.records_graphs else None
         self._device = torch.device("cuda", ordinal)
         self._context = api.primary_context(ordinal)
         self._lock = threading.Lock()
@@ -112,7 +116,7 @@ class PlanLauncher:
                 for index, arg, offset in sources:
                     values[index] = pointers[arg] + offset
                 code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
-            if code in _WRONG_CONTEXT_CODES:
+            if code in WRONG_CONTEXT_CODES:
                 raise _WrongContext(api.error(code))
             if code:
                 raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
@@ -121,26 +125,33 @@ class PlanLauncher:
         if self._transient_bytes:
             scratch = torch.empty(self._transient_bytes, dtype=torch.uint8, device=self._device)
             scratch_base = scratch.data_ptr()
-        bases = [pointers[arg] + offset if arg is not None else scratch_base + self._transient_offsets[t] + offset
-                 for arg, t, offset in self._slots]
+        bases = tuple(pointers[arg] + offset if arg is not None else scratch_base + self._transient_offsets[t] + offset
+                      for arg, t, offset in self._slots)
         with self._lock:
-            for number, step in enumerate(self._steps):
-                if isinstance(step, _Launch):
-                    values = step.pointers
-                    for index, (slot, offset) in enumerate(step.sources):
-                        values[index] = bases[slot] + offset
-                    code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
-                elif isinstance(step, Fill):
-                    code = _fill(api, bases[step.slot] + step.offset, step, stream)
-                else:
-                    code = api.cuMemcpyDtoDAsync(bases[step.target.slot] + step.target.offset,
-                                                 bases[step.source.slot] + step.source.offset, step.source.length,
-                                                 stream)
-                if code in _WRONG_CONTEXT_CODES and number == 0:
-                    raise _WrongContext(api.error(code))
-                if code:
-                    raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
+            replays = self._replays
+            if replays is None or not replays.enabled or \
+                    not replays.launch(bases, stream, lambda capture: self._enqueue(bases, capture)):
+                self._enqueue(bases, stream)
         del scratch  # freed in stream order: the caching allocator reuses it only after the work queued
+
+    def _enqueue(self, bases: Sequence[int], stream: int) -> None:
+        """Enqueue the plan's commands for the slots at ``bases`` on ``stream`` (under the lock)."""
+        api = self._driver
+        for number, step in enumerate(self._steps):
+            if isinstance(step, _Launch):
+                values = step.pointers
+                for index, (slot, offset) in enumerate(step.sources):
+                    values[index] = bases[slot] + offset
+                code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
+            elif isinstance(step, Fill):
+                code = _fill(api, bases[step.slot] + step.offset, step, stream)
+            else:
+                code = api.cuMemcpyDtoDAsync(bases[step.target.slot] + step.target.offset,
+                                             bases[step.source.slot] + step.source.offset, step.source.length, stream)
+            if code in WRONG_CONTEXT_CODES and number == 0:
+                raise _WrongContext(api.error(code))
+            if code:
+                raise LaunchError(f"{self.name}: launch on cuda:{self.ordinal} failed: {api.error(code)}")
 
 
 class _WrongContext(Exception):
