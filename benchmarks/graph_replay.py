@@ -1,0 +1,97 @@
+"""A compiled step with and without ``BOO_CUDA_GRAPH_REPLAY``, alternating in one process.
+
+Kernels whose launch plan holds several commands are relaunched as one CUDA graph where their
+buffers repeat (``boo_core.runtime.cuda.replay``). This script compiles the model under
+``iree_boo`` (backward kernels on for training) once per setting and alternates the two
+``--pairs`` times, since the host time it saves is easily hidden by a shared machine's noise.
+Per row: the median of per-step times (each step synchronized), the time per step of
+``--steps`` steps run back to back, and how many launches of several-command plans went out
+as one graph launch.
+
+    python benchmarks/graph_replay.py [--model resnet50] [--inference] [--pairs 3] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from boo_core.runtime.cuda import replay
+from boo_core.settings import settings_override
+from boo_core.testing.models import workload
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
+    parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("graph_replay.py: needs a CUDA GPU (replays are a CUDA launch feature)")
+    model, shape, channels_last = workload(args.model, args.batch)
+    model = model.cuda().to(torch.bfloat16).train(not args.inference)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    counts = {True: 0, False: 0}
+    launch = replay.GraphReplays.launch
+
+    def counted(self, *call):
+        launched = launch(self, *call)
+        counts[launched] += 1
+        return launched
+
+    replay.GraphReplays.launch = counted
+    print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, "
+          f"{torch.cuda.get_device_name()}")
+    print("| BOO_CUDA_GRAPH_REPLAY | median ms/step (synchronized) | ms/step back to back | graph launches |")
+    print("| --- | ---: | ---: | ---: |")
+    for on in [False, True] * args.pairs:
+        with settings_override(cuda_graph_replay=on, use_backward_kernels=True):
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+            step = _step(compiled, model, x, args.inference)
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            counts.update({True: 0, False: 0})
+            times = []
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            torch.cuda.synchronize()
+            back_to_back = (time.perf_counter() - start) * 1e3 / args.steps
+        share = counts[True] / max(counts[True] + counts[False], 1)
+        print(f"| {int(on)} | {statistics.median(times):.2f} | {back_to_back:.2f} | {share:.0%} |", flush=True)
+    replay.GraphReplays.launch = launch
+
+
+def _step(compiled: Callable[[torch.Tensor], torch.Tensor], model: torch.nn.Module, x: torch.Tensor,
+          inference: bool) -> Callable[[], None]:
+    if inference:
+        def forward() -> None:
+            with torch.no_grad():
+                compiled(x)
+        return forward
+
+    def train() -> None:
+        model.zero_grad(set_to_none=True)
+        compiled(x).float().sum().backward()
+    return train
+
+
+if __name__ == "__main__":
+    main()
