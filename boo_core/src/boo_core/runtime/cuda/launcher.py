@@ -128,9 +128,7 @@ class PlanLauncher:
         bases = tuple(pointers[arg] + offset if arg is not None else scratch_base + self._transient_offsets[t] + offset
                       for arg, t, offset in self._slots)
         with self._lock:
-            replays = self._replays
-            if replays is None or not replays.enabled or \
-                    not replays.launch(bases, stream, lambda capture: self._enqueue(bases, capture)):
+            if self._replays is None or not self._replays.launch(bases, stream, self._enqueue):
                 self._enqueue(bases, stream)
         del scratch  # freed in stream order: the caching allocator reuses it only after the work queued
 

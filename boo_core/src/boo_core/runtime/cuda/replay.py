@@ -44,9 +44,9 @@ class GraphReplays:
 
     :meth:`launch` enqueues the graph for ``key`` on ``stream`` and returns True, or returns
     False (nothing enqueued) where the caller must enqueue the commands itself. ``enqueue(
-    stream)`` must enqueue exactly the commands the key stands for. The caller serializes
-    calls (the launcher's lock). A driver failure while recording turns replays off for the
-    plan, which then launches command by command as before.
+    key, stream)`` must enqueue exactly the commands the key stands for. The caller
+    serializes calls (the launcher's lock). A driver failure while recording turns replays
+    off for the plan, which then launches command by command as before.
     """
 
     def __init__(self, api, ordinal: int, name: str) -> None:
@@ -57,9 +57,9 @@ class GraphReplays:
         self._seen: set[Hashable] = set()
         self.enabled = True
 
-    def launch(self, key: Hashable, stream: int, enqueue: Callable[[int], None]) -> bool:
+    def launch(self, key: Hashable, stream: int, enqueue: Callable[[Hashable, int], None]) -> bool:
         """Launch the graph recorded for ``key`` (recording it at the key's second call); whether it did."""
-        if torch.cuda.is_current_stream_capturing():  # the caller's own graph records the commands
+        if not self.enabled or torch.cuda.is_current_stream_capturing():  # the caller's own graph records them
             return False
         graph = self._graphs.get(key)
         if graph is None:
@@ -68,7 +68,7 @@ class GraphReplays:
                     self._seen.clear()
                 self._seen.add(key)
                 return False
-            graph = self._record(enqueue)
+            graph = self._record(key, enqueue)
             if graph is None:
                 return False
             self._seen.discard(key)
@@ -78,11 +78,13 @@ class GraphReplays:
         else:
             self._graphs.move_to_end(key)
         code = self._api.cuGraphLaunch(graph, stream)
-        if code in WRONG_CONTEXT_CODES:  # the caller's own launch finds and mends that
-            return False
-        return code == 0 or bool(self._failed("cuGraphLaunch"))
+        if code == 0:
+            return True
+        if code not in WRONG_CONTEXT_CODES:  # that one the caller's own launch finds and mends
+            self._failed("cuGraphLaunch")
+        return False
 
-    def _record(self, enqueue: Callable[[int], None]) -> ctypes.c_void_p | None:
+    def _record(self, key: Hashable, enqueue: Callable[[Hashable, int], None]) -> ctypes.c_void_p | None:
         api = self._api
         with _capture_lock:
             stream = _capture_streams.get(self._ordinal)
@@ -95,7 +97,7 @@ class GraphReplays:
                 return self._failed("cuStreamBeginCapture")
             graph, recorded = ctypes.c_void_p(), True
             try:
-                enqueue(stream)
+                enqueue(key, stream)
             except Exception:  # the same commands launched one by one report it
                 recorded = False
             ended = api.cuStreamEndCapture(stream, ctypes.byref(graph))
