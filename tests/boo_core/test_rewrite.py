@@ -10,6 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from boo_core import Decline, FusionMatch, FusionPattern, get_launchable, node_arguments
 from boo_core.dynamo.kernel_call import KernelCall
+from boo_core.dynamo.patterns import conversion_of
 from boo_core.dynamo.rewrite import rewrite
 from boo_core.testing import isolated_registry
 
@@ -271,3 +272,55 @@ def test_autotune_records_why_under_the_anchor_op_that_the_summary_counts_as_lef
         torch.testing.assert_close(gm(x), torch.sin(x * 1.5))
     assert report.fallbacks == {"aten.mul": 1, "aten.sin": 1}
     assert report.reasons["aten.mul"].startswith("torch's kernel is faster here (")
+
+
+class VarMeanConverting(FusionPattern):
+    """``aten.var_mean`` with the conversion of its mean taken into the call (computed with
+    torch: no kernel needed to test the graph's surgery). ``claim`` names what to give as
+    converted: the mean's conversion, or (malformed) the var's getitem itself."""
+
+    name = "scale.var_mean"
+    anchors = (aten.var_mean.correction,)
+
+    def __init__(self, claim="conversion"):
+        self.claim = claim
+
+    def match(self, node):
+        items = {user.args[1]: user for user in node.users}
+        conversion = conversion_of(items[1])
+        converted = (conversion,) if self.claim == "conversion" else (items[0],)
+        return FusionMatch((node,), (node.args[0],), {"dtype": str(conversion.meta["val"].dtype)}, converted)
+
+    def signatures(self, spec, inputs):
+        return []
+
+    def launch(self, spec, inputs):
+        var, mean = torch.var_mean(inputs[0], 0)
+        return var, mean.to(getattr(torch, spec["dtype"].removeprefix("torch.")))
+
+    def reference(self, spec, inputs):
+        return self.launch(spec, inputs)
+
+
+@pytest.mark.parametrize("as_custom_op", [False, True], ids=["callable", "custom_op"])
+def test_a_conversion_of_the_root_s_value_joins_the_kernel_call(patterns, as_custom_op):
+    """The call gives the mean in the dtype the graph converted it to, and the conversion
+    node is gone: what read it reads the call's value."""
+    gm = graph(lambda x: [t * 2 for t in (lambda v, m: (v, m.to(torch.float64)))(*torch.var_mean(x, 0))], (5, 3))
+    assert aten._to_copy.default in calls(gm)
+    with patterns(VarMeanConverting()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=as_custom_op)
+        x = torch.randn(5, 3)
+        var, mean = gm(x)
+    assert report.offloaded == {"scale.var_mean": 1} and aten._to_copy.default not in calls(gm)
+    assert mean.dtype == torch.float64 and var.dtype == torch.float32
+    torch.testing.assert_close(mean, x.double().mean(0) * 2)
+    torch.testing.assert_close(var, x.var(0) * 2)
+
+
+def test_a_match_converting_what_is_not_a_conversion_is_refused(patterns):
+    gm = graph(lambda x: (lambda v, m: (v, m.to(torch.float64)))(*torch.var_mean(x, 0)), (5, 3))
+    with patterns(VarMeanConverting(claim="item")):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+    assert report.offloaded == {}
+    assert "not a conversion of one of the root's values" in report.reasons["aten.var_mean"]

@@ -11,7 +11,7 @@ import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
-from boo_ops_batchnorm.fusion import BatchNormInference
+from boo_ops_batchnorm.fusion import BatchNormInference, BatchNormTraining
 
 from .recording import record_signatures
 
@@ -63,10 +63,11 @@ def test_training_batch_norms_and_their_gradients_run_on_boo():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # running statistics updated
 
 
-def test_a_bfloat16_training_step_returns_the_dtypes_the_graph_expects():
-    """A model moved to bf16 keeps bf16 running statistics, but the traced graph's batch norm
-    returns its new running statistics in float32 (what the fake tensors say): the pattern
-    must give what the graph expects, not what the buffers hold."""
+def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monkeypatch):
+    """A model moved to bf16 keeps bf16 running statistics; the traced graph's batch norm
+    returns its new ones in float32 and converts them for the buffers. The kernel reads and
+    writes the buffers' bf16 itself, and the conversions are gone from the graph."""
+    compiled_for = record_signatures(monkeypatch, BatchNormTraining)
     model = convnet().to(torch.bfloat16).train()
     reference = copy.deepcopy(model)
     x = torch.randn(4, 3, 8, 8, dtype=torch.bfloat16)
@@ -75,7 +76,10 @@ def test_a_bfloat16_training_step_returns_the_dtypes_the_graph_expects():
     with settings_override(compile_strict=True):  # a pattern's failure raises instead of falling back
         got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
     expected = reference(x)
-    assert offload_summary().offloaded["bnorm.training"] == 2
+    summary = offload_summary()
+    assert summary.offloaded["bnorm.training"] == 2
+    assert [s.running_dtype for s in compiled_for] == [torch.bfloat16] * 2
+    assert "aten._to_copy" not in summary.fallbacks, summary.fallbacks
     torch.testing.assert_close(got.float(), expected.float(), rtol=3e-2, atol=3e-2)
     for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
         assert got_buffer.dtype == want.dtype, name

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from boo_core import UnsupportedError
 from boo_ops_batchnorm import BatchNormSignature as S
 
 f32, bf16 = torch.float32, torch.bfloat16
@@ -22,6 +23,22 @@ def test_training_forward_tensors_nhwc():
                                       ("momentum", (1,), f32)]
     assert specs(s.output_specs()) == [("y", (2, 4, 5, 3), bf16), ("mean", (3,), f32), ("invstd", (3,), f32),
                                        ("running_mean", (3,), f32), ("running_var", (3,), f32)]
+
+
+def test_running_statistics_may_be_held_in_another_dtype():
+    """A bf16 model's buffers: the kernel reads and writes them in bf16; the batch's own
+    statistics stay float32. Where running_dtype is the stats dtype, or there are no running
+    statistics, the signature is the one without it (one signature, one name)."""
+    s = S((2, 3, 4, 5), save=True, running=True, dtype=bf16, running_dtype=bf16)
+    assert specs(s.input_specs())[3:] == [("running_mean", (3,), bf16), ("running_var", (3,), bf16),
+                                          ("momentum", (1,), f32)]
+    assert specs(s.output_specs())[1:] == [("mean", (3,), f32), ("invstd", (3,), f32),
+                                           ("running_mean", (3,), bf16), ("running_var", (3,), bf16)]
+    assert "_runbf16_" in s.func_name
+    assert S((2, 3, 4, 5), running=True, dtype=bf16, running_dtype=f32) == S((2, 3, 4, 5), running=True, dtype=bf16)
+    assert S((2, 3, 4, 5), running=False, running_dtype=bf16).running_dtype is None
+    with pytest.raises(UnsupportedError, match="running_dtype"):
+        S((2, 3, 4, 5), running=True, running_dtype=torch.float64)
 
 
 def test_per_activation_parameters_follow_the_layout():

@@ -314,6 +314,61 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right()
                 p.grad = q.grad = None
 
 
+@pytest.mark.parametrize("buffers", [f32, bf16], ids=["f32_buffers", "bf16_buffers"])
+def test_compiled_batch_norm_training_and_its_gradient_are_direct_calls_and_right(buffers):
+    """A training batch norm (its momentum bound once, its running statistics read and
+    written in the buffers' dtype) and its gradient go straight to their kernels and return
+    exactly what the graph expects; outputs, gradients and running statistics match a float32
+    PyTorch model's over three steps."""
+    from boo_core.dynamo.kernel_call import KernelCall
+    from boo_core.runtime.direct_call import DirectCall
+
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
+                                torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 1, bias=False), torch.nn.BatchNorm2d(64))
+    model = model.to(DEVICE, bf16).to(memory_format=torch.channels_last)
+    for module in model:
+        if isinstance(module, torch.nn.BatchNorm2d):  # bf16 scale and bias; running statistics as asked
+            module.running_mean = module.running_mean.to(buffers)
+            module.running_var = module.running_var.to(buffers)
+    reference = copy.deepcopy(model).float()
+    calls: list[KernelCall] = []
+    original = KernelCall.bind
+
+    def remember(self, inputs):
+        calls.append(self)
+        return original(self, inputs)
+
+    KernelCall.bind = remember
+    try:
+        with settings_override(use_backward_kernels=True):
+            compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+            for _ in range(3):
+                x = torch.randn(16, 32, 14, 14, device=DEVICE, dtype=bf16).contiguous(
+                    memory_format=torch.channels_last)
+                probe = torch.randn(16, 64, 14, 14, device=DEVICE)
+                got = compiled(x)
+                want = reference(x.float())
+                torch.testing.assert_close(got.float(), want, rtol=5e-2, atol=5e-2)
+                (got.float() * probe).sum().backward()
+                (want * probe).sum().backward()
+                for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                    scale = q.grad.abs().max().item()
+                    torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
+                    p.grad = q.grad = None
+    finally:
+        KernelCall.bind = original
+    for (name, got_buffer), want_buffer in zip(model.named_buffers(), reference.buffers()):
+        if got_buffer.is_floating_point():
+            assert got_buffer.dtype == buffers, name
+        torch.testing.assert_close(got_buffer.to(want_buffer.dtype), want_buffer, rtol=2e-2, atol=2e-2, msg=name)
+    norms = [c for c in calls if c.pattern.name.startswith("bnorm.")]
+    assert sorted(c.pattern.name for c in norms) == ["bnorm.backward"] * 2 + ["bnorm.training"] * 2
+    assert all(isinstance(c._bound, DirectCall) and c._exact for c in norms), \
+        [(c.pattern.name, type(c._bound).__name__, c._exact) for c in norms]
+
+
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_replays_read_the_models_buffers_where_they_are(training, monkeypatch):
     """A model's buffers (batch norm's running statistics) are its state as its parameters

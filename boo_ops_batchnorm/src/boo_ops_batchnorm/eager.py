@@ -73,15 +73,17 @@ def boo_batch_norm(
 
 
 def batch_norm_signature_for(x: torch.Tensor, training: bool, running: bool, eps: float = 1e-5,
-                             activation: str | None = None) -> BatchNormSignature:
+                             activation: str | None = None,
+                             running_dtype: torch.dtype | None = None) -> BatchNormSignature:
     """The :class:`BatchNormSignature` ``boo_batch_norm`` (and the torch.compile patterns)
     run for an input like ``x``: a training forward saves its statistics (the backward's
-    inputs); inference uses the running statistics."""
+    inputs); inference uses the running statistics, held in ``running_dtype`` (None: the
+    statistics' own dtype)."""
     if x.dtype not in FLOAT_DTYPES:
         raise ArgumentError(f"{WHERE}: input has dtype {x.dtype}; expected float32, float16 or bfloat16")
     return BatchNormSignature(tuple(x.shape), mode="train" if training else "infer", spatial=True,
                               channels_last=is_channels_last(x), save=training, running=running, eps=eps,
-                              dtype=x.dtype, activation=activation)
+                              dtype=x.dtype, activation=activation, running_dtype=running_dtype)
 
 
 def backward_launchable(forward: BatchNormSignature, device: str | torch.device = "cpu") -> Launchable:

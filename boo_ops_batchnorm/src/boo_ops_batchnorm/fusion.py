@@ -11,34 +11,48 @@
   backends offer only under ``BOO_USE_BACKWARD_KERNELS=1``).
 
 Torch's statistics and running statistics may be in x's dtype (a model moved to bf16 keeps
-its buffers in bf16); BOO's kernels take and give float32. The patterns convert, to the
-dtypes of the matched node's own outputs: a traced training batch norm of bf16 buffers
-returns its new running statistics in float32, which the graph then copies into the buffers.
+its buffers in bf16). BOO's kernels take the running statistics in the buffers' dtype
+(``BatchNormSignature.running_dtype``). A traced training batch norm of bf16 buffers returns
+its new running statistics in float32 and converts them to bf16 (``aten._to_copy``) for the
+buffers: the training pattern takes those conversions into its kernel
+(``FusionMatch.converted``). Saved statistics are float32, as torch's are on CUDA; where the
+graph wants another dtype the patterns convert.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from boo_core import Launchable, launchable_for
-from boo_core.dynamo.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
+from boo_core.dynamo.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, conversion_of, only_user
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, batch_norm_signature_for
 from .layout import logical, memory_format_of, stored
-from .signature import BatchNormSignature
+from .signature import FLOAT_DTYPES, BatchNormSignature
+
+if TYPE_CHECKING:
+    from boo_core.runtime.direct_call import DirectCall
 
 aten = torch.ops.aten
 _RELU = (aten.relu.default,)
 
 
 def _forward_signature(spec: Mapping[str, Any], x: torch.Tensor) -> BatchNormSignature:
-    return batch_norm_signature_for(x, spec["mode"] == "train", True, spec["eps"], spec.get("activation"))
+    return batch_norm_signature_for(x, spec["mode"] == "train", True, spec["eps"], spec.get("activation"),
+                                    _kernel_running_dtype(spec))
+
+
+def _kernel_running_dtype(spec: Mapping[str, Any]) -> torch.dtype | None:
+    """The dtype the kernel reads (and writes) running statistics in; None: the stats dtype."""
+    name = spec.get("kernel_running_dtype")
+    return dtype_from_name(name) if name else None
 
 
 def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
@@ -48,7 +62,8 @@ def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
 
 def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """weight, bias (ones and zeros where the module has none), running mean and variance
-    in float32, then the momentum of a training forward: what the kernel takes after x.
+    in the kernel's dtype for them, then the momentum of a training forward: what the kernel
+    takes after x (a direct call binds its own momentum once: see :func:`_direct`).
     The tensors made here are made on every call, never kept: under CUDA graph trees a call
     allocates from the graph's memory pool, even while it warms up, and a pool tensor kept
     alive past the call is what they refuse ("not tracked as outputs")."""
@@ -59,7 +74,7 @@ def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Te
     weight = tensors.pop(0) if spec["weight"] else constant(1.0, (x.shape[1],), x.dtype)
     bias = tensors.pop(0) if spec["bias"] else constant(0.0, (x.shape[1],), x.dtype)
     stats = torch.promote_types(x.dtype, torch.float32)
-    running = [t.to(stats) for t in tensors[:2]]
+    running = [t.to(_kernel_running_dtype(spec) or stats) for t in tensors[:2]]
     momentum = [constant(spec["momentum"], (1,), stats)] if spec["mode"] == "train" else []
     return [weight, bias, *running, *momentum]
 
@@ -80,18 +95,46 @@ def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, ou
     return logical(y, signature), mean.to(stats), invstd.to(stats), new_mean.to(running), new_var.to(running)
 
 
+def _direct(spec: Mapping[str, Any], kernel: Launchable, inputs: Sequence[torch.Tensor]) -> DirectCall | None:
+    """The forward's kernel bound to tensors like ``inputs`` where the graph passes every
+    argument as the kernel takes it and wants its outputs as the kernel gives them: a module
+    with weight and bias, running statistics in the kernel's dtype for them (a training
+    graph's conversions taken), and the single y of an inference batch norm with a ReLU
+    (without one, the traced op also returns statistics nothing reads). A
+    training forward's momentum is made here, once, and bound as the kernel's last argument."""
+    signature = kernel.signature
+    if not (spec["weight"] and spec["bias"]) or torch.cuda.is_current_stream_capturing():
+        return None
+    if any(t.dtype != signature.running_stats_dtype for t in inputs[3:5]):
+        return None
+    if spec["mode"] == "infer" and not spec.get("activation"):
+        return None
+    if spec["mode"] == "train" and not (spec["stats_dtype"] == short_name(signature.stats_dtype)
+                                        and spec["running_dtype"] == short_name(signature.running_stats_dtype)):
+        return None
+    constants = ()
+    if spec["mode"] == "train":
+        with unset_fake_temporarily():  # a real tensor, made outside any graph's memory pool
+            constants = (torch.full((1,), spec["momentum"], dtype=signature.stats_dtype, device=inputs[0].device),)
+    return kernel.bind(inputs, (lambda x: stored(x, signature),), (lambda y: logical(y, signature),), constants)
+
+
 class _BatchNormForward(FusionPattern):
     """What the two forward patterns share: the kernel call, bound once per graph."""
 
     mode: str
 
-    def _spec(self, node: torch.fx.Node, weight: Any, bias: Any, running_mean: Any, momentum: Any,
+    def _spec(self, node: torch.fx.Node, weight: Any, bias: Any, running_mean: Any, running_var: Any, momentum: Any,
               eps: Any) -> dict[str, Any]:
         value = node.meta.get("val")
         running = value[3] if len(value) > 3 else running_mean.meta["val"]  # training returns new ones
-        return {"mode": self.mode, "weight": weight is not None, "bias": bias is not None, "eps": float(eps),
+        spec = {"mode": self.mode, "weight": weight is not None, "bias": bias is not None, "eps": float(eps),
                 "momentum": float(momentum), "stats_dtype": short_name(value[1].dtype),
                 "stats_numel": int(value[1].numel()), "running_dtype": short_name(running.dtype)}
+        buffers = {t.meta["val"].dtype for t in (running_mean, running_var)}
+        if len(buffers) == 1 and (kept := buffers.pop()) in FLOAT_DTYPES:
+            spec["kernel_running_dtype"] = short_name(kept)
+        return spec
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [_forward_signature(spec, inputs[0])]
@@ -110,7 +153,8 @@ class _BatchNormForward(FusionPattern):
             outputs = kernel.try_call(stored(x, signature), *_params(spec, x, rest))
             return None if outputs is None else _as_torch_returns(spec, signature, outputs)
 
-        return run
+        direct = _direct(spec, kernel, inputs)
+        return run if direct is None else direct.or_else(run)
 
 
 class BatchNormInference(_BatchNormForward):
@@ -124,7 +168,7 @@ class BatchNormInference(_BatchNormForward):
         x, weight, bias, running_mean, running_var, momentum, eps = node.args[:7]
         if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
             return Decline("the graph reads the inference batch norm's statistics outputs")
-        spec = self._spec(node, weight, bias, running_mean, momentum, eps)
+        spec = self._spec(node, weight, bias, running_mean, running_var, momentum, eps)
         inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
         y = only_user(node)
         relu = only_user(y) if y is not None and y.target is operator.getitem and y.args[1] == 0 else None
@@ -153,9 +197,15 @@ class BatchNormTraining(_BatchNormForward):
         if not training:
             return Decline("a functional batch norm with training=False (BOO runs inference from the "
                            "_no_training op)")
-        spec = self._spec(node, weight, bias, running_mean, momentum, eps)
-        return FusionMatch((node,), tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None),
-                           spec)
+        spec = self._spec(node, weight, bias, running_mean, running_var, momentum, eps)
+        inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
+        kept = spec.pop("kernel_running_dtype", None)
+        converted = _running_conversions(node, kept)
+        if converted:  # the kernel writes the buffers' dtype, which the graph converted to
+            spec.update(kernel_running_dtype=kept, running_dtype=kept)
+        elif kept == spec["running_dtype"]:
+            spec["kernel_running_dtype"] = kept
+        return FusionMatch((node,), inputs, spec, converted)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
         x, *rest = inputs
@@ -165,8 +215,19 @@ class BatchNormTraining(_BatchNormForward):
                                                         spec["eps"])
 
 
+def _running_conversions(node: torch.fx.Node, dtype_name: str | None) -> tuple[torch.fx.Node, ...]:
+    """The conversions of a training batch norm's new running mean and variance (its values
+    3 and 4) to ``dtype_name``, when the graph converts both; else ()."""
+    items = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+    conversions = tuple(conversion_of(items[i]) if i in items else None for i in (3, 4))
+    if dtype_name is None or any(c is None or short_name(c.meta["val"].dtype) != dtype_name for c in conversions):
+        return ()
+    return conversions
+
+
 class BatchNormBackward(FusionPattern):
-    """``aten.native_batch_norm_backward`` of a training forward (saved statistics given)."""
+    """``aten.native_batch_norm_backward`` of a training forward (saved statistics given). The
+    match's inputs are in the kernel's order: ``(x, dy, weight, save_mean, save_invstd)``."""
 
     name = "bnorm.backward"
     anchors = (aten.native_batch_norm_backward.default,)
@@ -178,17 +239,17 @@ class BatchNormBackward(FusionPattern):
         if weight is None:
             return Decline("a batch norm without weight (BOO's backward takes one)")
         spec = {"eps": float(eps), "mask": [bool(m) for m in mask]}
-        return FusionMatch((node,), (dy, x, weight, save_mean, save_invstd), spec)
+        return FusionMatch((node,), (x, dy, weight, save_mean, save_invstd), spec)
 
     def _kernel(self, spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
         return backward_launchable(batch_norm_signature_for(x, True, False, spec["eps"]), x.device)
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
-        return [self._kernel(spec, inputs[1]).signature]
+        return [self._kernel(spec, inputs[0]).signature]
 
     def _run(self, kernel: Launchable, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor],
              call: Any) -> tuple[torch.Tensor | None, ...] | None:
-        dy, x, weight, mean, invstd = inputs
+        x, dy, weight, mean, invstd = inputs
         signature = kernel.signature
         stats = [t.to(signature.stats_dtype) for t in (mean, invstd)]
         outputs = call(stored(x, signature), stored(dy.contiguous(memory_format=memory_format_of(x)), signature),
@@ -199,15 +260,21 @@ class BatchNormBackward(FusionPattern):
         return tuple(t if wanted else None for t, wanted in zip((logical(dx, signature), dw, db), spec["mask"]))
 
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        kernel = self._kernel(spec, inputs[1])
+        kernel = self._kernel(spec, inputs[0])
         return self._run(kernel, spec, inputs, kernel)
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
-        kernel = self._kernel(spec, inputs[1])
-        return lambda *tensors: self._run(kernel, spec, tensors, kernel.try_call)
+        kernel = self._kernel(spec, inputs[0])
+        general = lambda *tensors: self._run(kernel, spec, tensors, kernel.try_call)  # noqa: E731
+        if not all(spec["mask"]):  # the graph wants Nones where the kernel gives gradients
+            return general
+        signature = kernel.signature
+        to_stored = lambda t: stored(t, signature)  # noqa: E731
+        direct = kernel.bind(inputs, (to_stored, to_stored), (lambda dx: logical(dx, signature),))
+        return general if direct is None else direct.or_else(general)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        dy, x, weight, mean, invstd = inputs
+        x, dy, weight, mean, invstd = inputs
         return aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd, True, spec["eps"],
                                                spec["mask"])
 

@@ -63,6 +63,10 @@ class BatchNormSignature(Signature):
     ``mode="bwd"``: takes ``(x, dy, weight[, mean, invstd])`` and returns ``(dx, dweight,
     dbias)`` of a training forward, from the saved statistics if ``save``, else recomputed
     from ``x``. A forward may end in an ``activation`` (``relu``) applied to y.
+
+    ``running_dtype`` is the dtype of the running statistics, read and written (None: the
+    stats dtype). A model moved to bf16 keeps its buffers in bf16; a kernel that takes them
+    as they are saves the conversions around every call. They are computed in the stats dtype.
     """
 
     op_name: ClassVar[str] = "bnorm"
@@ -76,6 +80,7 @@ class BatchNormSignature(Signature):
     eps: float = 1e-5
     dtype: torch.dtype = torch.float32
     activation: str | None = None
+    running_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
@@ -85,6 +90,8 @@ class BatchNormSignature(Signature):
         if self.mode == "infer":
             set_("save", False)  # inference saves no statistics: one signature, one name
         set_("eps", float(self.eps))
+        if not self.running or self.running_dtype == self.stats_dtype:
+            set_("running_dtype", None)  # one signature, one name
         if len(self.input_shape) < 2 or min(self.input_shape) < 1:
             raise ValueError(f"input_shape {self.input_shape} must be (N, C, *spatial) with every size positive")
         if self.mode not in MODES:
@@ -95,6 +102,9 @@ class BatchNormSignature(Signature):
             raise ValueError(f"eps {self.eps} must be finite and not negative")
         if self.dtype not in FLOAT_DTYPES:
             raise UnsupportedError(f"bnorm dtype {self.dtype} is not supported; use float32, float16 or bfloat16")
+        if self.running_dtype is not None and self.running_dtype not in FLOAT_DTYPES:
+            raise UnsupportedError(f"bnorm running_dtype {self.running_dtype} is not supported; use float32, "
+                                   "float16 or bfloat16")
         require_representable(self, stats_dtype(self.dtype), "eps")
         if self.mode == "train" and not self.spatial and self.input_shape[0] < 2 and self.running:
             raise ValueError("a per-activation running variance needs at least 2 samples (N >= 2)")
@@ -144,6 +154,11 @@ class BatchNormSignature(Signature):
         return stats_dtype(self.dtype)
 
     @property
+    def running_stats_dtype(self) -> torch.dtype:
+        """The dtype of the running statistics as the kernel takes and gives them."""
+        return self.running_dtype or self.stats_dtype
+
+    @property
     def layout(self) -> str:
         rank = len(self.input_shape)
         if self.channels_last:
@@ -156,7 +171,7 @@ class BatchNormSignature(Signature):
         parts = [f"bnorm_{self.mode}_{short_name(self.dtype)}", "x".join(map(str, self.input_shape)),
                  self.layout.lower(), "spatial" if self.spatial else "peract"]
         if self.mode != "bwd" and self.running:
-            parts.append("run")
+            parts.append("run" + (short_name(self.running_dtype) if self.running_dtype else ""))
         if self.mode != "infer" and self.save:
             parts.append("save")
         parts.append("eps" + repr(self.eps).replace("-", "m").replace("+", "p").replace(".", "p"))
@@ -172,7 +187,8 @@ class BatchNormSignature(Signature):
         if self.mode == "bwd":
             saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
             return [x, TensorSpec("dy", self.stored_shape, self.dtype, self.layout), self._param("weight"), *saved]
-        running = [self._param(n, self.stats_dtype) for n in ("running_mean", "running_var")] if self.running else []
+        running = [self._param(n, self.running_stats_dtype) for n in ("running_mean", "running_var")] \
+            if self.running else []
         if self.mode == "train" and self.running:
             running.append(TensorSpec("momentum", (1,), self.stats_dtype))
         return [x, self._param("weight"), self._param("bias"), *running]
@@ -185,7 +201,8 @@ class BatchNormSignature(Signature):
         if self.mode == "infer":
             return [y]
         saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
-        running = [self._param(n, self.stats_dtype) for n in ("running_mean", "running_var")] if self.running else []
+        running = [self._param(n, self.running_stats_dtype) for n in ("running_mean", "running_var")] \
+            if self.running else []
         return [y, *saved, *running]
 
     def reference(self, *args: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
@@ -361,9 +378,14 @@ class BatchNormSignature(Signature):
             unbiased = var.reshape(self.param_shape) * (n / max(n - 1, 1))
             m = running[2].to(acc)
             # (1 - m) * old + m * new, written so that no scalar 1 - m is computed on its own
-            outputs += [running[0].to(acc) + m * (mean - running[0].to(acc)),
-                        running[1].to(acc) + m * (unbiased - running[1].to(acc))]
-        return tuple(outputs)  # statistics in the accumulation dtype: the stats dtype, or float64
+            updated = [running[0].to(acc) + m * (mean - running[0].to(acc)),
+                       running[1].to(acc) + m * (unbiased - running[1].to(acc))]
+            if self.running_dtype is not None and acc != torch.float64:
+                updated = [t.to(self.running_dtype) for t in updated]
+            outputs += updated
+        # statistics in the accumulation dtype (the stats dtype, or float64), running ones
+        # in running_dtype where there is one
+        return tuple(outputs)
 
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
                   groups: int | None = None) -> tuple[torch.Tensor, ...]:

@@ -36,11 +36,18 @@ class FusionMatch:
     matched nodes (:func:`only_user` tells whether a node has exactly one user). ``inputs``
     are the tensor arguments of the kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
     strings, bools, None, lists and dicts of those).
+
+    ``converted`` are dtype conversions of the root's values that the kernel makes itself:
+    each an ``aten._to_copy`` (of dtype alone) or ``prims.convert_element_type`` of
+    ``getitem(root, i)``, that getitem's only user. The launch returns item ``i`` in the
+    conversion's dtype, and what read the conversion reads it (a training batch norm writes
+    a bf16 model's running statistics in bf16: no conversion kernel after it).
     """
 
     nodes: tuple[torch.fx.Node, ...]
     inputs: tuple[torch.fx.Node, ...]
     spec: Mapping[str, Any]
+    converted: tuple[torch.fx.Node, ...] = ()
 
     @property
     def root(self) -> torch.fx.Node:
@@ -154,6 +161,21 @@ def insert_aten(graph: torch.fx.Graph, op: Callable[..., Any], *args: Any, neste
     if nested:
         node.meta[NESTED] = True
     return node
+
+
+def conversion_of(item: torch.fx.Node) -> torch.fx.Node | None:
+    """The node that only changes the dtype of ``item`` (an ``aten._to_copy`` of dtype alone or
+    a ``prims.convert_element_type``), where that is ``item``'s only user; else None."""
+    user = only_user(item)
+    if user is None or user.args[:1] != (item,):
+        return None
+    if user.target is torch.ops.prims.convert_element_type.default:
+        return user
+    if user.target is torch.ops.aten._to_copy.default and len(user.args) == 1 \
+            and set(user.kwargs) <= {"dtype", "layout"} and user.kwargs.get("layout", torch.strided) is torch.strided \
+            and isinstance(tensor_value(user), torch.Tensor):
+        return user
+    return None
 
 
 def tensor_value(node: torch.fx.Node) -> torch.Tensor | None:

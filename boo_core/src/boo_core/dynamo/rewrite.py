@@ -25,7 +25,7 @@ from .autotune import torch_is_faster
 from .copies import drop_noop_clones
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
-from .patterns import NESTED, Decline, FusionMatch, FusionPattern, GraphRewrite, has_static_shape
+from .patterns import NESTED, Decline, FusionMatch, FusionPattern, GraphRewrite, conversion_of, has_static_shape
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")
@@ -68,12 +68,12 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for (node, index, pattern, match), ok in zip(claims, compiled):
         while not ok:
-            taken.difference_update(match.nodes)
+            taken.difference_update(_claimed(match))
             claim = _first_match(by_anchor[node.target], index + 1, node, taken, report)
             if claim is None:
                 break
             index, pattern, match = claim
-            taken.update(match.nodes)
+            taken.update(_claimed(match))
             ok = _compile_ahead(pattern, match, _signatures_ahead(pattern, match, report), report)
         if ok:
             # An input may be the root of a match replaced before this one: read its replacement.
@@ -81,6 +81,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
             holder = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
             if holder is not None:
                 replaced[match.root] = holder
+                replaced.update((conversion, conversion.args[0]) for conversion in match.converted)
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target.namespace != "boo":
@@ -164,8 +165,13 @@ def _claims(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]],
             claim = _first_match(by_anchor.get(node.target, []), 0, node, taken, report)
             if claim is not None:
                 claims.append((node, *claim))
-                taken.update(claim[2].nodes)
+                taken.update(_claimed(claim[2]))
     return claims
+
+
+def _claimed(match: FusionMatch) -> tuple[torch.fx.Node, ...]:
+    """The nodes a match takes from the graph: its own and the conversions it makes."""
+    return (*match.nodes, *match.converted)
 
 
 def _offload(graph: torch.fx.Graph, anchor: torch.fx.Node, pattern: FusionPattern, match: FusionMatch,
@@ -229,8 +235,10 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     except (TypeError, ValueError) as e:
         return f"pattern {pattern.name} gave a spec that is not JSON-able ({e})"
     inner = set(nodes[:-1])
-    if taken.intersection(nodes):
+    if taken.intersection(_claimed(match)):
         return "overlaps another BOO kernel"
+    if not _conversions_of_root(match):
+        return f"pattern {pattern.name} gave as converted a node that is not a conversion of one of the root's values"
     if any(user not in nodes for n in inner for user in n.users):
         return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
     if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
@@ -239,6 +247,22 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     if not all(has_static_shape(n) for n in inputs) or not _static_value(match.root):
         return "dynamic shapes (BOO kernels are static-shaped: compile with dynamic=False)"
     return ""
+
+
+def _conversions_of_root(match: FusionMatch) -> bool:
+    """Whether each of ``match.converted`` is the only user of its own ``getitem(root, i)``
+    and does nothing but change that value's dtype (see :class:`FusionMatch`)."""
+    converted = match.converted
+    if not isinstance(converted, tuple):
+        return False
+    items = set()
+    for conversion in converted:
+        item = conversion.args[0] if isinstance(conversion, torch.fx.Node) and conversion.args else None
+        if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem and item.args[0] is match.root
+                and conversion_of(item) is conversion and item not in items):
+            return False
+        items.add(item)
+    return True
 
 
 def _static_value(node: torch.fx.Node) -> bool:
@@ -299,10 +323,17 @@ def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
 
 
 def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
-    """The root's compile-time value, whether it is one tensor, and its values as a sequence."""
+    """The value the kernel call gives in the root's place (the root's compile-time value,
+    with the dtypes of the values it converts), whether it is one tensor, and its values as a
+    sequence."""
     value = match.root.meta["val"]
     single = isinstance(value, torch.Tensor)
-    return value, single, (value,) if single else tuple(value)
+    if single:
+        return value, single, (value,)
+    values = list(value)
+    for conversion in match.converted:
+        values[conversion.args[0].args[1]] = conversion.meta["val"]
+    return type(value)(values), single, tuple(values)
 
 
 def _bound_call(pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) -> tuple[KernelCall, str]:
@@ -344,6 +375,11 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
                 holder = new
                 for user in list(root.users):  # getitem(root, i) -> getitem(new, position[i])
                     user.args = (new, position[user.args[1]])
+    for conversion in match.converted:  # its getitem now reads the converted value from the kernel call
+        item = conversion.args[0]
+        item.meta["val"] = conversion.meta["val"]
+        conversion.replace_all_uses_with(item)
+        graph.erase_node(conversion)
     for node in reversed(match.nodes):
         graph.erase_node(node)
     return holder

@@ -6,7 +6,9 @@ fake) tensors, that each one's memory *is* the kernel's argument (the caller's v
 a permutation or a reshape, is dense in the kernel's order) and works out the strides that
 give each output the caller's view of the kernel's dense result. A :class:`DirectCall` then
 compares each tensor's metadata with what was bound, allocates the outputs with those
-strides and enqueues the kernel: no view, no copy, no allocation but the outputs'.
+strides and enqueues the kernel: no view, no copy, no allocation but the outputs'. Trailing
+arguments the graph does not pass (a batch norm's momentum) may be bound as constants: tensors
+made once, which the call keeps and passes after the caller's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..signatures.signature import TensorSpec
 from . import hal
@@ -37,17 +40,20 @@ current_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStr
 
 class DirectCall:
     """``launchable(*tensors)`` for tensors exactly like the bound ones, enqueued on torch's
-    current stream. Returns the output (a tuple where the kernel has several) laid out as
-    :attr:`outputs` says, or, for any other tensors or in a process forked since binding,
-    ``fallback(*tensors)`` (None, launching nothing, without one)."""
+    current stream, followed by the bound ``constants``. Returns the output (a tuple where the
+    kernel has several) laid out as :attr:`outputs` says, or, for any other tensors or in a
+    process forked since binding, ``fallback(*tensors)`` (None, launching nothing, without one)."""
 
-    __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback")
+    __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback",
+                 "_constants", "_constant_pointers")
 
     def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
                  outputs: Sequence[Metadata], device: torch.device, generation: int,
-                 fallback: Callable[..., Any] | None = None) -> None:
+                 fallback: Callable[..., Any] | None = None, constants: Sequence[torch.Tensor] = ()) -> None:
         self._launcher = launcher
         self._expected = tuple(expected)
+        self._constants = tuple(constants)  # kept alive for as long as the call is
+        self._constant_pointers = [t.data_ptr() for t in self._constants]
         #: Shape, strides and dtype of each output returned.
         self.outputs: tuple[Metadata, ...] = tuple(outputs)
         self._device = device
@@ -58,7 +64,8 @@ class DirectCall:
 
     def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
         """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
-        return DirectCall(self._launcher, self._expected, self.outputs, self._device, self._generation, fallback)
+        return DirectCall(self._launcher, self._expected, self.outputs, self._device, self._generation, fallback,
+                          self._constants)
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
         result = self.try_launch(*tensors)
@@ -79,6 +86,7 @@ class DirectCall:
             if pointer % IMPORT_ALIGNMENT:  # a view at an odd offset: the general path copies it
                 return None
             pointers.append(pointer)
+        pointers.extend(self._constant_pointers)
         device = self._device
         outputs = [torch.empty_strided(shape, stride, dtype=dtype, device=device)
                    for shape, stride, dtype in self.outputs]
@@ -89,11 +97,17 @@ class DirectCall:
 
 def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
            examples: Sequence[torch.Tensor], views: Sequence[View | None], output_views: Sequence[View | None],
-           device: torch.device, generation: int) -> DirectCall | None:
+           device: torch.device, generation: int, constants: Sequence[torch.Tensor] = ()) -> DirectCall | None:
     """A :class:`DirectCall` for tensors like ``examples``, or None where one of them is not
     the kernel's argument in memory (see :meth:`Launchable.bind <boo_core.Launchable.bind>`)."""
-    if len(examples) != len(inputs) or len(views) > len(inputs) or len(output_views) > len(outputs):
+    if len(examples) + len(constants) != len(inputs) or len(views) > len(examples) or len(output_views) > len(outputs):
         return None
+    for constant, spec in zip(constants, inputs[len(examples):]):
+        if not (isinstance(constant, torch.Tensor) and not isinstance(constant, FakeTensor)
+                and constant.layout is torch.strided and constant.device == device and constant.is_contiguous()
+                and constant.shape == spec.shape and constant.dtype == spec.dtype
+                and not constant.data_ptr() % IMPORT_ALIGNMENT):
+            return None
     expected = []
     for position, (example, spec) in enumerate(zip(examples, inputs)):
         view = views[position] if position < len(views) else None
@@ -113,7 +127,7 @@ def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSp
                 and _dense(result)):
             return None
         results.append((tuple(result.shape), tuple(result.stride()), spec.dtype))
-    return DirectCall(launcher, expected, results, device, generation)
+    return DirectCall(launcher, expected, results, device, generation, constants=constants)
 
 
 def _dense(tensor: torch.Tensor) -> bool:

@@ -1,22 +1,26 @@
-"""A compiled step with and without ``BOO_CUDA_GRAPH_REPLAY``, alternating in one process.
+"""A compiled step with one change off and on, alternating in one process.
 
-Kernels whose launch plan holds several commands are relaunched as one CUDA graph where their
-buffers repeat (``boo_core.runtime.cuda.replay``). This script compiles the model under
-``iree_boo`` (backward kernels on for training) once per setting and alternates the two
-``--pairs`` times, since the host time it saves is easily hidden by a shared machine's noise.
-Per row: the median of per-step times (each step synchronized), the time per step of
-``--steps`` steps run back to back, and how many launches of several-command plans went out
-as one graph launch.
+The host time a change saves is easily hidden by a shared machine's noise, so this script
+compiles the model under ``iree_boo`` (backward kernels on for training) once per state and
+alternates the two ``--pairs`` times. Per row: the median of per-step times (each step
+synchronized), the time per step of ``--steps`` steps run back to back, and how many launches
+of several-command plans went out as one CUDA graph launch. ``--toggle``:
 
-    python benchmarks/graph_replay.py [--model resnet50] [--inference] [--pairs 3] [--steps 10]
+* ``replay``: ``BOO_CUDA_GRAPH_REPLAY`` (plans of several commands relaunched as one graph);
+* ``bnorm-direct``: batch norm's direct calls. Off, the training and inference patterns bind
+  no direct call and leave the running statistics' conversions to the graph (the behaviour
+  before they were added); the backward's direct call stays.
+
+    python benchmarks/alternating.py [--toggle replay] [--model resnet50] [--inference] [--pairs 3] [--steps 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -25,8 +29,33 @@ from boo_core.settings import settings_override
 from boo_core.testing.models import workload
 
 
+@contextlib.contextmanager
+def _bnorm_direct(on: bool) -> Iterator[None]:
+    """Batch norm's forward patterns as they are (on), or without direct calls (off)."""
+    from boo_ops_batchnorm import fusion
+
+    saved = fusion._direct, fusion._running_conversions
+    if not on:
+        fusion._direct = lambda *args: None
+        fusion._running_conversions = lambda *args: ()
+    try:
+        yield
+    finally:
+        fusion._direct, fusion._running_conversions = saved
+
+
+def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
+    if toggle == "replay":
+        return settings_override(cuda_graph_replay=on, use_backward_kernels=True)
+    stack = contextlib.ExitStack()
+    stack.enter_context(settings_override(use_backward_kernels=True))
+    stack.enter_context(_bnorm_direct(on))
+    return stack
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")
     parser.add_argument("--batch", type=int, default=32)
@@ -34,7 +63,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("graph_replay.py: needs a CUDA GPU (replays are a CUDA launch feature)")
+        raise SystemExit("alternating.py: needs a CUDA GPU (direct calls and replays are CUDA launch features)")
     model, shape, channels_last = workload(args.model, args.batch)
     model = model.cuda().to(torch.bfloat16).train(not args.inference)
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -52,10 +81,10 @@ def main() -> None:
     replay.GraphReplays.launch = counted
     print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, "
           f"{torch.cuda.get_device_name()}")
-    print("| BOO_CUDA_GRAPH_REPLAY | median ms/step (synchronized) | ms/step back to back | graph launches |")
+    print(f"| {args.toggle} | median ms/step (synchronized) | ms/step back to back | graph launches |")
     print("| --- | ---: | ---: | ---: |")
     for on in [False, True] * args.pairs:
-        with settings_override(cuda_graph_replay=on, use_backward_kernels=True):
+        with _state(args.toggle, on):
             torch._dynamo.reset()
             compiled = torch.compile(model, backend="iree_boo", dynamic=False)
             step = _step(compiled, model, x, args.inference)
@@ -75,7 +104,8 @@ def main() -> None:
             torch.cuda.synchronize()
             back_to_back = (time.perf_counter() - start) * 1e3 / args.steps
         share = counts[True] / max(counts[True] + counts[False], 1)
-        print(f"| {int(on)} | {statistics.median(times):.2f} | {back_to_back:.2f} | {share:.0%} |", flush=True)
+        print(f"| {'on' if on else 'off'} | {statistics.median(times):.2f} | {back_to_back:.2f} | {share:.0%} |",
+              flush=True)
     replay.GraphReplays.launch = launch
 
 
