@@ -277,7 +277,7 @@ def test_autotune_records_why_under_the_anchor_op_that_the_summary_counts_as_lef
 class VarMeanConverting(FusionPattern):
     """``aten.var_mean`` with the conversion of its mean taken into the call (computed with
     torch: no kernel needed to test the graph's surgery). ``claim`` names what to give as
-    converted: the mean's conversion, or (malformed) the var's getitem itself."""
+    as applied: the mean's conversion, or (malformed) the var's getitem itself."""
 
     name = "scale.var_mean"
     anchors = (aten.var_mean.correction,)
@@ -288,8 +288,8 @@ class VarMeanConverting(FusionPattern):
     def match(self, node):
         items = {user.args[1]: user for user in node.users}
         conversion = conversion_of(items[1])
-        converted = (conversion,) if self.claim == "conversion" else (items[0],)
-        return FusionMatch((node,), (node.args[0],), {"dtype": str(conversion.meta["val"].dtype)}, converted)
+        applied = (conversion,) if self.claim == "conversion" else (items[0],)
+        return FusionMatch((node,), (node.args[0],), {"dtype": str(conversion.meta["val"].dtype)}, applied)
 
     def signatures(self, spec, inputs):
         return []
@@ -318,9 +318,9 @@ def test_a_conversion_of_the_root_s_value_joins_the_kernel_call(patterns, as_cus
     torch.testing.assert_close(var, x.var(0) * 2)
 
 
-def test_a_match_converting_what_is_not_a_conversion_is_refused(patterns):
+def test_a_match_applying_what_is_not_a_function_of_a_root_value_is_refused(patterns):
     gm = graph(lambda x: (lambda v, m: (v, m.to(torch.float64)))(*torch.var_mean(x, 0)), (5, 3))
     with patterns(VarMeanConverting(claim="item")):
         report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
     assert report.offloaded == {}
-    assert "not a conversion of one of the root's values" in report.reasons["aten.var_mean"]
+    assert "not a function of one of the root's values alone" in report.reasons["aten.var_mean"]

@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 
+from boo_core import BooFallbackWarning
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
 from boo_ops_batchnorm.fusion import BatchNormInference, BatchNormTraining
@@ -66,7 +67,8 @@ def test_training_batch_norms_and_their_gradients_run_on_boo():
 def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monkeypatch):
     """A model moved to bf16 keeps bf16 running statistics; the traced graph's batch norm
     returns its new ones in float32 and converts them for the buffers. The kernel reads and
-    writes the buffers' bf16 itself, and the conversions are gone from the graph."""
+    writes the buffers' bf16 itself, and applies the ReLU after the first batch norm: the
+    conversions and the ReLU are gone from the graph."""
     compiled_for = record_signatures(monkeypatch, BatchNormTraining)
     model = convnet().to(torch.bfloat16).train()
     reference = copy.deepcopy(model)
@@ -79,8 +81,29 @@ def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monke
     summary = offload_summary()
     assert summary.offloaded["bnorm.training"] == 2
     assert [s.running_dtype for s in compiled_for] == [torch.bfloat16] * 2
-    assert "aten._to_copy" not in summary.fallbacks, summary.fallbacks
+    assert [s.activation for s in compiled_for] == ["relu", None]
+    assert "aten._to_copy" not in summary.fallbacks and "aten.relu" not in summary.fallbacks, summary.fallbacks
     torch.testing.assert_close(got.float(), expected.float(), rtol=3e-2, atol=3e-2)
+    for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
+        assert got_buffer.dtype == want.dtype, name
+        torch.testing.assert_close(got_buffer.float(), want.float(), rtol=2e-2, atol=2e-2, msg=name)
+
+
+def test_a_training_node_whose_kernel_fails_computes_what_the_graph_expects_with_pytorch(monkeypatch):
+    """The fallback gives what the kernel would have: the ReLU applied, the running
+    statistics in the buffers' bf16 (the graph no longer converts them)."""
+    def broken(*args):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(BatchNormTraining, "bind", broken)
+    monkeypatch.setattr(BatchNormTraining, "launch", broken)
+    model = convnet().to(torch.bfloat16).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    with pytest.warns(BooFallbackWarning, match="bnorm.training failed at run time"):
+        got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+    torch.testing.assert_close(got.float(), reference(x).float(), rtol=3e-2, atol=3e-2)
     for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
         assert got_buffer.dtype == want.dtype, name
         torch.testing.assert_close(got_buffer.float(), want.float(), rtol=2e-2, atol=2e-2, msg=name)

@@ -14,9 +14,9 @@ Torch's statistics and running statistics may be in x's dtype (a model moved to 
 its buffers in bf16). BOO's kernels take the running statistics in the buffers' dtype
 (``BatchNormSignature.running_dtype``). A traced training batch norm of bf16 buffers returns
 its new running statistics in float32 and converts them to bf16 (``aten._to_copy``) for the
-buffers: the training pattern takes those conversions into its kernel
-(``FusionMatch.converted``). Saved statistics are float32, as torch's are on CUDA; where the
-graph wants another dtype the patterns convert.
+buffers: the training pattern takes those conversions into its kernel, and the ReLU after it
+where there is one (``FusionMatch.applied``). Saved statistics are float32, as torch's are on
+CUDA; where the graph wants another dtype the patterns convert.
 """
 
 from __future__ import annotations
@@ -186,7 +186,9 @@ class BatchNormInference(_BatchNormForward):
 
 
 class BatchNormTraining(_BatchNormForward):
-    """``aten._native_batch_norm_legit_functional`` with ``training=True``."""
+    """``aten._native_batch_norm_legit_functional`` with ``training=True``, the ReLU of its y
+    and the conversions of its new running statistics to the buffers' dtype where the graph
+    has them (:attr:`FusionMatch.applied`: the kernel gives what they did)."""
 
     name = "bnorm.training"
     anchors = (aten._native_batch_norm_legit_functional.default,)
@@ -200,19 +202,27 @@ class BatchNormTraining(_BatchNormForward):
         spec = self._spec(node, weight, bias, running_mean, running_var, momentum, eps)
         inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
         kept = spec.pop("kernel_running_dtype", None)
-        converted = _running_conversions(node, kept)
-        if converted:  # the kernel writes the buffers' dtype, which the graph converted to
+        applied = _running_conversions(node, kept)
+        if applied:  # the kernel writes the buffers' dtype, which the graph converted to
             spec.update(kernel_running_dtype=kept, running_dtype=kept)
         elif kept == spec["running_dtype"]:
             spec["kernel_running_dtype"] = kept
-        return FusionMatch((node,), inputs, spec, converted)
+        y = next((u for u in node.users if u.target is operator.getitem and u.args[1] == 0), None)
+        relu = only_user(y) if y is not None else None
+        if relu is not None and relu.target in _RELU and relu.args == (y,):
+            spec["activation"] = "relu"
+            applied = (relu, *applied)
+        return FusionMatch((node,), inputs, spec, applied)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
         x, *rest = inputs
         weight = rest.pop(0) if spec["weight"] else None
         bias = rest.pop(0) if spec["bias"] else None
-        return aten._native_batch_norm_legit_functional(x, weight, bias, rest[0], rest[1], True, spec["momentum"],
-                                                        spec["eps"])
+        y, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
+            x, weight, bias, rest[0], rest[1], True, spec["momentum"], spec["eps"])
+        running = dtype_from_name(spec["running_dtype"])
+        return (torch.relu(y) if spec.get("activation") else y), mean, invstd, new_mean.to(running), \
+            new_var.to(running)
 
 
 def _running_conversions(node: torch.fx.Node, dtype_name: str | None) -> tuple[torch.fx.Node, ...]:

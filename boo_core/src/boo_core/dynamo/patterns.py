@@ -37,17 +37,17 @@ class FusionMatch:
     are the tensor arguments of the kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
     strings, bools, None, lists and dicts of those).
 
-    ``converted`` are dtype conversions of the root's values that the kernel makes itself:
-    each an ``aten._to_copy`` (of dtype alone) or ``prims.convert_element_type`` of
-    ``getitem(root, i)``, that getitem's only user. The launch returns item ``i`` in the
-    conversion's dtype, and what read the conversion reads it (a training batch norm writes
-    a bf16 model's running statistics in bf16: no conversion kernel after it).
+    ``applied`` are nodes the kernel applies to the root's values itself: each a function
+    of ``getitem(root, i)`` alone (a dtype conversion, an activation; no other node among its
+    arguments), that getitem's only user, of the same shape. The launch returns item ``i``
+    with it applied, and what read the node reads that (a training batch norm applies its
+    ReLU, and writes a bf16 model's running statistics in bf16: no kernels after it).
     """
 
     nodes: tuple[torch.fx.Node, ...]
     inputs: tuple[torch.fx.Node, ...]
     spec: Mapping[str, Any]
-    converted: tuple[torch.fx.Node, ...] = ()
+    applied: tuple[torch.fx.Node, ...] = ()
 
     @property
     def root(self) -> torch.fx.Node:

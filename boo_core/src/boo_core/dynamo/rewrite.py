@@ -25,7 +25,16 @@ from .autotune import torch_is_faster
 from .copies import drop_noop_clones
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
-from .patterns import NESTED, Decline, FusionMatch, FusionPattern, GraphRewrite, conversion_of, has_static_shape
+from .patterns import (
+    NESTED,
+    Decline,
+    FusionMatch,
+    FusionPattern,
+    GraphRewrite,
+    has_static_shape,
+    only_user,
+    tensor_value,
+)
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")
@@ -78,10 +87,11 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if ok:
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
+            items = {applied: applied.args[0] for applied in match.applied}  # what reads their values after
             holder = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
             if holder is not None:
                 replaced[match.root] = holder
-                replaced.update((conversion, conversion.args[0]) for conversion in match.converted)
+                replaced.update(items)
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target.namespace != "boo":
@@ -170,8 +180,8 @@ def _claims(graph: torch.fx.Graph, by_anchor: dict[object, list[FusionPattern]],
 
 
 def _claimed(match: FusionMatch) -> tuple[torch.fx.Node, ...]:
-    """The nodes a match takes from the graph: its own and the conversions it makes."""
-    return (*match.nodes, *match.converted)
+    """The nodes a match takes from the graph: its own and those it applies to the root's values."""
+    return (*match.nodes, *match.applied)
 
 
 def _offload(graph: torch.fx.Graph, anchor: torch.fx.Node, pattern: FusionPattern, match: FusionMatch,
@@ -237,8 +247,8 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     inner = set(nodes[:-1])
     if taken.intersection(_claimed(match)):
         return "overlaps another BOO kernel"
-    if not _conversions_of_root(match):
-        return f"pattern {pattern.name} gave as converted a node that is not a conversion of one of the root's values"
+    if not _applied_to_root_values(match):
+        return f"pattern {pattern.name} gave as applied a node that is not a function of one of the root's values alone"
     if any(user not in nodes for n in inner for user in n.users):
         return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
     if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
@@ -249,17 +259,21 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     return ""
 
 
-def _conversions_of_root(match: FusionMatch) -> bool:
-    """Whether each of ``match.converted`` is the only user of its own ``getitem(root, i)``
-    and does nothing but change that value's dtype (see :class:`FusionMatch`)."""
-    converted = match.converted
-    if not isinstance(converted, tuple):
+def _applied_to_root_values(match: FusionMatch) -> bool:
+    """Whether each of ``match.applied`` is the only user of its own ``getitem(root, i)``, a
+    function of it alone, of its shape (see :class:`FusionMatch`)."""
+    applied = match.applied
+    if not isinstance(applied, tuple):
         return False
     items = set()
-    for conversion in converted:
-        item = conversion.args[0] if isinstance(conversion, torch.fx.Node) and conversion.args else None
+    for node in applied:
+        item = node.args[0] if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args else None
         if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem and item.args[0] is match.root
-                and conversion_of(item) is conversion and item not in items):
+                and only_user(item) is node and item not in items):
+            return False
+        others = [n for n in node.all_input_nodes if n is not item]
+        value, before = tensor_value(node), tensor_value(item)
+        if others or value is None or before is None or value.shape != before.shape:
             return False
         items.add(item)
     return True
@@ -331,8 +345,8 @@ def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
     if single:
         return value, single, (value,)
     values = list(value)
-    for conversion in match.converted:
-        values[conversion.args[0].args[1]] = conversion.meta["val"]
+    for node in match.applied:
+        values[node.args[0].args[1]] = node.meta["val"]
     return type(value)(values), single, tuple(values)
 
 
@@ -375,11 +389,11 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
                 holder = new
                 for user in list(root.users):  # getitem(root, i) -> getitem(new, position[i])
                     user.args = (new, position[user.args[1]])
-    for conversion in match.converted:  # its getitem now reads the converted value from the kernel call
-        item = conversion.args[0]
-        item.meta["val"] = conversion.meta["val"]
-        conversion.replace_all_uses_with(item)
-        graph.erase_node(conversion)
+    for node in match.applied:  # its getitem now reads the value from the kernel call
+        item = node.args[0]
+        item.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(item)
+        graph.erase_node(node)
     for node in reversed(match.nodes):
         graph.erase_node(node)
     return holder
