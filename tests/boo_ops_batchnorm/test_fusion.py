@@ -58,6 +58,8 @@ def test_training_batch_norms_and_their_gradients_run_on_boo():
     reference(x).square().sum().backward()
     offloaded = offload_summary().offloaded
     assert offloaded["bnorm.training"] == 2 and offloaded["bnorm.backward"] == 2, offloaded
+    # the ReLU after the first batch norm: in its forward kernel, its gradient in its backward kernel
+    assert {"aten.relu", "aten.threshold_backward"}.isdisjoint(offload_summary().fallbacks), offload_summary()
     for (name, got), want in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
     for (name, got), want in zip(model.named_buffers(), reference.buffers()):

@@ -236,8 +236,10 @@ def _running_conversions(node: torch.fx.Node, dtype_name: str | None) -> tuple[t
 
 
 class BatchNormBackward(FusionPattern):
-    """``aten.native_batch_norm_backward`` of a training forward (saved statistics given). The
-    match's inputs are in the kernel's order: ``(x, dy, weight, save_mean, save_invstd)``."""
+    """``aten.native_batch_norm_backward`` of a training forward (saved statistics given), with
+    the ``aten.threshold_backward(g, y, 0)`` of the ReLU after that forward where it computes
+    dy (and nothing else reads it). The match's inputs are in the kernel's order: ``(x, dy,
+    weight, save_mean, save_invstd)``, or ``(x, g, weight, save_mean, save_invstd, y)``."""
 
     name = "bnorm.backward"
     anchors = (aten.native_batch_norm_backward.default,)
@@ -249,21 +251,27 @@ class BatchNormBackward(FusionPattern):
         if weight is None:
             return Decline("a batch norm without weight (BOO's backward takes one)")
         spec = {"eps": float(eps), "mask": [bool(m) for m in mask]}
+        relu = _relu_gradient(dy, node)
+        if relu is not None:
+            g, y = relu.args[:2]
+            return FusionMatch((relu, node), (x, g, weight, save_mean, save_invstd, y), {**spec, "activation": "relu"})
         return FusionMatch((node,), (x, dy, weight, save_mean, save_invstd), spec)
 
     def _kernel(self, spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
-        return backward_launchable(batch_norm_signature_for(x, True, False, spec["eps"]), x.device)
+        return backward_launchable(batch_norm_signature_for(x, True, False, spec["eps"], spec.get("activation")),
+                                   x.device)
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [self._kernel(spec, inputs[0]).signature]
 
     def _run(self, kernel: Launchable, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor],
              call: Any) -> tuple[torch.Tensor | None, ...] | None:
-        x, dy, weight, mean, invstd = inputs
+        x, dy, weight, mean, invstd, *y = inputs
         signature = kernel.signature
         stats = [t.to(signature.stats_dtype) for t in (mean, invstd)]
-        outputs = call(stored(x, signature), stored(dy.contiguous(memory_format=memory_format_of(x)), signature),
-                       weight, *stats)
+        layout = memory_format_of(x)
+        outputs = call(stored(x, signature), stored(dy.contiguous(memory_format=layout), signature), weight, *stats,
+                       *(stored(t.contiguous(memory_format=layout), signature) for t in y))
         if outputs is None:
             return None
         dx, dw, db = outputs
@@ -280,13 +288,29 @@ class BatchNormBackward(FusionPattern):
             return general
         signature = kernel.signature
         to_stored = lambda t: stored(t, signature)  # noqa: E731
-        direct = kernel.bind(inputs, (to_stored, to_stored), (lambda dx: logical(dx, signature),))
+        views = (to_stored, to_stored, None, None, None, to_stored)[:len(inputs)]
+        direct = kernel.bind(inputs, views, (lambda dx: logical(dx, signature),))
         return general if direct is None else direct.or_else(general)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        x, dy, weight, mean, invstd = inputs
+        x, dy, weight, mean, invstd, *y = inputs
+        if y:
+            dy = aten.threshold_backward(dy, y[0], 0)
         return aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd, True, spec["eps"],
                                                spec["mask"])
+
+
+def _relu_gradient(dy: Any, node: torch.fx.Node) -> torch.fx.Node | None:
+    """``dy`` when it is ``aten.threshold_backward(g, y, 0)`` (a ReLU's gradient) that only
+    ``node`` reads, with g and y of x's shape and dtype; else None."""
+    if not isinstance(dy, torch.fx.Node) or dy.target is not aten.threshold_backward.default \
+            or only_user(dy) is not node or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs:
+        return None
+    x = node.args[1].meta.get("val")
+    values = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in dy.args[:2]]
+    if not all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values):
+        return None
+    return dy
 
 
 PATTERNS: tuple[FusionPattern, ...] = (BatchNormInference(), BatchNormTraining(), BatchNormBackward())

@@ -62,7 +62,9 @@ class BatchNormSignature(Signature):
     ``y``, normalized with the running statistics if ``running``, else with the batch's.
     ``mode="bwd"``: takes ``(x, dy, weight[, mean, invstd])`` and returns ``(dx, dweight,
     dbias)`` of a training forward, from the saved statistics if ``save``, else recomputed
-    from ``x``. A forward may end in an ``activation`` (``relu``) applied to y.
+    from ``x``. A forward may end in an ``activation`` (``relu``) applied to y; a backward
+    with one takes that forward's output ``y`` last and starts with the activation's gradient
+    (``dy`` where ``y > 0``, else 0: ``aten.threshold_backward``).
 
     ``running_dtype`` is the dtype of the running statistics, read and written (None: the
     stats dtype). A model moved to bf16 keeps its buffers in bf16; a kernel that takes them
@@ -110,9 +112,9 @@ class BatchNormSignature(Signature):
             raise ValueError("a per-activation running variance needs at least 2 samples (N >= 2)")
         if self.mode == "bwd" and self.running:
             raise ValueError("a backward kernel takes no running statistics")
-        if self.activation not in (None, *ACTIVATIONS) or (self.activation and self.mode == "bwd"):
+        if self.activation not in (None, *ACTIVATIONS):
             raise UnsupportedError(f"bnorm activation {self.activation!r}: a forward may end in "
-                                   f"{', '.join(ACTIVATIONS)} (or none); a backward in none")
+                                   f"{', '.join(ACTIVATIONS)} (or none), a backward start with its gradient")
 
     # -- geometry -------------------------------------------------------------------------------
 
@@ -186,7 +188,9 @@ class BatchNormSignature(Signature):
         x = TensorSpec("x", self.stored_shape, self.dtype, self.layout)
         if self.mode == "bwd":
             saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
-            return [x, TensorSpec("dy", self.stored_shape, self.dtype, self.layout), self._param("weight"), *saved]
+            activated = [TensorSpec("y", self.stored_shape, self.dtype, self.layout)] if self.activation else []
+            return [x, TensorSpec("dy", self.stored_shape, self.dtype, self.layout), self._param("weight"), *saved,
+                    *activated]
         running = [self._param(n, self.running_stats_dtype) for n in ("running_mean", "running_var")] \
             if self.running else []
         if self.mode == "train" and self.running:
@@ -220,6 +224,9 @@ class BatchNormSignature(Signature):
         if self.mode == "bwd":
             x, dy = (self._logical(t) for t in args[:2])
             weight, *saved = args[2:]
+            if self.activation:
+                *saved, y = saved
+                dy = torch.ops.aten.threshold_backward(dy, self._logical(y), 0)
             mean, invstd = saved if saved else self._batch_stats(args[0])
             dx, dw, db = torch.ops.aten.native_batch_norm_backward(
                 dy, x, weight, None, None, mean, invstd, True, self.eps, [True, True, True])
@@ -390,6 +397,9 @@ class BatchNormSignature(Signature):
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
                   groups: int | None = None) -> tuple[torch.Tensor, ...]:
         acc = _accumulation_dtype(self, x)
+        if self.activation:  # the ReLU's gradient first: dy where the forward's output is positive
+            *saved, y = saved
+            dy = torch.where(y > 0, dy, 0.0)
         if saved:
             mean, invstd = (self._broadcast(t.to(acc)) for t in saved)
         else:
