@@ -3,8 +3,9 @@
 The host time a change saves is easily hidden by a shared machine's noise, so this script
 compiles the model under ``iree_boo`` (backward kernels on for training) once per state and
 alternates the two ``--pairs`` times. Per row: the median of per-step times (each step
-synchronized), the time per step of ``--steps`` steps run back to back, and how many launches
-of several-command plans went out as one CUDA graph launch. ``--toggle``:
+synchronized), the time per step of ``--steps`` steps run back to back, how many launches of
+several-command plans went out as one CUDA graph launch, and how many graphs were recorded
+per step after three warm-up steps (0 where every call's buffers repeat). ``--toggle``:
 
 * ``replay``: ``BOO_CUDA_GRAPH_REPLAY`` (plans of several commands relaunched as one graph);
 * ``bnorm-direct``: batch norm's direct calls. Off, the training and inference patterns bind
@@ -71,18 +72,23 @@ def main() -> None:
         x = x.contiguous(memory_format=torch.channels_last)
 
     counts = {True: 0, False: 0}
-    launch = replay.GraphReplays.launch
+    launch, record = replay.GraphReplays.launch, replay.GraphReplays._record
 
     def counted(self, *call):
         launched = launch(self, *call)
         counts[launched] += 1
         return launched
 
-    replay.GraphReplays.launch = counted
+    def recorded(self, *call):
+        counts["recorded"] += 1
+        return record(self, *call)
+
+    replay.GraphReplays.launch, replay.GraphReplays._record = counted, recorded
     print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, "
           f"{torch.cuda.get_device_name()}")
-    print(f"| {args.toggle} | median ms/step (synchronized) | ms/step back to back | graph launches |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"| {args.toggle} | median ms/step (synchronized) | ms/step back to back | graph launches | "
+          "recordings per step |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for on in [False, True] * args.pairs:
         with _state(args.toggle, on):
             torch._dynamo.reset()
@@ -91,7 +97,7 @@ def main() -> None:
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
-            counts.update({True: 0, False: 0})
+            counts.update({True: 0, False: 0, "recorded": 0})
             times = []
             for _ in range(args.steps):
                 start = time.perf_counter()
@@ -104,9 +110,10 @@ def main() -> None:
             torch.cuda.synchronize()
             back_to_back = (time.perf_counter() - start) * 1e3 / args.steps
         share = counts[True] / max(counts[True] + counts[False], 1)
-        print(f"| {'on' if on else 'off'} | {statistics.median(times):.2f} | {back_to_back:.2f} | {share:.0%} |",
-              flush=True)
-    replay.GraphReplays.launch = launch
+        recordings = counts["recorded"] / (2 * args.steps)
+        print(f"| {'on' if on else 'off'} | {statistics.median(times):.2f} | {back_to_back:.2f} | {share:.0%} | "
+              f"{recordings:.1f} |", flush=True)
+    replay.GraphReplays.launch, replay.GraphReplays._record = launch, record
 
 
 def _step(compiled: Callable[[torch.Tensor], torch.Tensor], model: torch.nn.Module, x: torch.Tensor,

@@ -146,6 +146,32 @@ def test_producer_boo_consumer_across_two_streams_a_thousand_times():
         torch.testing.assert_close(z.double(), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_a_kernel_serving_many_buffers_per_step_records_each_set_once():
+    """One kernel called on 12 sets of buffers in turn (a batch norm in 12 layers of one
+    shape), four steps: each set's graph is recorded at its second call and none after; the
+    graphs kept hold a whole step's sets, so none is dropped and recorded again later."""
+    signature = BooOpRegistry.parse_signatures("bnormbfp16 -n 8 -c 64 -H 14 -W 14 -L NHWC -m 1 -F 1 -s 1 -r 1")[0]
+    launchable = get_launchable(signature, DEVICE)
+    launcher = launchable._launcher
+    kept_replays = launcher._replays
+    launcher._replays = replays = GraphReplays(launcher._driver, 0, signature.func_name)
+    layers = [(signature.get_sample_args(device=DEVICE, seed=seed),
+               tuple(torch.empty(s.shape, dtype=s.dtype, device=DEVICE) for s in signature.output_specs()))
+              for seed in range(12)]
+    try:
+        recorded = []
+        for _ in range(4):
+            for args, outputs in layers:
+                launchable(*args, out=outputs)
+            recorded.append(replays.recordings)
+        torch.cuda.synchronize()
+    finally:
+        launcher._replays = kept_replays
+    assert recorded[0] == 0 and recorded[1] >= 1 and recorded[1] == recorded[2] == recorded[3], recorded
+    for args, outputs in layers[-2:]:
+        assert all(c.passed for c in check_outputs(signature, args, outputs))
+
+
 @pytest.mark.parametrize("signature", KERNELS[:3], ids=lambda s: s.func_name)
 def test_a_cuda_graph_captures_and_replays_boo_calls(signature):
     launchable = get_launchable(signature, DEVICE)
