@@ -9,20 +9,29 @@ The package is laid out by stage: ``plugins`` (the contract and loading), ``sign
 (torch.compile). What plugins and users need is re-exported here.
 """
 
-from .dynamo.patterns import Decline, FusionMatch, FusionPattern, GraphRewrite, insert_aten, node_arguments, only_user
+from .dynamo.patterns import (
+                              Decline,
+                              FusionMatch,
+                              FusionPattern,
+                              GraphRewrite,
+                              conversion_of,
+                              insert_aten,
+                              node_arguments,
+                              only_user,
+)
 from .errors import (
-    ArgumentError,
-    BooError,
-    BooFallbackWarning,
-    CommandError,
-    CompileError,
-    DeviceError,
-    KernelLoadError,
-    LaunchError,
-    PluginError,
-    SubstitutionError,
-    UnknownOpError,
-    UnsupportedError,
+                              ArgumentError,
+                              BooError,
+                              BooFallbackWarning,
+                              CommandError,
+                              CompileError,
+                              DeviceError,
+                              KernelLoadError,
+                              LaunchError,
+                              PluginError,
+                              SubstitutionError,
+                              UnknownOpError,
+                              UnsupportedError,
 )
 from .kernels.formulation import Formulation
 from .kernels.target import Target
@@ -75,6 +84,7 @@ __all__ = [
     "UnsupportedError",
     "clear_launchables",
     "configure",
+    "conversion_of",
     "get_launchable",
     "get_settings",
     "hookimpl",
