@@ -338,8 +338,8 @@ def _refuse(report: GraphReport, node: torch.fx.Node, reason: str) -> None:
 
 def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
     """The value the kernel call gives in the root's place (the root's compile-time value,
-    with the dtypes of the values it converts), whether it is one tensor, and its values as a
-    sequence."""
+    with those of the nodes it applies in their items' places), whether it is one tensor, and
+    its values as a sequence."""
     value = match.root.meta["val"]
     single = isinstance(value, torch.Tensor)
     if single:
