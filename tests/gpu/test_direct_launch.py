@@ -270,12 +270,27 @@ def test_a_replay_reads_the_parameters_memory_and_refuses_what_the_graph_was_not
 
 
 
-def test_compiled_nodes_reach_their_kernels_through_direct_calls():
+@pytest.fixture
+def bound_calls(monkeypatch):
+    """Every KernelCall that the test's compiled graphs bind, in binding order."""
+    from boo_core.dynamo.kernel_call import KernelCall
+
+    calls: list[KernelCall] = []
+    original = KernelCall.bind
+
+    def remember(self, inputs):
+        calls.append(self)
+        return original(self, inputs)
+
+    monkeypatch.setattr(KernelCall, "bind", remember)
+    return calls
+
+
+def test_compiled_nodes_reach_their_kernels_through_direct_calls(bound_calls):
     """A compiled graph's conv (channels-last, bias, ReLU), linear and layer norm are bound to
     direct calls that hand the graph's own tensors to the kernels and return exactly the
     layouts the graph expects; results match PyTorch; a node given other strides than it was
     bound for takes the general path, and is right too."""
-    from boo_core.dynamo.kernel_call import KernelCall
     from boo_core.runtime.direct_call import DirectCall
 
     torch._dynamo.reset()
@@ -284,30 +299,19 @@ def test_compiled_nodes_reach_their_kernels_through_direct_calls():
                                 torch.nn.Linear(64 * 8 * 8, 256), torch.nn.LayerNorm(256))
     model = model.to(DEVICE, bf16).to(memory_format=torch.channels_last).eval()
     reference = copy.deepcopy(model).float()
-    calls: list[KernelCall] = []
-    original = KernelCall.bind
-
-    def remember(self, inputs):
-        calls.append(self)
-        return original(self, inputs)
-
-    KernelCall.bind = remember
-    try:
-        compiled = torch.compile(model, backend="iree_boo", dynamic=False)
-        x = torch.randn(32, 64, 8, 8, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():
-            for _ in range(3):
-                x.normal_()
-                got = compiled(x)
-                want = reference(x.float())
-                torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
-    finally:
-        KernelCall.bind = original
-    names = sorted(c.pattern.name for c in calls)
+    compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+    x = torch.randn(32, 64, 8, 8, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        for _ in range(3):
+            x.normal_()
+            got = compiled(x)
+            want = reference(x.float())
+            torch.testing.assert_close(got.float(), want, rtol=3e-2, atol=3e-2)
+    names = sorted(c.pattern.name for c in bound_calls)
     assert names == ["conv.forward", "layernorm.forward", "matmul.addmm"], names
-    assert all(isinstance(c._bound, DirectCall) and c._exact for c in calls), \
-        [(c.pattern.name, type(c._bound).__name__, c._exact) for c in calls]
-    [conv] = [c for c in calls if c.pattern.name == "conv.forward"]
+    assert all(isinstance(c._bound, DirectCall) and c._exact for c in bound_calls), \
+        [(c.pattern.name, type(c._bound).__name__, c._exact) for c in bound_calls]
+    [conv] = [c for c in bound_calls if c.pattern.name == "conv.forward"]
     conv_module = model[0]
     nchw = x.contiguous()  # strides it was not bound for
     with torch.no_grad():
@@ -341,12 +345,11 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right()
 
 
 @pytest.mark.parametrize("buffers", [f32, bf16], ids=["f32_buffers", "bf16_buffers"])
-def test_compiled_batch_norm_training_and_its_gradient_are_direct_calls_and_right(buffers):
+def test_compiled_batch_norm_training_and_its_gradient_are_direct_calls_and_right(buffers, bound_calls):
     """A training batch norm (its momentum bound once, its running statistics read and
     written in the buffers' dtype) and its gradient go straight to their kernels and return
     exactly what the graph expects; outputs, gradients and running statistics match a float32
     PyTorch model's over three steps."""
-    from boo_core.dynamo.kernel_call import KernelCall
     from boo_core.runtime.direct_call import DirectCall
 
     torch._dynamo.reset()
@@ -359,37 +362,25 @@ def test_compiled_batch_norm_training_and_its_gradient_are_direct_calls_and_righ
             module.running_mean = module.running_mean.to(buffers)
             module.running_var = module.running_var.to(buffers)
     reference = copy.deepcopy(model).float()
-    calls: list[KernelCall] = []
-    original = KernelCall.bind
-
-    def remember(self, inputs):
-        calls.append(self)
-        return original(self, inputs)
-
-    KernelCall.bind = remember
-    try:
-        with settings_override(use_backward_kernels=True):
-            compiled = torch.compile(model, backend="iree_boo", dynamic=False)
-            for _ in range(3):
-                x = torch.randn(16, 32, 14, 14, device=DEVICE, dtype=bf16).contiguous(
-                    memory_format=torch.channels_last)
-                probe = torch.randn(16, 64, 14, 14, device=DEVICE)
-                got = compiled(x)
-                want = reference(x.float())
-                torch.testing.assert_close(got.float(), want, rtol=5e-2, atol=5e-2)
-                (got.float() * probe).sum().backward()
-                (want * probe).sum().backward()
-                for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-                    scale = q.grad.abs().max().item()
-                    torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
-                    p.grad = q.grad = None
-    finally:
-        KernelCall.bind = original
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+        for _ in range(3):
+            x = torch.randn(16, 32, 14, 14, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
+            probe = torch.randn(16, 64, 14, 14, device=DEVICE)
+            got = compiled(x)
+            want = reference(x.float())
+            torch.testing.assert_close(got.float(), want, rtol=5e-2, atol=5e-2)
+            (got.float() * probe).sum().backward()
+            (want * probe).sum().backward()
+            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                scale = q.grad.abs().max().item()
+                torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
+                p.grad = q.grad = None
     for (name, got_buffer), want_buffer in zip(model.named_buffers(), reference.buffers()):
         if got_buffer.is_floating_point():
             assert got_buffer.dtype == buffers, name
         torch.testing.assert_close(got_buffer.to(want_buffer.dtype), want_buffer, rtol=2e-2, atol=2e-2, msg=name)
-    norms = [c for c in calls if c.pattern.name.startswith("bnorm.")]
+    norms = [c for c in bound_calls if c.pattern.name.startswith("bnorm.")]
     assert sorted(c.pattern.name for c in norms) == ["bnorm.backward"] * 2 + ["bnorm.training"] * 2
     assert all(isinstance(c._bound, DirectCall) and c._exact for c in norms), \
         [(c.pattern.name, type(c._bound).__name__, c._exact) for c in norms]
