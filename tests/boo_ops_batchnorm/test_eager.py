@@ -92,12 +92,19 @@ def test_modules_behave_as_torchs_over_several_steps(module_class, shape, option
     close(ours(x), theirs(x))
 
 
-def test_a_bf16_model_keeps_bf16_running_statistics():
+def test_a_bf16_model_keeps_bf16_running_statistics(monkeypatch):
+    """The kernel reads and writes them in bf16 itself (no conversions around the call)."""
+    from boo_ops_batchnorm import eager
+
+    kernels = []
+    original = eager.launchable_for
+    monkeypatch.setattr(eager, "launchable_for", lambda *a: kernels.append(original(*a)) or kernels[-1])
     ours, theirs = BooBatchNorm2d(3).to(bf16), torch.nn.BatchNorm2d(3).to(bf16)
     x = torch.randn(4, 3, 6, 6).to(bf16)
     close(ours(x), theirs(x), bf16)
     assert ours.running_mean.dtype == bf16
     close(ours.running_var, theirs.running_var, bf16)
+    assert [k.signature.running_dtype for k in kernels] == [bf16]
 
 
 def test_convert_batch_norms_switches_classes_in_place():

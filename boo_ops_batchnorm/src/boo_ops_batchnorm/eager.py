@@ -44,14 +44,18 @@ def boo_batch_norm(
         # As torch: an empty result; one value per channel in training is torch's error to give.
         return torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
     running = running_mean is not None
-    key = ("bnorm", x.shape, x.dtype, x.stride(), training, running, eps)  # cheap: a dict lookup per call
-    kernel = launchable_for(key, lambda: batch_norm_signature_for(x, training, running, eps), x.device)
+    # the kernel reads and writes the buffers' own dtype (a bf16 model's), where it can
+    kept = running_mean.dtype if running and running_mean.dtype == running_var.dtype \
+        and running_mean.dtype in FLOAT_DTYPES else None
+    key = ("bnorm", x.shape, x.dtype, x.stride(), training, running, eps, kept)  # cheap: a dict lookup per call
+    kernel = launchable_for(key, lambda: batch_norm_signature_for(x, training, running, eps, running_dtype=kept),
+                            x.device)
     signature = kernel.signature
     x_stored = stored(x, signature)
     params = (weight if weight is not None else torch.ones(x.shape[1], dtype=x.dtype, device=x.device),
               bias if bias is not None else torch.zeros(x.shape[1], dtype=x.dtype, device=x.device))
     stats = () if running_mean is None else tuple(
-        t.to(signature.stats_dtype).contiguous() for t in (running_mean, running_var))
+        t.to(signature.running_stats_dtype).contiguous() for t in (running_mean, running_var))
     if signature.mode == "train" and stats:
         stats += (torch.full((1,), momentum, dtype=signature.stats_dtype, device=x.device),)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
