@@ -148,6 +148,47 @@ def test_the_check_allows_the_examples_own_private_names_and_torchs_ops():
     assert private_uses({"x.py": source}) == []
 
 
+# -- only the front door ------------------------------------------------------------------------
+
+FRONT_DOOR = "boo_core.plugin"
+
+
+def beside_the_front_door(sources: dict[str, str]) -> list[str]:
+    """Where ``sources`` import anything of boo_core but :mod:`boo_core.plugin`."""
+    problems = []
+    for file, text in sources.items():
+        for node in ast.walk(ast.parse(text, file)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            problems += [f"{file}:{node.lineno}: imports {module}" for module in modules
+                         if module.split(".")[0] == "boo_core" and module != FRONT_DOOR]
+    return problems
+
+
+@pytest.mark.parametrize("package", ["boo_ops_softmax", "boo_kernels_hopper"])
+def test_the_example_and_the_kernel_library_import_only_the_front_door(package):
+    files = sorted((REPO / "examples" / package / "src").rglob("*.py"))
+    assert files
+    assert beside_the_front_door({str(f.relative_to(REPO)): f.read_text() for f in files}) == []
+
+
+@pytest.mark.parametrize("source", ["from boo_core import Signature", "import boo_core",
+                                    "from boo_core.signatures.flags import number", "import boo_core.settings as s"])
+def test_the_front_door_check_finds_other_imports_of_boo_core(source):
+    assert len(beside_the_front_door({"x.py": source})) == 1
+
+
+def test_the_front_door_holds_every_name_it_lists():
+    import boo_core.plugin
+
+    assert [name for name in boo_core.plugin.__all__ if not hasattr(boo_core.plugin, name)] == []
+    assert beside_the_front_door({"x.py": "from boo_core.plugin import Signature\nimport torch"}) == []
+
+
 # -- installed in a fresh environment -----------------------------------------------------------
 
 

@@ -25,8 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from boo_core import Target, hookimpl
-from boo_core.substitute import KernelExecutables, Substitution, external_source
+from boo_core.plugin import KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
 from . import conv, gemm, ptx, wgrad

@@ -7,9 +7,16 @@ from dataclasses import replace
 
 import torch
 
-from boo_core import ArgumentError, Launchable, get_settings, launchable_for
-from boo_core.runtime.arguments import require_int, require_tensor
-from boo_core.runtime.autograd import Backward, launch
+from boo_core.plugin import (
+    ArgumentError,
+    Backward,
+    Launchable,
+    get_settings,
+    launch,
+    launchable_for,
+    require_int,
+    require_tensor,
+)
 
 from .signature import SoftmaxSignature
 

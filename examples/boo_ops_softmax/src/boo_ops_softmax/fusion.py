@@ -11,8 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core import Decline, FusionMatch, FusionPattern
-from boo_core.dynamo.patterns import tensor_value
+from boo_core.plugin import Decline, FusionMatch, FusionPattern, tensor_value
 
 from .eager import boo_softmax, boo_softmax_backward, softmax_signature_for
 from .signature import SoftmaxSignature

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from boo_core import OpSpec, Target, hookimpl
+from boo_core.plugin import OpSpec, Target, hookimpl
 
 from .fusion import PATTERNS
 from .parser import SoftmaxParser

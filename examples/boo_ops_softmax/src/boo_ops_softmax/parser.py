@@ -12,8 +12,20 @@ signatures and writes commands from this table alone.
 
 from __future__ import annotations
 
-from boo_core import CommandParser, Directions, Flag, FlagKind, ParsedFlags, run_flags
-from boo_core.signatures.flags import Integer, indexed, number, one_of, positive, upper
+from boo_core.plugin import (
+    CommandParser,
+    Directions,
+    Flag,
+    FlagKind,
+    Integer,
+    ParsedFlags,
+    indexed,
+    number,
+    one_of,
+    positive,
+    run_flags,
+    upper,
+)
 
 from .signature import ALGORITHMS, SOFTMAX_MODES, SoftmaxSignature
 

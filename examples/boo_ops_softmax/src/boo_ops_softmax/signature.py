@@ -8,9 +8,16 @@ from typing import ClassVar
 
 import torch
 
-from boo_core import Signature, TensorSpec, UnsupportedError
-from boo_core.signatures.dtypes import short_name
-from boo_core.signatures.signature import number_symbol, require_choice, require_finite, require_positive
+from boo_core.plugin import (
+    Signature,
+    TensorSpec,
+    UnsupportedError,
+    number_symbol,
+    require_choice,
+    require_finite,
+    require_positive,
+    short_name,
+)
 
 #: MIOpen's ``-a/--algorithm`` values 0, 1, 2, in order.
 ALGORITHMS = ("fast", "accurate", "log")

@@ -1,0 +1,151 @@
+"""The front door for plugin authors: everything an op or a kernel library uses, in one module.
+
+A plugin imports from here and from nowhere else in ``boo_core``::
+
+    from boo_core.plugin import OpSpec, Signature, TensorSpec, CommandParser, hookimpl, launch
+
+What it holds, by stage (docs/plugins.md explains each):
+
+* the contract: ``hookimpl``, ``OpSpec``, ``Formulation``, ``Target``, the errors;
+* signatures: ``Signature``, ``TensorSpec`` and the field checks (``require_positive``...);
+* command lines: ``CommandParser``, ``Flag``, ``FlagKind``, ``Directions``, ``run_flags``,
+  the value types (``integer``, ``positive``, ``one_of``...), ``format_command``;
+* dtypes: ``short_name``, ``dtype_from_name`` and the MIOpen suffix tables;
+* eager functions: ``launch``, ``launchable_for``, ``get_launchable``, ``Launchable``,
+  ``Backward``, ``reference_backward`` and the argument checks (``require_tensor``...);
+* torch.compile: ``FusionPattern``, ``FusionMatch``, ``Decline``, ``GraphRewrite`` and the
+  node helpers (``node_arguments``, ``only_user``, ``conversion_of``, ``tensor_value``...);
+* numerics and tuning: ``compare``, ``tolerance_for``, ``check_launchable``,
+  ``TuningCandidate`` and the configuration spaces;
+* kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source`` and the
+  rest of ``boo_core.substitute``;
+* settings: ``get_settings``, ``configure``, ``settings_override``.
+
+A plugin's tests may also use ``boo_core.testing`` (fixtures, fuzzing, the numerics check).
+"""
+
+from __future__ import annotations
+
+from . import (
+    ArgumentError,
+    BooDevice,
+    BooError,
+    BooFallbackWarning,
+    BooOpRegistry,
+    CommandError,
+    CommandParser,
+    CompileError,
+    Decline,
+    DeviceError,
+    Directions,
+    Flag,
+    FlagKind,
+    Formulation,
+    FusionMatch,
+    FusionPattern,
+    GraphRewrite,
+    KernelLoadError,
+    Launchable,
+    LaunchError,
+    OpSpec,
+    ParsedCommand,
+    ParsedFlags,
+    PluginError,
+    Signature,
+    SubstitutionError,
+    Target,
+    TensorSpec,
+    UnknownOpError,
+    UnsupportedError,
+    configure,
+    conversion_of,
+    get_launchable,
+    get_settings,
+    hookimpl,
+    insert_aten,
+    launch,
+    launchable_for,
+    node_arguments,
+    only_user,
+    run_flags,
+)
+from .dynamo import offload_summary, reset_offload_summary
+from .dynamo.patterns import has_static_shape, static_ints, tensor_value
+from .kernels.export import export_mlir
+from .runtime.arguments import (
+    is_empty,
+    require_int,
+    require_ints,
+    require_number,
+    require_same_device,
+    require_tensor,
+    require_tensors,
+)
+from .runtime.autograd import Backward, reference_backward
+from .settings import settings_override
+from .signatures.dtypes import DTYPE_TO_SUFFIX, SUFFIX_TO_DTYPE, dtype_from_name, short_name
+from .signatures.flags import (
+    Integer,
+    OutOfRange,
+    indexed,
+    integer,
+    non_negative,
+    number,
+    one_of,
+    optional,
+    positive,
+    switch,
+    text,
+    upper,
+)
+from .signatures.parser import format_command
+from .signatures.signature import (
+    MAX_TENSOR_BYTES,
+    bounded_symbol,
+    number_symbol,
+    require_choice,
+    require_finite,
+    require_positive,
+    require_representable,
+    tensor_size_problem,
+)
+from .substitute import (
+    Binding,
+    Executable,
+    Export,
+    KernelExecutables,
+    Substitution,
+    dump_kernel,
+    executables_of,
+    external_source,
+    sanitize_symbol,
+)
+from .tune.space import (
+    TuningCandidate,
+    cpu_contraction_configs,
+    cpu_flag_sets,
+    elementwise_configs,
+    reduction_configs,
+    tile_and_fuse_configs,
+)
+from .verify.numerics import check_launchable, compare, tolerance_for
+
+__all__ = [
+    "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "SUFFIX_TO_DTYPE",
+    "ArgumentError", "Backward", "Binding", "BooDevice", "BooError", "BooFallbackWarning", "BooOpRegistry",
+    "CommandError", "CommandParser", "CompileError", "Decline", "DeviceError", "Directions", "Executable", "Export",
+    "Flag", "FlagKind", "Formulation", "FusionMatch", "FusionPattern", "GraphRewrite", "Integer",
+    "KernelExecutables", "KernelLoadError", "LaunchError", "Launchable", "OpSpec", "OutOfRange", "ParsedCommand",
+    "ParsedFlags", "PluginError", "Signature", "Substitution", "SubstitutionError", "Target", "TensorSpec",
+    "TuningCandidate", "UnknownOpError", "UnsupportedError",
+    "bounded_symbol", "check_launchable", "compare", "configure", "conversion_of", "cpu_contraction_configs",
+    "cpu_flag_sets", "dtype_from_name", "dump_kernel", "elementwise_configs", "executables_of", "export_mlir",
+    "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape", "hookimpl",
+    "indexed", "insert_aten", "integer", "is_empty", "launch", "launchable_for", "node_arguments",
+    "non_negative", "number", "number_symbol", "offload_summary", "one_of", "only_user", "optional", "positive",
+    "reduction_configs", "reference_backward", "require_choice", "require_finite", "require_int", "require_ints",
+    "require_number", "require_positive", "require_representable", "require_same_device", "require_tensor",
+    "require_tensors", "reset_offload_summary", "run_flags", "sanitize_symbol", "settings_override",
+    "short_name", "static_ints", "switch", "tensor_size_problem", "tensor_value", "text", "tile_and_fuse_configs",
+    "tolerance_for", "upper",
+]
