@@ -131,9 +131,8 @@ class _BatchNormForward(FusionPattern):
         spec = {"mode": self.mode, "weight": weight is not None, "bias": bias is not None, "eps": float(eps),
                 "momentum": float(momentum), "stats_dtype": short_name(value[1].dtype),
                 "stats_numel": int(value[1].numel()), "running_dtype": short_name(running.dtype)}
-        buffers = {t.meta["val"].dtype for t in (running_mean, running_var)}
-        if len(buffers) == 1 and (kept := buffers.pop()) in FLOAT_DTYPES:
-            spec["kernel_running_dtype"] = short_name(kept)
+        if _buffers_dtype(running_mean, running_var) == spec["running_dtype"]:  # the kernel takes them as they are
+            spec["kernel_running_dtype"] = spec["running_dtype"]
         return spec
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
@@ -201,12 +200,10 @@ class BatchNormTraining(_BatchNormForward):
                            "_no_training op)")
         spec = self._spec(node, weight, bias, running_mean, running_var, momentum, eps)
         inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
-        kept = spec.pop("kernel_running_dtype", None)
+        kept = _buffers_dtype(running_mean, running_var)
         applied = _running_conversions(node, kept)
         if applied:  # the kernel writes the buffers' dtype, which the graph converted to
             spec.update(kernel_running_dtype=kept, running_dtype=kept)
-        elif kept == spec["running_dtype"]:
-            spec["kernel_running_dtype"] = kept
         y = next((u for u in node.users if u.target is operator.getitem and u.args[1] == 0), None)
         relu = only_user(y) if y is not None else None
         if relu is not None and relu.target in _RELU and relu.args == (y,):
@@ -223,6 +220,14 @@ class BatchNormTraining(_BatchNormForward):
         running = dtype_from_name(spec["running_dtype"])
         return (torch.relu(y) if spec.get("activation") else y), mean, invstd, new_mean.to(running), \
             new_var.to(running)
+
+
+def _buffers_dtype(running_mean: torch.fx.Node, running_var: torch.fx.Node) -> str | None:
+    """The short name of the running statistics' one dtype, where a kernel can hold them in it."""
+    dtypes = {t.meta["val"].dtype for t in (running_mean, running_var)}
+    if len(dtypes) != 1 or not dtypes <= set(FLOAT_DTYPES):
+        return None
+    return short_name(dtypes.pop())
 
 
 def _running_conversions(node: torch.fx.Node, dtype_name: str | None) -> tuple[torch.fx.Node, ...]:
