@@ -86,8 +86,8 @@ def test_candidates_within_timing_noise_of_the_fastest_tie_and_the_first_in_orde
                                                                                        monkeypatch):
     original = tuner_module.Tuner._verify_and_time
 
-    def fixed_times(self, signature, candidate, result, inputs, timer):
-        original(self, signature, candidate, result, inputs, timer)
+    def fixed_times(self, signature, candidate, result, timer):
+        original(self, signature, candidate, result, timer)
         if result.time_us is not None:
             result.time_us = times[candidate.label]
 
@@ -265,9 +265,9 @@ def test_a_killed_tune_resumes_without_redoing_finished_candidates(private_cache
     measured, compiled = [], []
     original_measure, original_compile = tuner_module.Tuner._verify_and_time, tuner_module._compile_candidate
 
-    def counting_measure(self, signature, candidate, result, inputs, timer):
+    def counting_measure(self, signature, candidate, result, timer):
         measured.append(candidate.label)
-        return original_measure(self, signature, candidate, result, inputs, timer)
+        return original_measure(self, signature, candidate, result, timer)
 
     def counting_compile(*args):
         seconds, error = original_compile(*args)

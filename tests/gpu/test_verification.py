@@ -58,9 +58,10 @@ checks = []
 original = numerics.check_launchable
 numerics.check_launchable = lambda l, *a, **k: checks.append(l) or original(l, *a, **k)
 from boo_core import get_launchable
+from boo_core.kernels import activity
 with isolated_registry({"scale": ScalePlugin(formulations=CHAIN)}):
     launchable = get_launchable(ScaleSignature(777), "cuda:0")
-print(launchable.formulation, launchable.verified, len(checks))
+print(launchable.formulation, launchable.verified, activity.counts()["verdict checked"], len(checks))
 """
 
 
@@ -74,8 +75,15 @@ def test_a_verdict_is_reused_across_processes(private_cache):
     first = subprocess.run([sys.executable, "-c", REUSE], env=env, cwd=REPO, capture_output=True, text=True)
     second = subprocess.run([sys.executable, "-c", REUSE], env=env, cwd=REPO, capture_output=True, text=True)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    assert first.stdout.split() == ["default", "True", "3"]  # triple refused on its first check, default checked twice
-    assert second.stdout.split() == ["default", "True", "0"]  # both verdicts read from the cache: no check
+    # Both kernels checked (triple refused, default passed), by the worker process: no check ran in this one.
+    assert first.stdout.split() == ["default", "True", "2", "0"]
+    assert second.stdout.split() == ["default", "True", "0", "0"]  # both verdicts read from the cache: no check
+    in_process = subprocess.run([sys.executable, "-c", REUSE], env={**env, "BOO_WORKER": "0",
+                                "BOO_CACHE_DIR": str(private_cache / "another")}, cwd=REPO, capture_output=True,
+                                text=True)
+    assert in_process.returncode == 0, in_process.stderr
+    assert in_process.stdout.split() == ["default", "True", "2", "3"]  # triple refused on its first check, default
+    # checked twice, here
 
 
 def test_boo_verify_0_skips_the_check(private_cache):

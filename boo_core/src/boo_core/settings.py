@@ -221,6 +221,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("loaded_plugins", "BOO_LOAD_PLUGINS", lambda t: _names(t) or None, _const(None), "empty",
             "comma-separated plugin (entry-point) names: load only these (empty: every installed one); "
             "`BOO_DISABLE_PLUGINS` still skips", selects_kernel=False),
+    Setting("worker", "BOO_WORKER", _boolean, _const(True), "`1`",
+            "`1`: kernels are verified and tuned in a worker process, so one that crashes or hangs fails its check "
+            "instead of ending the caller (docs/architecture.md, \"Candidate kernels run in a worker\"); `0`: in "
+            "the calling process", selects_kernel=False),
+    Setting("worker_timeout", "BOO_WORKER_TIMEOUT", _seconds, _const(600.0), "`600`",
+            "seconds the worker process may take over one kernel's check (and timing) before it is stopped and the "
+            "kernel fails", selects_kernel=False),
     Setting("trace_hooks", "BOO_TRACE_HOOKS", _boolean, _const(False), "`0`",
             "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`",
             selects_kernel=False),
@@ -239,6 +246,7 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "graph_rewrites": _auto_switch,
     "compile_timeout": float,
     "lock_timeout": float,
+    "worker_timeout": float,
     "cache_owner": lambda v: _user(str(v)) if v is not None else None,
 }
 
@@ -268,6 +276,8 @@ class Settings:
     plugin_autoload: bool = True
     disabled_plugins: frozenset[str] = frozenset()
     loaded_plugins: frozenset[str] | None = None
+    worker: bool = True
+    worker_timeout: float = 600.0
     trace_hooks: bool = False
 
     @classmethod
@@ -354,3 +364,13 @@ def markdown_table() -> str:
     lines = ["| environment | `configure()` | default | meaning |", "| --- | --- | --- | --- |"]
     lines += [f"| `{s.env}` | `{s.name}` | {s.shown_default} | {s.doc} |" for s in SETTINGS]
     return "\n".join(lines)
+
+
+def use_settings(settings: Settings) -> None:
+    """Make ``settings`` the current settings as they are (a snapshot taken in another
+    process: BOO's worker process runs under its caller's)."""
+    global _current
+    if not isinstance(settings, Settings):
+        raise TypeError(f"use_settings() takes a Settings, got {type(settings).__name__}")
+    with _lock:
+        _current = settings

@@ -116,6 +116,10 @@ class CachedKernel:
     #: False for a kernel whose integrity tag does not prove it this cache's, used only
     #: because no compiler can rebuild it: it must be verified before it is used.
     trusted: bool = True
+    #: A CUDA kernel's launch plan (:class:`~boo_core.kernels.launch_plan.LaunchPlan`), or
+    #: why it has none (a string); None where no plan was asked for (other targets, or
+    #: launches through IREE's runtime). Read with the kernel, so loading it does no I/O.
+    plan: Any = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ microseconds and works without the compiler installed (runtime-only deployments)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -190,10 +191,21 @@ class KernelRequest:
         if self.substitution is not None:
             details["substitution"] = {"label": self.substitution.label, **self.substitution.key_material()}
         if not settings.cache_enabled:
-            return cache.build_uncached(self.key, self.build, details)
-        validate = None if compiler_available() else functools.partial(check_in_child, self.signature, self.target)
-        return cache.fetch_or_build(settings.cache_dir, self.key, self.build, details, rebuild=rebuild,
-                                    validate=validate)
+            kernel = cache.build_uncached(self.key, self.build, details)
+        else:
+            validate = None if compiler_available() else functools.partial(check_in_child, self.signature,
+                                                                           self.target)
+            kernel = cache.fetch_or_build(settings.cache_dir, self.key, self.build, details, rebuild=rebuild,
+                                          validate=validate)
+        if self.target.backend == "cuda" and settings.cuda_launch == "direct":
+            kernel = dataclasses.replace(kernel, plan=self._plan(kernel))
+        return kernel
+
+    def _plan(self, kernel: cache.CachedKernel) -> launch_plan.LaunchPlan | str:
+        """``kernel``'s launch plan from its entry, or why it has none."""
+        if kernel.directory is None:
+            return "compiled without a cache entry to keep a launch plan in"
+        return launch_plan.plan_for_entry(kernel.directory, kernel.vmfb, self.signature.func_name)
 
     @property
     def directory(self) -> Path | None:

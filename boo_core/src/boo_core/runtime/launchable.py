@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,6 +27,8 @@ from iree.runtime import HalFence, VmVariantList
 from torch.utils.dlpack import to_dlpack
 
 from ..errors import ArgumentError, DeviceError, KernelLoadError, LaunchError
+from ..kernels.cache import CachedKernel
+from ..kernels.launch_plan import LaunchPlan
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..plugins.registry import BooOpRegistry
@@ -58,11 +59,16 @@ class Launchable:
     #: it): selection verifies it in this process, and records nothing of it.
     trusted = True
 
-    def __init__(self, signature: Signature, device: BooDevice, request: KernelRequest, driver: str) -> None:
+    def __init__(self, signature: Signature, device: BooDevice, kernel: CachedKernel, driver: str,
+                 request: KernelRequest | None = None) -> None:
+        """Load ``kernel`` (built already: :func:`load_launchable` builds and loads) on ``device``.
+        No file is read and nothing is compiled; a runtime that refuses the kernel raises
+        :class:`~boo_core.errors.KernelLoadError`. ``request`` is what built it, if known."""
         self.signature = signature
         self.device = device
         self.driver = driver
         self.request = request
+        self._kernel = kernel
         self._inputs = tuple(signature.input_specs())
         self._outputs = tuple(signature.output_specs())
         self._torch_device = device.torch_device
@@ -70,16 +76,22 @@ class Launchable:
         #: Op code may keep things derived from this launchable here (its backward, say);
         #: they live and die with it.
         self.derived: dict[str, Any] = {}
-        self.cache_hit = False
-        self.compile_seconds = 0.0
-        self.load_seconds = 0.0
-        self.cache_directory: Path | None = None
+        self.trusted = kernel.trusted
+        self.cache_hit, self.compile_seconds, self.cache_directory = kernel.hit, kernel.compile_seconds, \
+            kernel.directory
+        start = time.perf_counter()
         self._load()
+        self.load_seconds = time.perf_counter() - start
+
+    @property
+    def kernel(self) -> CachedKernel:
+        """The built kernel this launchable loaded."""
+        return self._kernel
 
     @property
     def formulation(self) -> str:
-        """The name of the formulation this kernel was built from."""
-        return self.request.formulation.name
+        """The name of the formulation this kernel was built from ("" where not known)."""
+        return self.request.formulation.name if self.request is not None else ""
 
     @property
     def substitution(self) -> Any:
@@ -88,34 +100,17 @@ class Launchable:
         return self.request.substitution if self.request is not None else None
 
     def _load(self) -> None:
-        start = time.perf_counter()
-        kernel = self.request.fetch()
-        self.trusted = kernel.trusted
+        """Load the kernel's bytes on the device (again after a fork): no I/O."""
         self._generation = hal.generation
-        self._launcher = self._direct_launcher(kernel) if self._torch_device.type == "cuda" else None
+        self._launcher = self._direct_launcher() if self._torch_device.type == "cuda" else None
         if self._launcher is not None:
-            self.cache_hit, self.compile_seconds, self.cache_directory = kernel.hit, kernel.compile_seconds, \
-                kernel.directory
-            self.load_seconds = time.perf_counter() - start - kernel.compile_seconds
             return
         device_runtime = self.runtime = hal.get_runtime(self.device, self.driver)
         try:
-            loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
+            loaded = device_runtime.load(self._kernel.vmfb, self.signature.func_name)
         except ValueError as e:
-            logger.info("%s: cached kernel at %s unusable (%s); recompiling", self.signature.func_name,
-                        kernel.directory, e)
-            kernel = self.request.fetch(rebuild=True)
-            self.trusted = kernel.trusted
-            try:
-                loaded = device_runtime.load(kernel.vmfb, self.signature.func_name)
-            except ValueError as again:
-                raise KernelLoadError(f"{self.signature.func_name} ({self.request.formulation.name}) does not load "
-                                      f"on {self.device.key}, rebuilt or not: {again}") from again
-        self.cache_hit = kernel.hit
-        self.compile_seconds = kernel.compile_seconds
-        self.cache_directory = kernel.directory
-        self.load_seconds = time.perf_counter() - start - kernel.compile_seconds
-        self._generation = hal.generation
+            raise KernelLoadError(f"{self.signature.func_name} ({self.formulation or 'kernel'}) does not load on "
+                                  f"{self.device.key}: {e}") from e
         self._context = loaded.context
         self._function = loaded.function
         self._module = loaded.module
@@ -127,24 +122,21 @@ class Launchable:
             self._semaphore = device_runtime.hal_device.create_semaphore(0)
             self._timeline = 0
 
-    def _direct_launcher(self, kernel: Any) -> Any:
+    def _direct_launcher(self) -> Any:
         """The kernel's launch plan loaded on the GPU (BOO_CUDA_LAUNCH=direct), or None:
         then IREE's runtime runs it (the reason is logged)."""
-        settings = get_settings()
-        if settings.cuda_launch != "direct":
-            return None
-        from ..kernels.launch_plan import LaunchPlan, plan_for_entry
         from .cuda import PlanLauncher
 
-        name = self.signature.func_name
-        plan = (plan_for_entry(kernel.directory, kernel.vmfb, name)
-                if kernel.directory is not None else "compiled without a cache entry to keep a launch plan in")
+        name, plan = self.signature.func_name, self._kernel.plan
+        if plan is None:  # none asked for: launches go through IREE's runtime
+            return None
         if not isinstance(plan, LaunchPlan):
             logger.info("%s: launched through IREE's runtime (host waits): %s", name, plan)
             return None
         sizes = [spec.nbytes for spec in (*self._inputs, *self._outputs)]
         try:
-            return PlanLauncher(plan, self._torch_device.index or 0, sizes, name, replay=settings.cuda_graph_replay)
+            return PlanLauncher(plan, self._torch_device.index or 0, sizes, name,
+                                replay=get_settings().cuda_graph_replay)
         except LaunchError as e:
             logger.warning("%s: launch plan unusable, IREE's runtime runs it: %s", name, e)
             return None
@@ -339,6 +331,27 @@ def _dense_contiguous(tensor: torch.Tensor) -> bool:
         return tensor.is_contiguous()
     except RuntimeError:
         return False
+
+
+def load_launchable(signature: Signature, device: BooDevice, request: KernelRequest, driver: str) -> Launchable:
+    """``request``'s kernel, built (or found in the cache) and loaded on ``device``: the build
+    step (a ``boo.build`` range in a profiler's trace), then :class:`Launchable`. A cached
+    kernel the device's runtime refuses is rebuilt once; refused again, it is a
+    :class:`~boo_core.errors.KernelLoadError`."""
+    name = signature.func_name
+    with torch.profiler.record_function(f"boo.build {name}"):
+        kernel = request.fetch()
+    try:
+        return Launchable(signature, device, kernel, driver, request)
+    except KernelLoadError as e:
+        logger.info("%s: cached kernel at %s unusable (%s); recompiling", name, kernel.directory, e.__cause__ or e)
+    with torch.profiler.record_function(f"boo.build {name}"):
+        kernel = request.fetch(rebuild=True)
+    try:
+        return Launchable(signature, device, kernel, driver, request)
+    except KernelLoadError as again:
+        raise KernelLoadError(f"{name} ({request.formulation.name}) does not load on {device.key}, rebuilt or not: "
+                              f"{again.__cause__ or again}") from again.__cause__
 
 
 class ReferenceLaunchable(Launchable):

@@ -39,8 +39,9 @@ from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..substitute.candidates import refuse_if_user, signature_plan
 from ..verify import verdicts
+from . import worker
 from .devices import BooDevice
-from .launchable import Launchable, ReferenceLaunchable
+from .launchable import Launchable, ReferenceLaunchable, load_launchable
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
     """The launchable that serves ``signature`` on ``device`` (module docstring).
     Substituted candidates are always verified; a user substitution that fails is an error."""
     verify_all = get_settings().verifies(device.torch_device.type)
+    check = worker.checker()  # in the worker process, unless BOO_WORKER=0
     attempts: list[Attempt] = []
     for candidate in signature_plan(signature, device.target, substitution=substitution, only=only,
                                     tuned=lambda: _tuned(signature, device)):
@@ -84,7 +86,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
                 attempts.append(Attempt(candidate.name, "verification", recorded))
                 continue
         try:
-            launchable = Launchable(signature, device, request, driver)
+            launchable = load_launchable(signature, device, request, driver)
         except CompileError as e:
             refuse_if_user(candidate.substitution, signature, "it did not compile", e)
             attempts.append(Attempt(candidate.name, "compile", e.log_path or str(e).splitlines()[0]))
@@ -97,7 +99,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
                  device.key)
             continue
         if not launchable.trusted:
-            verdict = verdicts.check(launchable)  # this process's own check: never recorded for others
+            verdict = check(launchable)  # this process's own check: never recorded for others
             if verdict != verdicts.PASS:
                 refuse_if_user(candidate.substitution, signature, f"its unproven cached kernel failed verification "
                                f"({verdict})")
@@ -107,7 +109,7 @@ def select(signature: Signature, device: BooDevice, driver: str, *, only: str | 
                 continue
             launchable.verified = True
         elif checked:
-            verdict = verdicts.verdict_of(launchable)
+            verdict = verdicts.verdict_of(launchable, check)
             if verdict != verdicts.PASS:
                 refuse_if_user(candidate.substitution, signature, f"it failed verification on "
                                f"{verdicts.device_identity(device.torch_device)} ({verdict})")

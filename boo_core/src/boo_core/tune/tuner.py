@@ -25,8 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import torch
-
 from ..errors import BooError, CompileError, describe_error, is_plugins_failure
 from ..files import MAX_CSV_BYTES, FileRefused, read_text
 from ..kernels.request import KernelRequest
@@ -34,8 +32,9 @@ from ..kernels.target import Target
 from ..plugins.manager import call_blamed
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import BooDevice, resolve_device
-from ..runtime.launchable import Launchable
+from ..runtime.launchable import load_launchable
 from ..runtime.timing import timer_for
+from ..runtime.worker import verify_and_time
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..substitute.candidates import library_substitutions
@@ -387,7 +386,7 @@ class Tuner:
                 result.verdict = "skipped"
                 result.error = f"the kernel's time budget ({options.budget_seconds:g} s) ran out"
             else:
-                self._verify_and_time(signature, candidate, result, inputs, timer)
+                self._verify_and_time(signature, candidate, result, timer)
             # A compile the cluster lost is not the candidate's verdict: a resumed tune tries it again.
             if checkpoint and result.verdict != "skipped" and not error.startswith(CLUSTER_FAILURE):
                 _checkpoint(progress, result)
@@ -407,22 +406,24 @@ class Tuner:
                           f"{tune.signature.func_name[:40]}: {result.label} {result.verdict}")
 
     def _verify_and_time(self, signature: Signature, candidate: ResolvedCandidate, result: CandidateResult,
-                         inputs: Sequence[torch.Tensor], timer: Any) -> None:
+                         timer: Any) -> None:
+        """Build the candidate, then check and time it (in the worker process: a kernel that
+        crashes or hangs fails there) and record its verdict."""
         driver = self.device.driver_for(signature.flops, get_settings().cpu_driver)
         request = KernelRequest.create(signature, self.device.target, candidate.formulation,
                                        config=candidate.config, extra_flags=candidate.flags,
                                        substitution=candidate.substitution)
         try:
-            launchable = Launchable(signature, self.device, request, driver)
+            launchable = load_launchable(signature, self.device, request, driver)
         except BooError as e:
             result.verdict, result.error = "compile error", str(e).splitlines()[0]
             return
-        result.verdict = verdicts.check_and_record(launchable)
-        if result.verdict != PASS:
-            return
-        stats = timer(lambda: launchable(*inputs), device=self.device.torch_device,
-                      iterations=self.options.iterations, warmup=self.options.warmup)
-        result.time_us = statistics.median(stats.samples_us)
+        start = time.perf_counter()
+        found = verify_and_time(launchable, timer, self.options.iterations, self.options.warmup)
+        verdicts.record_checked(launchable, found.verdict, time.perf_counter() - start)
+        result.verdict = found.verdict
+        if found.samples_us:
+            result.time_us = statistics.median(found.samples_us)
 
     def _choose(self, tune: KernelTune) -> None:
         """The fastest verified candidate wins (of ties, the first in order: :data:`TIE_FRACTION`);

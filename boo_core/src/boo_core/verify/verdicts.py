@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ from ..kernels.target import host_cpu_fingerprint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PASS", "VERDICTS_FILE", "check_and_record", "device_identity", "read_verdict", "record_verdict",
-           "seal_verdict", "verdict_of"]
+__all__ = ["PASS", "VERDICTS_FILE", "check", "check_and_record", "device_identity", "read_verdict",
+           "record_checked", "record_verdict", "seal_verdict", "verdict_of"]
 
 PASS = "pass"
 #: Checks, each on fresh random inputs, a kernel must pass: generated code with a race can
@@ -113,17 +114,18 @@ def record_verdict(directory: Path | None, torch_device: torch.device, verdict: 
         logger.warning("could not record the verdict of %s: %s", directory.name, e)
 
 
-def verdict_of(launchable: Any) -> str:
+def verdict_of(launchable: Any, checker: Callable[[Any], str] = check) -> str:
     """The verdict recorded for ``launchable``'s kernel on its device model, or a new one,
-    checked and recorded by one process at a time (module docstring): a process that finds
-    another checking the same kernel waits for it and reads its verdict."""
+    checked (by ``checker``: :func:`check`, or the worker process's) and recorded by one
+    process at a time (module docstring): a process that finds another checking the same
+    kernel waits for it and reads its verdict."""
     directory, torch_device = launchable.cache_directory, launchable.device.torch_device
     verdict = read_verdict(directory, torch_device)
     if verdict is not None:
         activity.count("verdict read")
         return verdict
     if directory is None or read_only():  # nothing to share it through
-        return check_and_record(launchable)
+        return check_and_record(launchable, checker)
     with contextlib.ExitStack() as held:
         try:
             held.enter_context(entry_lock(directory.parent, f"{directory.name}.verify"))
@@ -136,17 +138,23 @@ def verdict_of(launchable: Any) -> str:
             if verdict is not None:
                 activity.count("verdict waited")
                 return verdict
-        return check_and_record(launchable)
+        return check_and_record(launchable, checker)
 
 
-def check_and_record(launchable: Any) -> str:
-    """Check ``launchable`` now (:func:`check`), whatever is recorded, and record the verdict
-    for its device model."""
-    directory, torch_device = launchable.cache_directory, launchable.device.torch_device
+def check_and_record(launchable: Any, checker: Callable[[Any], str] = check) -> str:
+    """Check ``launchable`` now (with ``checker``: :func:`check`, or the worker process's),
+    whatever is recorded, and record the verdict for its device model."""
     start = time.perf_counter()
-    verdict = check(launchable)
-    activity.count("verdict checked", time.perf_counter() - start)
+    verdict = checker(launchable)
+    record_checked(launchable, verdict, time.perf_counter() - start)
+    return verdict
+
+
+def record_checked(launchable: Any, verdict: str, seconds: float) -> None:
+    """Count and record ``verdict``, just checked in ``seconds``, for ``launchable``'s
+    kernel on its device model."""
+    directory, torch_device = launchable.cache_directory, launchable.device.torch_device
+    activity.count("verdict checked", seconds)
     record_verdict(directory, torch_device, verdict)
     logger.info("%s (%s) verified on %s: %s", launchable.signature.func_name, launchable.formulation,
                 device_identity(torch_device), verdict)
-    return verdict
