@@ -20,8 +20,8 @@ import time
 import torch
 
 from boo_core import BooOpRegistry, clear_launchables, get_launchable
+from boo_core.kernels.tuning_records import read_record
 from boo_core.settings import settings_override
-from boo_core.tune.database import read_record
 from boo_core.verify.verdicts import device_identity
 
 COMMANDS = {

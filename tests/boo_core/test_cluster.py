@@ -28,11 +28,11 @@ from boo_core import BooOpRegistry, CachePopulator, clear_launchables, get_launc
 from boo_core.cluster import RayCluster, Task, TaskResult
 from boo_core.kernels import cache
 from boo_core.kernels.compiler import compiler_version
+from boo_core.kernels.tuning_records import TuningRecord, read_record, write_record
 from boo_core.settings import settings_override
 from boo_core.testing import write_fake_distribution
 from boo_core.tools.cli import main
 from boo_core.tune.cluster import gpu_task_summary
-from boo_core.tune.database import TuningRecord, read_record, write_record
 from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.numerics import check_launchable
 from boo_core.verify.verdicts import VERDICTS_FILE, device_identity, read_verdict

@@ -99,7 +99,7 @@ def planted_record(signature: ScaleSignature, cache_dir: Path, script: Path, sec
     """A tuning record for ``signature`` whose winner's flags run ``script``, sealed under
     ``secret``: its path and content."""
     from boo_core.kernels.compiler import compiler_version
-    from boo_core.tune.database import TuningRecord, record_path
+    from boo_core.kernels.tuning_records import TuningRecord, record_path
 
     device = device_identity(torch.device("cpu"))
     path = record_path(signature, "cpu", device, cache_dir=cache_dir)

@@ -12,10 +12,10 @@ from boo_core import BooError, CachePopulator, DeviceError, Formulation, clear_l
 from boo_core.kernels import activity
 from boo_core.kernels.cache import entry_directories
 from boo_core.kernels.compiler import compiler_version
+from boo_core.kernels.tuning_records import TuningRecord, write_record
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry, write_fake_distribution
 from boo_core.tools.cli import main
-from boo_core.tune.database import TuningRecord, write_record
 from boo_core.verify.verdicts import device_identity
 
 from .fake_plugins.broken_mlir import NONSENSE

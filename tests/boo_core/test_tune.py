@@ -15,10 +15,10 @@ import torch
 from boo_core import Formulation, clear_launchables, get_launchable
 from boo_core.kernels.request import KernelRequest
 from boo_core.kernels.target import Target
+from boo_core.kernels.tuning_records import read_record, record_path, write_record
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry
 from boo_core.tune import tuner as tuner_module
-from boo_core.tune.database import read_record, record_path, write_record
 from boo_core.tune.space import TuningCandidate
 from boo_core.tune.spec import export_spec
 from boo_core.tune.tuner import TuneOptions, Tuner
@@ -218,7 +218,7 @@ def test_a_record_whose_winner_is_no_longer_offered_is_tuned_again_not_kept(priv
     ((), {"reductions": [8, 2, 32]}, "'reductions' configuration: configuration is not an object"),
 ])
 def test_a_records_flags_and_configuration_must_be_ones_the_tuning_spaces_generate(flags, config, problem):
-    from boo_core.tune.allowed import config_problem, flags_problem
+    from boo_core.kernels.allowed_tunings import config_problem, flags_problem
 
     found = flags_problem(flags) or config_problem(config)
     assert (found is None) if problem is None else (problem in found)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from boo_core.tune.configs import apply_config, configure_root
+from boo_core.kernels.configs import apply_config, configure_root
 from boo_core.tune.space import describe, elementwise_configs, reduction_configs, tile_and_fuse_configs
 
 

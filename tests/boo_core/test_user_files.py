@@ -186,7 +186,7 @@ def test_a_fifo_as_tuning_progress_file_is_refused(tmp_path):
 
 
 def test_a_fifo_among_configured_executables_fails_the_compile_naming_it(tmp_path, monkeypatch):
-    from boo_core.tune import configs
+    from boo_core.kernels import configs
 
     def configure(command, **kwargs):  # iree-compile "dumped" a FIFO
         os.mkfifo(tmp_path / "configured" / "module_x.mlir")
@@ -205,8 +205,8 @@ def test_a_fifo_among_a_tuned_kernels_configurations_is_refused_by_the_spec_expo
     from boo_core import BooOpRegistry
     from boo_core.kernels.request import KernelRequest
     from boo_core.kernels.target import Target
+    from boo_core.kernels.tuning_records import write_record
     from boo_core.tune import tuner
-    from boo_core.tune.database import write_record
     from boo_core.tune.spec import export_spec
     from boo_core.verify.verdicts import device_identity
 

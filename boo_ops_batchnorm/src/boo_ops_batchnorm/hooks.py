@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from boo_core import Formulation, OpSpec, Target, hookimpl
-from boo_core.tune.configs import REDUCTIONS
+from boo_core.kernels.configs import REDUCTIONS
 from boo_core.tune.space import TuningCandidate, elementwise_configs, reduction_configs
 
 from .folding import FoldIntoConvolution

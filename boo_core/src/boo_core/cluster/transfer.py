@@ -27,7 +27,7 @@ from typing import Any
 
 from ..kernels import cache, integrity
 from ..kernels.launch_plan import PLAN_FILE, plan_purpose
-from ..tune.database import TUNING_DIR, record_purpose
+from ..kernels.tuning_records import TUNING_DIR, record_purpose
 from ..verify.verdicts import VERDICTS_FILE, seal_verdict
 
 #: Files whose content names paths in the cache, and how those are rewritten.

@@ -6,7 +6,7 @@ its kernels in turn; ``boo preload`` (locally and as Ray tasks) compiles them; `
 times them before its tuning space's extra candidates; ``boo dump`` dumps the first that
 compiles. The callers gather its inputs, so this stage imports none of theirs: the op's
 formulations (the registry), the substitutions (:func:`boo_core.substitute.candidates.signature_plan`
-gathers both) and the tuned winner (a record of :mod:`boo_core.tune.database`).
+gathers both) and the tuned winner (a record of :mod:`boo_core.kernels.tuning_records`).
 
 :func:`compile_plan` compiles a chain into the cache without loading or running anything.
 For a target whose kernels are verified on first use (GPUs by default), every kernel is
@@ -28,7 +28,7 @@ from .target import Target
 
 
 class TunedWinner(Protocol):
-    """What a chain takes of a tuning record (:class:`boo_core.tune.database.TuningRecord`)."""
+    """What a chain takes of a tuning record (:class:`boo_core.kernels.tuning_records.TuningRecord`)."""
 
     @property
     def formulation(self) -> str: ...

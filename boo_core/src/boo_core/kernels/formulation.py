@@ -47,7 +47,7 @@ class Formulation:
 
     With neither, the reference is exported. Both callables run only when the kernel is
     not in the cache. ``flags`` are iree-compile flags for this formulation alone;
-    ``config`` a per-dispatch configuration (:mod:`boo_core.tune.configs`) its kernel is
+    ``config`` a per-dispatch configuration (:mod:`boo_core.kernels.configs`) its kernel is
     built with, untuned (a tuning candidate's configuration replaces it; a kernel
     library's substitution builds without it).
     """
@@ -69,7 +69,7 @@ class Formulation:
         object.__setattr__(self, "flags", tuple(self.flags))
         if self.config is not None:
             if not isinstance(self.config, Mapping):
-                raise TypeError(f"formulation {self.name!r}: config must be a mapping (boo_core.tune.configs)")
+                raise TypeError(f"formulation {self.name!r}: config must be a mapping (boo_core.kernels.configs)")
             json.dumps(dict(self.config))  # recorded in the kernel's cache key
 
     def source(self, signature: Signature) -> str:

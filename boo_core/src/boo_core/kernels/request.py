@@ -31,6 +31,7 @@ from .compiler import (
     compiler_version,
     reproducer,
 )
+from .configs import compile_with_config
 from .formulation import Formulation
 from .target import Target
 from .validate import check_in_child
@@ -143,8 +144,6 @@ class KernelRequest:
         mlir_path = entry.write_text(cache.MLIR_FILE, mlir)
         flags = self.flags
         if self.config:
-            from ..tune.configs import compile_with_config
-
             command = compile_command(mlir_path, entry.kernel_path, flags)[:-2]  # without "-o output"
             try:
                 flags = (*flags, *compile_with_config(command, entry.directory, self.config,

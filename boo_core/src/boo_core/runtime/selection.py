@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import BooFallbackWarning, CompileError, KernelLoadError, is_plugins_failure
 from ..kernels.chain import PlannedKernel, TunedWinner
+from ..kernels.tuning_records import tuned_record
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..substitute.candidates import refuse_if_user, signature_plan
@@ -63,8 +64,6 @@ class Attempt:
 
 def _tuned(signature: Signature, device: BooDevice) -> TunedWinner | None:
     """The tuning database's winner for ``signature`` on ``device``'s model, if launches use one."""
-    from ..tune.database import tuned_record
-
     return tuned_record(signature, device.target.name, verdicts.device_identity(device.torch_device))
 
 

@@ -30,12 +30,12 @@ import torch
 from ..cluster import ClusterError, RayUnavailable
 from ..errors import BooError, DeviceError, is_plugins_failure
 from ..kernels.target import Target
+from ..kernels.tuning_records import all_records
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import resolve_device
 from ..runtime.timing import timer_for
 from ..settings import get_settings, settings_override
 from ..signatures.commands import TSV_COMMAND_COLUMN, Command, CommandFileError, collect_commands, deduplicate
-from ..tune.database import all_records
 from ..tune.tuner import TuneOptions
 from . import cache_admin, html_report, tune
 from .backends import backends

@@ -2,7 +2,7 @@
 
 Every command is parsed here; each distinct (signature, target) pair's chain is then
 compiled into the disk cache, in worker processes when ``jobs > 1`` (forked where safe: see
-:func:`_pool`). The chain is the one selection tries at run time
+:func:`~boo_core.kernels.pool.compile_pool`). The chain is the one selection tries at run time
 (:func:`~boo_core.kernels.chain.plan_kernels`), the tuned winner included where the
 target's device model is known (this machine's CPU for ``cpu``, ``device``'s model for its
 target): what a launch then loads is in the cache. Targets need no device: ``cuda:sm_80``
@@ -21,35 +21,36 @@ process's cache (:mod:`boo_core.tools.preload_cluster`, built on :mod:`boo_core.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import torch
 
+from ..cluster import require_ray
+from ..cluster.handle import ClusterHandle, cluster_device
 from ..errors import BooCacheWarning, BooError, is_plugins_failure
 from ..kernels import cache
 from ..kernels.chain import compile_plan
+from ..kernels.pool import compile_pool
 from ..kernels.target import Target
+from ..kernels.tuning_records import TuningRecord, tuned_record
 from ..runtime.devices import resolve_device
 from ..runtime.launchable import get_launchable
-from ..settings import Settings, configure, get_settings
+from ..settings import get_settings
 from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
 from ..substitute.candidates import signature_plan
-from ..tune.database import TuningRecord, tuned_record
 from ..verify.verdicts import device_identity
 from .driver import error_text
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
     from ..cluster import RayCluster
-    from .preload_cluster import ClusterHandle
 
 COMPILED, CACHE_HIT, FAILED = "compiled", "cache hit", "failed"
 
@@ -110,9 +111,6 @@ class CachePopulator:
             raise ValueError("shared_cache applies to a Ray cluster's workers: give ray= as well")
         self.shared_cache = shared_cache
         if self.ray is not None:
-            from ..cluster import require_ray
-            from .preload_cluster import cluster_device
-
             require_ray()
             self.device = cluster_device(device, targets) if device is not None else None
         else:
@@ -166,7 +164,7 @@ class CachePopulator:
         return self.outcomes
 
     def _run_on_cluster(self, jobs: list[_Job]) -> list[PreloadOutcome]:
-        from .preload_cluster import ClusterHandle, verify_on_cluster
+        from .preload_cluster import verify_on_cluster
 
         cluster = ClusterHandle(self.ray, self.jobs, self.progress)
         try:
@@ -221,7 +219,7 @@ class CachePopulator:
             for index, job in enumerate(jobs):
                 record(index, compile_kernel(job))
         else:
-            with _pool(min(self.jobs, len(jobs))) as pool:
+            with compile_pool(min(self.jobs, len(jobs))) as pool:
                 futures = {pool.submit(compile_kernel, job): index for index, job in enumerate(jobs)}
                 for future in as_completed(futures):
                     index = futures[future]
@@ -249,24 +247,6 @@ class CachePopulator:
     def get_failures(self) -> list[PreloadOutcome]:
         """The commands that did not parse and the kernels that failed to compile."""
         return [o for o in self.outcomes if o.status == FAILED]
-
-
-def _pool(workers: int) -> Executor:
-    """Worker processes: forked where that is safe, spawned otherwise.
-
-    Forked workers start at once and inherit this process's registry (plugins registered
-    explicitly included) and settings. A child forked after the parent initialized CUDA
-    cannot use CUDA (which exporting may touch), and some platforms cannot fork: then
-    workers are spawned, load the installed plugins afresh and get this process's settings.
-    """
-    if "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized():
-        return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_use_settings, initargs=(get_settings(),))
-
-
-def _use_settings(settings: Settings) -> None:
-    configure(**dataclasses.asdict(settings))
 
 
 def compile_kernel(job: _Job) -> PreloadOutcome:

@@ -8,15 +8,17 @@ import csv
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from ..errors import BooError, is_plugins_failure
 from ..signatures.commands import Command
 from ..tune.cluster import gpu_task_summary
 from ..tune.peaks import Peaks, measure_peaks
-from ..tune.tuner import KernelTune, TuneOptions, Tuner, write_progress_bar
+from ..tune.tuner import KernelTune, TuneOptions, Tuner
 from .driver import error_text
+from .progress import ProgressBar
 
 #: How the errors of candidates that a Ray cluster failed (not their compiler) start.
 CLUSTER_ERRORS = ("on the Ray cluster: ", "measuring on the Ray cluster: ")
@@ -161,3 +163,16 @@ Examples:
                         help="with --ray: the cache directory is mounted at the same path on every node, and "
                              "workers write into it directly instead of sending kernels back")
     parser.add_argument("--cache-dir", metavar="DIR", help="the kernel cache to tune into (default: BOO_CACHE_DIR)")
+
+
+def write_progress_bar(stream: TextIO) -> Callable[[int, int, str], None]:
+    """A progress callback drawing :class:`~boo_core.tools.progress.ProgressBar` on ``stream``."""
+    bars: dict[int, ProgressBar] = {}
+
+    def update(done: int, total: int, note: str) -> None:
+        bar = bars.setdefault(total, ProgressBar(total, stream))
+        bar.update(done, note)
+        if done == total:
+            bar.close()
+
+    return update

@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from ..cluster import ClusterError, Task, TaskContext, TaskResult
+from ..cluster.handle import ClusterHandle
 from ..kernels.cache import CacheEntry, CacheKey, integrity_key
 from ..kernels.target import Target
 from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
-from ..tools.preload_cluster import ClusterHandle
 from ..verify.verdicts import device_identity
 from . import tuner as tuner_module
 

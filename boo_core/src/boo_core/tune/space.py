@@ -2,7 +2,7 @@
 
 Every formulation the op offers is a candidate as it is. An op adds more through
 ``OpSpec.tuning_space(signature, target)``: :class:`TuningCandidate` objects naming one of
-its formulations with a per-dispatch configuration (:mod:`boo_core.tune.configs`) and/or
+its formulations with a per-dispatch configuration (:mod:`boo_core.kernels.configs`) and/or
 extra iree-compile flags. The helpers below generate configurations for common pipelines
 (the core knows targets, not ops: an op passes its own problem sizes).
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 from ..errors import PluginError
 from ..kernels.chain import plan_kernels
+from ..kernels.configs import REDUCTIONS
 from ..kernels.formulation import Formulation
 from ..kernels.target import Target
-from .configs import REDUCTIONS
 
 
 @dataclass(frozen=True)

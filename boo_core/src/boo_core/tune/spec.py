@@ -18,12 +18,12 @@ from pathlib import Path
 
 from ..files import MAX_SPEC_BYTES, read_text
 from ..kernels.cache import atomic_write
+from ..kernels.configs import split_top_level
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
+from ..kernels.tuning_records import read_record
 from ..plugins.registry import BooOpRegistry
 from ..signatures.signature import Signature
-from .configs import split_top_level
-from .database import read_record
 
 _OPERANDS = re.compile(r"ins\((?P<ins>[^:]*):(?P<in_types>[^)]*)\)\s*outs\((?P<outs>[^:]*):(?P<out_types>[^)]*)\)")
 _ATTRS = re.compile(r"\s*(attrs\s*=\s*)?\{lowering_config = [^\n]*?>\}")

@@ -25,10 +25,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..cluster import require_ray
+from ..cluster.handle import ClusterHandle, cluster_device
 from ..errors import BooError, CompileError, describe_error, is_plugins_failure
 from ..files import MAX_CSV_BYTES, FileRefused, read_text
+from ..kernels.compiler import compiler_version
+from ..kernels.pool import compile_pool
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
+from ..kernels.tuning_records import TuningRecord, read_record, record_path, tuning_dir, write_record
 from ..plugins.manager import call_blamed
 from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import BooDevice, resolve_device
@@ -39,7 +44,6 @@ from ..settings import get_settings
 from ..signatures.signature import Signature
 from ..substitute.candidates import library_substitutions
 from ..verify import verdicts
-from .database import TuningRecord, read_record, record_path, tuning_dir, write_record
 from .space import ResolvedCandidate, resolve
 
 PASS = verdicts.PASS
@@ -239,15 +243,10 @@ class Tuner:
         except BooError:
             if options.ray is None:
                 raise
-            from ..cluster import require_ray
-            from ..tools.preload_cluster import cluster_device
-
             require_ray()
             self.device = cluster_device(options.device, (), "BOO_CUDA_TARGET=sm_80")  # a GPU only the cluster has
             self.device_name = ""  # its model, from the cluster (tune)
         if options.ray is not None:
-            from ..cluster import require_ray
-
             require_ray()
 
     def tune(self, kernels: Sequence[tuple[str, Signature]]) -> list[KernelTune]:
@@ -264,8 +263,6 @@ class Tuner:
         """A handle on the cluster of ``options.ray`` (connected on first use), or None."""
         if self.options.ray is None:
             return None
-        from ..tools.preload_cluster import ClusterHandle
-
         return ClusterHandle(self.options.ray, self.options.jobs or None, self.log)
 
     def _on_gpus(self, cluster: Any) -> bool:
@@ -338,8 +335,6 @@ class Tuner:
     def _compile(self, pending: list[tuple[KernelTune, ResolvedCandidate]],
                  cluster: Any = None) -> dict[int, tuple[float, str]]:
         """Compile every pending candidate, in parallel processes or on ``cluster``; (seconds, error) by id."""
-        from ..tools.preload import _pool
-
         results: dict[int, tuple[float, str]] = {}
         args = [compile_arguments(t.signature, t.target, c) for t, c in pending]
         if cluster is not None:
@@ -351,7 +346,7 @@ class Tuner:
             for (_, candidate), arguments in zip(pending, args):
                 results[id(candidate)] = _compile_candidate(*arguments)
             return results
-        with _pool(min(self.options.jobs, len(pending))) as pool:
+        with compile_pool(min(self.options.jobs, len(pending))) as pool:
             futures = {pool.submit(_compile_candidate, *arguments): candidate
                        for (_, candidate), arguments in zip(pending, args)}
             for future in as_completed(futures):
@@ -454,21 +449,4 @@ class Tuner:
 
 
 def _compiler() -> str:
-    from ..kernels.compiler import compiler_version
-
     return compiler_version()
-
-
-def write_progress_bar(stream: TextIO) -> Callable[[int, int, str], None]:
-    """A progress callback drawing :class:`~boo_core.tools.progress.ProgressBar` on ``stream``."""
-    from ..tools.progress import ProgressBar
-
-    bars: dict[int, ProgressBar] = {}
-
-    def update(done: int, total: int, note: str) -> None:
-        bar = bars.setdefault(total, ProgressBar(total, stream))
-        bar.update(done, note)
-        if done == total:
-            bar.close()
-
-    return update

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kernels.cache import atomic_write, read_json_object
-from ..kernels.compiler import compiler_version
-from ..kernels.integrity import integrity_key, seal, unseal
 from ..settings import get_settings
-from .allowed import config_problem, flags_problem
+from .allowed_tunings import config_problem, flags_problem
+from .cache import atomic_write, read_json_object
+from .compiler import compiler_version
+from .integrity import integrity_key, seal, unseal
 
 if TYPE_CHECKING:
     from ..signatures.signature import Signature
