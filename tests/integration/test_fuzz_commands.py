@@ -44,19 +44,6 @@ def _settings(examples: int) -> settings:
                                            HealthCheck.data_too_large])
 
 
-def fuzz_parse(entry: OpEntry, examples: int) -> collections.Counter:
-    """Run :func:`~boo_core.testing.fuzz.check_command` on ``examples`` commands of ``entry``."""
-    counts: collections.Counter = collections.Counter()
-
-    @_settings(examples)
-    @given(fuzz.commands(entry))
-    def check(command):
-        counts[fuzz.check_command(command)] += 1
-
-    check()
-    return counts
-
-
 def _one_line(command: str | list[str], prefix: str = "") -> str:
     """A fuzzed command as one line of a commands file (line breaks inside it become spaces),
     ``prefix`` inserted after its base argument."""
@@ -125,7 +112,7 @@ def fuzz_driver(entry: OpEntry, batches: int, commands_file: Path) -> collection
 
 @pytest.mark.parametrize("entry", OPS, ids=[e.name for e in OPS])
 def test_parse_command_fuzz(entry):
-    counts = fuzz_parse(entry, PARSE_EXAMPLES)
+    counts = fuzz.fuzz_commands(entry, PARSE_EXAMPLES)
     print(f"parse fuzz, {entry.name}: {dict(counts)}")  # shown with pytest -s
     assert sum(counts.values()) >= PARSE_EXAMPLES
     # Both outcomes are exercised: commands that parse (their signatures checked) and refusals.
@@ -143,7 +130,7 @@ def test_boo_driver_fuzz(entry, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", OPS, ids=[e.name for e in OPS])
 def test_parse_command_fuzz_long(entry):
-    counts = fuzz_parse(entry, SLOW_PARSE_EXAMPLES)
+    counts = fuzz.fuzz_commands(entry, SLOW_PARSE_EXAMPLES)
     print(f"parse fuzz (slow), {entry.name}: {dict(counts)}")
     assert counts[fuzz.PARSED] >= SLOW_PARSE_EXAMPLES // 10, counts
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from boo_core.testing.front_door import private_imports, private_imports_in
+
 from ..conftest import REPO
 from .fresh_venv import create_venv, pip_install, run, subprocess_env
 
@@ -150,43 +152,32 @@ def test_the_check_allows_the_examples_own_private_names_and_torchs_ops():
 
 # -- only the front door ------------------------------------------------------------------------
 
-FRONT_DOOR = "boo_core.plugin"
-
-
-def beside_the_front_door(sources: dict[str, str]) -> list[str]:
-    """Where ``sources`` import anything of boo_core but :mod:`boo_core.plugin`."""
-    problems = []
-    for file, text in sources.items():
-        for node in ast.walk(ast.parse(text, file)):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            else:
-                continue
-            problems += [f"{file}:{node.lineno}: imports {module}" for module in modules
-                         if module.split(".")[0] == "boo_core" and module != FRONT_DOOR]
-    return problems
-
-
 @pytest.mark.parametrize("package", ["boo_ops_softmax", "boo_kernels_hopper"])
 def test_the_example_and_the_kernel_library_import_only_the_front_door(package):
     files = sorted((REPO / "examples" / package / "src").rglob("*.py"))
     assert files
-    assert beside_the_front_door({str(f.relative_to(REPO)): f.read_text() for f in files}) == []
+    assert private_imports_in({str(f.relative_to(REPO)): f.read_text() for f in files}) == []
 
 
 @pytest.mark.parametrize("source", ["from boo_core import Signature", "import boo_core",
                                     "from boo_core.signatures.flags import number", "import boo_core.settings as s"])
 def test_the_front_door_check_finds_other_imports_of_boo_core(source):
-    assert len(beside_the_front_door({"x.py": source})) == 1
+    assert len(private_imports_in({"x.py": source})) == 1
+
+
+def test_the_check_reads_an_installed_package_by_name():
+    assert private_imports("boo_ops_softmax") == []
+    first_party = private_imports("boo_ops_batchnorm")  # BOO's own ops may reach past the front door
+    assert first_party and all(": imports boo_core" in problem for problem in first_party)
+    with pytest.raises(ValueError, match="'os.path' is not an importable package"):
+        private_imports("os.path")
 
 
 def test_the_front_door_holds_every_name_it_lists():
     import boo_core.plugin
 
     assert [name for name in boo_core.plugin.__all__ if not hasattr(boo_core.plugin, name)] == []
-    assert beside_the_front_door({"x.py": "from boo_core.plugin import Signature\nimport torch"}) == []
+    assert private_imports_in({"x.py": "from boo_core.plugin import Signature\nimport torch"}) == []
 
 
 # -- installed in a fresh environment -----------------------------------------------------------

@@ -5,7 +5,8 @@ tuning database has one for this signature, target, compiler and device model), 
 :func:`~boo_core.kernels.chain.plan_kernels` orders them for every tool. For each,
 BOO looks the kernel up or compiles it; where kernels are verified (``BOO_VERIFY``: GPUs by
 default) it reads the verdict recorded for this device model, or checks the kernel against
-PyTorch now and records the verdict. The first candidate that compiles and passes serves.
+PyTorch now, in a worker process (:mod:`.worker`: a kernel that crashes or hangs fails there),
+and records the verdict. The first candidate that compiles and passes serves.
 
 Substitutions (:mod:`boo_core.substitute`) add candidates: plugins' come first (after a
 tuned winner that was timed against them all); a user's replaces the chain (applied to each

@@ -12,15 +12,24 @@ error whose message names the flag at fault. Anything else (a ``TypeError``,
     @given(boo_core.testing.fuzz.commands(BooOpRegistry.get_op("softmax")))
     def test_softmax_commands(command):
         boo_core.testing.fuzz.check_command(command)
+
+or, ready made, with a fixed seed (the same commands every run)::
+
+    def test_softmax_commands():
+        counts = boo_core.testing.fuzz.fuzz_commands("softmax", examples=300)
+        assert counts["parsed"] and counts["refused"]
 """
 
 from __future__ import annotations
 
+import collections
 import shlex
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ..errors import BooError, CommandError, UnsupportedError
@@ -180,3 +189,24 @@ def _check_signature(signature: Any, registry: OpRegistry) -> None:
     command = signature.to_command()
     again = registry.parse_command(command)
     assert again == signature, f"round trip changed {signature} -> {command!r} -> {again}"
+
+
+def fuzz_commands(op: str | OpEntry, examples: int = 600, *, registry: OpRegistry | None = None,
+                  seed: int = 0) -> collections.Counter:
+    """:func:`check_command` on ``examples`` commands of ``op`` (its name or registry entry)
+    drawn by :func:`commands` from ``seed`` (the same commands every run) without
+    hypothesis's example database; how many were :data:`PARSED` and :data:`REFUSED`. A
+    command that breaks the property fails with hypothesis's report of the smallest one."""
+    registry = registry or BooOpRegistry.default()
+    entry = registry.get_op(op) if isinstance(op, str) else op
+    counts: collections.Counter = collections.Counter()
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+    @given(commands(entry))
+    def check(command: str | list[str]) -> None:
+        counts[check_command(command, registry)] += 1
+
+    check()
+    return counts

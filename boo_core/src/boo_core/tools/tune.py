@@ -134,7 +134,8 @@ candidate is compiled (in parallel processes): each of the op's formulations, an
 per-dispatch configurations and flag sets of its tuning space. Each is checked against
 PyTorch in float64 on fresh random inputs into outputs poisoned with NaN (a wrong one is
 recorded and never chosen, however fast) and timed with the driver's timer (device time on
-CUDA). The fastest verified candidate is recorded in the tuning database in the cache
+CUDA), in a worker process: a candidate that crashes it or outlasts BOO_WORKER_TIMEOUT is
+recorded as failed and the run goes on. The fastest verified candidate is recorded in the tuning database in the cache
 directory (per signature, target, compiler version and device model); get_launchable, the
 eager ops and torch.compile use it from then on (BOO_USE_TUNED=0 ignores it). A killed run
 resumes where it stopped; a kernel tuned before is kept unless --retune.
