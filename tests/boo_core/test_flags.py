@@ -89,6 +89,13 @@ def test_choices_are_ascii_before_case_folding():
         layout("nß")  # "nß".upper() is "NSS"
 
 
+def test_an_empty_choice_is_shown_as_such():
+    layout = one_of("", "NCHW", "NHWC", case=upper)  # "": the op's default layout
+    assert layout("") == ""
+    with pytest.raises(ValueError, match=r"^expected one of '', NCHW, NHWC$"):
+        layout("QQQ")
+
+
 @pytest.mark.parametrize("command, message", [
     ("scale -n 0", r"^scale_fwd_f32_n0_f2: tensor x of shape \(0,\) has no elements$"),
     ("scale -n -3", r"^scale_fwd_f32_n_3_f2: tensor x of shape \(-3,\) has a size of -3$"),

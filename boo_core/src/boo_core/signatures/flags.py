@@ -185,7 +185,7 @@ class OneOf:
     def __call__(self, value: str) -> str:
         value = self.case(value) if value.isascii() else value  # "ß".upper() is "SS"
         if value not in self.choices:
-            raise ValueError(f"expected one of {', '.join(self.choices)}")
+            raise ValueError(f"expected one of {', '.join(choice or repr(choice) for choice in self.choices)}")
         return value
 
     def format(self, value: str) -> str:
