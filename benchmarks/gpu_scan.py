@@ -26,7 +26,7 @@ import time
 import torch
 
 from boo_core import BooOpRegistry, CachePopulator, resolve_device
-from boo_core.runtime.launchable import get_launchable
+from boo_core.runtime.lookup import get_launchable
 from boo_core.runtime.timing import cuda_timer
 from boo_core.settings import settings_override
 from boo_core.verify.numerics import check_launchable

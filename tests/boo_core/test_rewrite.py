@@ -10,8 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from boo_core import Decline, FusionMatch, FusionPattern, get_launchable, node_arguments
 from boo_core.dynamo.kernel_call import KernelCall
-from boo_core.dynamo.patterns import conversion_of
 from boo_core.dynamo.rewrite import rewrite
+from boo_core.plugins.patterns import conversion_of
 from boo_core.testing import isolated_registry
 
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature

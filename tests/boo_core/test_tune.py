@@ -263,7 +263,7 @@ def test_a_killed_tune_resumes_without_redoing_finished_candidates(private_cache
         child.send_signal(signal.SIGKILL)
         child.wait()
     measured, compiled = [], []
-    original_measure, original_compile = tuner_module.Tuner._verify_and_time, tuner_module._compile_candidate
+    original_measure, original_compile = tuner_module.Tuner._verify_and_time, tuner_module.compile_candidate
 
     def counting_measure(self, signature, candidate, result, timer):
         measured.append(candidate.label)
@@ -275,7 +275,7 @@ def test_a_killed_tune_resumes_without_redoing_finished_candidates(private_cache
         return seconds, error
 
     monkeypatch.setattr(tuner_module.Tuner, "_verify_and_time", counting_measure)
-    monkeypatch.setattr(tuner_module, "_compile_candidate", counting_compile)
+    monkeypatch.setattr(tuner_module, "compile_candidate", counting_compile)
     with isolated_registry({"scale": PLUGIN}):
         [result] = tune(ScaleSignature(2048))
     assert len(result.results) == 5 and result.winner

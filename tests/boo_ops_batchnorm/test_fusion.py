@@ -142,7 +142,7 @@ def test_an_inference_node_traced_for_cuda_returns_statistics_of_the_length_the_
 def test_an_inference_node_whose_statistics_are_read_is_left_to_pytorch():
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from boo_core.dynamo.patterns import Decline
+    from boo_core.plugins.patterns import Decline
 
     def norm(x, weight, bias, mean, var):
         out = torch.ops.aten._native_batch_norm_legit_no_training(x, weight, bias, mean, var, 0.1, 1e-5)

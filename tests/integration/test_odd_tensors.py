@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from boo_core import ArgumentError, BooOpRegistry, CommandError, Signature, TensorSpec, UnsupportedError
 from boo_core.runtime import launchable as launchable_module
 from boo_core.runtime import selection
-from boo_core.runtime.launchable import EmptyLaunchable, get_launchable
+from boo_core.runtime.launchable import EmptyLaunchable
+from boo_core.runtime.lookup import get_launchable
 from boo_core.verify.numerics import check_launchable
 from boo_ops_conv import BooConv2d, BooConvTranspose2d, boo_conv
 from boo_ops_conv.eager import boo_conv_backward

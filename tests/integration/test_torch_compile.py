@@ -14,7 +14,7 @@ from torch import nn
 
 from boo_core import BooFallbackWarning
 from boo_core.dynamo import boo_backend, offload_summary, reset_offload_summary
-from boo_core.dynamo.patterns import FusionMatch, FusionPattern
+from boo_core.plugins.patterns import FusionMatch, FusionPattern
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry
 

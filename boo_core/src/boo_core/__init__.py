@@ -9,16 +9,6 @@ The package is laid out by stage: ``plugins`` (the contract and loading), ``sign
 (torch.compile). What plugins and users need is re-exported here.
 """
 
-from .dynamo.patterns import (
-                              Decline,
-                              FusionMatch,
-                              FusionPattern,
-                              GraphRewrite,
-                              conversion_of,
-                              insert_aten,
-                              node_arguments,
-                              only_user,
-)
 from .errors import (
                               ArgumentError,
                               BooError,
@@ -37,10 +27,21 @@ from .kernels.formulation import Formulation
 from .kernels.target import Target
 from .plugins.hookspecs import hookimpl
 from .plugins.opspec import OpSpec
+from .plugins.patterns import (
+                              Decline,
+                              FusionMatch,
+                              FusionPattern,
+                              GraphRewrite,
+                              conversion_of,
+                              insert_aten,
+                              node_arguments,
+                              only_user,
+)
 from .plugins.registry import BooOpRegistry, OpEntry, OpRegistry
 from .runtime.autograd import launch
 from .runtime.devices import BooDevice, resolve_device
-from .runtime.launchable import Launchable, clear_launchables, get_launchable, launchable_for
+from .runtime.launchable import Launchable
+from .runtime.lookup import clear_launchables, get_launchable, launchable_for
 from .settings import Settings, configure, get_settings
 from .signatures.flags import Directions, Flag, FlagKind, run_flags
 from .signatures.parser import CommandParser, ParsedCommand, ParsedFlags

@@ -70,8 +70,8 @@ from . import (
     run_flags,
 )
 from .dynamo import offload_summary, reset_offload_summary
-from .dynamo.patterns import has_static_shape, static_ints, tensor_value
 from .kernels.export import export_mlir
+from .plugins.patterns import has_static_shape, static_ints, tensor_value
 from .runtime.arguments import (
     is_empty,
     require_int,

@@ -30,7 +30,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from boo_core import Launchable, conversion_of, launchable_for
-from boo_core.dynamo.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, batch_norm_signature_for

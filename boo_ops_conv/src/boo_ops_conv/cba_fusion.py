@@ -23,7 +23,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from boo_core import get_launchable
-from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
 
 from . import layouts
 from .cba_signature import DTYPES, ConvBatchNormActivationSignature

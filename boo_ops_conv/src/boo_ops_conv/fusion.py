@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
 
 from .eager import boo_conv, boo_conv_backward, bound_conv, bound_conv_backward, conv_signature_for
 from .signature import ACTIVATIONS, ConvSignature

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern
+from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, by_gradient, forward_launchable, layer_norm_signature_for

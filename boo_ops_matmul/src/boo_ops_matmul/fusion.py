@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.dynamo.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user, tensor_value
+from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user, tensor_value
 
 from .eager import boo_matmul, bound_matmul, matmul_signature_for
 from .signature import ACTIVATIONS, MatmulSignature

@@ -73,7 +73,7 @@ The guarantees:
   tuner's progress checkpoints) belongs to the caller, who writes it from the results.
 
 How ``boo tune --ray`` would sit on it: one CPU task per candidate, running what
-``tune.tuner._compile_candidate`` runs, ``expect`` the candidate's key; then one GPU task
+``tune.candidates.compile_candidate`` runs, ``expect`` the candidate's key; then one GPU task
 per kernel (``gpus=1``, ``seed`` its candidates' entries) that verifies and times them and
 returns the candidate results; their verdicts come back into ``verdicts.json``, and the
 caller checkpoints and writes the tuning record as it does now.

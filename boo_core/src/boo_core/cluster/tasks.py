@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import BooError
 from ..kernels.cache import CacheKey
+from ..runtime.lookup import clear_launchables
 from ..settings import Settings, settings_override
 from .transfer import CacheFiles, collect, relocate_text, snapshot, unpack
 
@@ -136,8 +137,6 @@ class TaskOutput:
 
 def execute(call: TaskCall) -> TaskOutput:
     """Run one task on this worker (see the module docstring)."""
-    from ..runtime.launchable import clear_launchables
-
     started = time.time()
     node, host = _where()
     caller_root = Path(call.caller_cache_dir)

@@ -5,7 +5,7 @@
 :func:`offload_summary` tells what was offloaded, what fell back, and why.
 
 The backends load on first use: importing this package (or the pattern contract in
-:mod:`boo_core.dynamo.patterns`) registers nothing with torch.
+:mod:`boo_core.plugins.patterns`) registers nothing with torch.
 """
 
 from __future__ import annotations

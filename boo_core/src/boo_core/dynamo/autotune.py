@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import describe_error
+from ..runtime.lookup import real_tensors
 from ..runtime.timing import timer_for
 from .kernel_call import KernelCall
 
@@ -43,10 +44,8 @@ def torch_is_faster(call: KernelCall, payload: str, examples: Sequence[torch.Ten
         return decided
     if not all(isinstance(t, torch.Tensor) and t.dtype.is_floating_point for t in examples):
         return ""
-    from ..runtime.launchable import _real_tensors
-
     try:
-        with _real_tensors(), torch.no_grad():
+        with real_tensors(), torch.no_grad():
             tensors = [torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=device).normal_()
                        for t in examples]
             timer = timer_for(device)

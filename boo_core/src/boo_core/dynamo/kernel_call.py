@@ -12,9 +12,9 @@ from typing import Any
 import torch
 
 from ..errors import BooError, BooFallbackWarning, PluginExit, describe_error, is_plugins_failure
+from ..plugins.patterns import BoundLaunch, FusionPattern
 from ..runtime.direct_call import DirectCall
 from ..settings import get_settings
-from .patterns import BoundLaunch, FusionPattern
 
 logger = logging.getLogger(__name__)
 

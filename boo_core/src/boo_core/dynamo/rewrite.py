@@ -16,16 +16,7 @@ import torch
 import torch.fx
 
 from ..errors import BooFallbackWarning, describe_error, is_plugins_failure
-from ..plugins.registry import BooOpRegistry
-from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable, get_launchable
-from ..settings import get_settings
-from ..signatures.signature import Signature
-from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
-from .autotune import torch_is_faster
-from .copies import drop_noop_clones
-from .flops import node_flops
-from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
-from .patterns import (
+from ..plugins.patterns import (
     NESTED,
     Decline,
     FusionMatch,
@@ -35,6 +26,16 @@ from .patterns import (
     only_user,
     tensor_value,
 )
+from ..plugins.registry import BooOpRegistry
+from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable
+from ..runtime.lookup import get_launchable
+from ..settings import get_settings
+from ..signatures.signature import Signature
+from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .autotune import torch_is_faster
+from .copies import drop_noop_clones
+from .flops import node_flops
+from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")

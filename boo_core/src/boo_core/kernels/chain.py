@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import CompileError
+from ..errors import CompileError, SubstitutionError
 from ..settings import get_settings
 from .formulation import Formulation
 from .request import KernelRequest
@@ -142,8 +142,6 @@ def compile_plan(signature: Any, target: Target, chain: Sequence[PlannedKernel],
     """Compile ``chain``'s kernels of ``signature`` for ``target`` (all of them when
     ``every``, by default when the target's kernels are verified; else up to the first that
     compiles). A user's substitution that does not compile is an error."""
-    from ..substitute.candidates import refuse_if_user
-
     every = target_verifies(target) if every is None else every
     outcome = ChainOutcome()
     for planned in chain:
@@ -160,3 +158,15 @@ def compile_plan(signature: Any, target: Target, chain: Sequence[PlannedKernel],
             if not every:
                 break
     return outcome
+
+
+def refuse_if_user(substitution: Any, signature: Any, what: str,
+                   error: BaseException | None = None) -> None:
+    """Raise for a user substitution that did not compile or verify (a plugin's is passed over)."""
+    if substitution is None or not substitution.from_user:
+        return
+    if isinstance(error, SubstitutionError):
+        raise error
+    raise SubstitutionError(f"substitution {substitution.label} of {signature.func_name} is refused: {what}. "
+                            "Fix or remove it (a substituted kernel is always verified against PyTorch, "
+                            "whatever BOO_VERIFY says).") from error

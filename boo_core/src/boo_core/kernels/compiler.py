@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import CompileError
+from ..settings import get_settings
+from .cache import atomic_write
 
 #: Flags every BOO kernel is compiled with, before the target's and the plugins'.
 BASE_FLAGS: tuple[str, ...] = ("--iree-input-type=torch",)
@@ -71,8 +73,6 @@ def run_compile(mlir_path: Path, output_path: Path, flags: Sequence[str], *, sho
                 timeout: float | None = None) -> None:
     """Compile ``mlir_path`` into the file ``output_path`` (:func:`compile_to_bytes`, then
     an atomic write; a write that fails raises :class:`~boo_core.kernels.cache.CacheUnwritable`)."""
-    from .cache import atomic_write
-
     atomic_write(output_path, compile_to_bytes(mlir_path, flags, shown=shown, timeout=timeout))
 
 
@@ -89,8 +89,6 @@ def compile_to_bytes(mlir: Path | str, flags: Sequence[str], *, shown: str | Non
     that is a property of the input is ``recordable``: not a timeout, a crash or signal,
     nor an I/O error (a full ``/tmp``, say).
     """
-    from ..settings import get_settings
-
     timeout = get_settings().compile_timeout if timeout is None else timeout
     from_file = isinstance(mlir, Path)
     command = [_iree_compile_path(), str(mlir) if from_file else "-", *flags, "-o", "-"]

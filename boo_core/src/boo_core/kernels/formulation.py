@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PluginExit, describe_error, is_plugins_failure
+from .export import export_mlir
 
 if TYPE_CHECKING:
     from ..signatures.signature import Signature
@@ -83,8 +84,6 @@ class Formulation:
                     raise TypeError(f"formulation {self.name!r} of {signature.func_name}: mlir() returned "
                                     f"{type(text).__name__}, not str")
                 return text
-            from .export import export_mlir
-
             return export_mlir(signature, self.computation)
         except Exception:
             raise

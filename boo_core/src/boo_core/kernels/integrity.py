@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import CacheUntrusted, CacheUnwritable
 from ..files import TEMP_SUFFIX, FileRefused, describe_owner, read_bytes, remove_path
+from ..settings import get_settings
 
 __all__ = ["KEY_FILE", "TAG_FIELD", "integrity_key", "integrity_tag", "key_owner", "read_only", "seal", "unseal"]
 
@@ -39,8 +40,6 @@ _secrets: dict[Path, bytes] = {}
 
 def key_owner() -> int:
     """The uid whose key this process trusts: ``BOO_CACHE_OWNER``'s, else its own."""
-    from ..settings import get_settings
-
     owner = get_settings().cache_owner
     return os.geteuid() if owner is None else owner
 

@@ -24,6 +24,7 @@ import filelock
 
 from ..errors import CacheUnwritable
 from ..files import read_bytes, remove_path
+from ..settings import get_settings
 
 LOCKS_DIR = ".locks"
 #: Seconds a waiter lets a stopped holder stay stopped before it stops waiting.
@@ -52,8 +53,6 @@ def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> I
     ``.locks`` directory should be, or a directory where a lock file should be, is BOO's
     own leftover and replaced. Raises :class:`EntryLocked` when the holder is stopped or
     hung, :class:`CacheUnwritable` when the lock cannot be made."""
-    from ..settings import get_settings
-
     timeout = get_settings().lock_timeout if timeout is None else timeout
     path = lock_path(cache_dir, dirname)
     _prepare(path)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import BooError, CompileError, UnsupportedError, describe_error, is_plugins_failure
 from ..settings import get_settings
+from ..signatures.installed import installed_ops
 from ..signatures.signature import tensor_size_problem
 from . import cache, launch_plan
 from .compiler import (
@@ -33,6 +34,7 @@ from .compiler import (
 )
 from .configs import compile_with_config
 from .formulation import Formulation
+from .source_tags import core_source_tag
 from .target import Target
 from .validate import check_in_child
 
@@ -62,15 +64,13 @@ class KernelRequest:
         the op's first). ``config`` is a tuning candidate's configuration (see
         :mod:`boo_core.tune`), ``extra_flags`` a candidate's flags, ``substitution``
         executables replacing the kernel's own (:mod:`boo_core.substitute`)."""
-        from ..plugins.registry import BooOpRegistry, core_source_tag
-
         if config and substitution is not None:
             raise ValueError("a kernel takes a tuning configuration or a substitution, not both: both replace "
                              "IREE's configured executables")
         problem = tensor_size_problem(signature)
         if problem:  # an empty or oversized tensor never reaches the compiler
             raise UnsupportedError(f"{signature.func_name}: {problem}; BOO compiles no kernel for it")
-        registry = registry if registry is not None else BooOpRegistry.default()
+        registry = registry if registry is not None else installed_ops()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]
         if config is None and substitution is None:
@@ -116,10 +116,8 @@ class KernelRequest:
             raise CompileError(
                 f"{self.signature.func_name} is not in the kernel cache and the IREE compiler is not "
                 "installed (pip install iree-base-compiler, or pre-populate the cache where it is)")
-        if self.substitution is not None:
-            from ..substitute.build import build
-
-            return build(self, entry)
+        if self.substitution is not None:  # its files, checked against the kernel, and IREE's flags
+            return self.substitution.build_kernel(self, entry)
         try:
             mlir = self.source()
         except BooError:

@@ -33,6 +33,7 @@ import pluggy
 
 from ..errors import PluginError, describe_error, is_plugins_failure
 from ..settings import get_settings
+from ..substitute.substitution import Substitution
 from . import hookspecs
 from .opspec import OpSpec
 
@@ -227,8 +228,6 @@ class BooPlugins:
         in plugin name order, each marked with its plugin. A plugin that raises or answers
         with something else is skipped with a warning naming it (an error under
         ``BOO_STRICT_PLUGINS=1``): the op's own kernels still serve."""
-        from ..substitute.substitution import Substitution
-
         found: list[Any] = []
         for info, caller in sorted(self._callers("boo_kernel_substitutions"), key=lambda pair: pair[0].key):
             try:

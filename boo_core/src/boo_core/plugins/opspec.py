@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..kernels.formulation import Formulation, default_formulations
 from ..signatures.parser import CommandParser
 from ..signatures.signature import Signature
+from .patterns import FusionPattern, GraphRewrite
 
 if TYPE_CHECKING:
-    from ..dynamo.patterns import FusionPattern, GraphRewrite
     from ..kernels.target import Target
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -87,10 +89,6 @@ def _checked_patterns(op: str, patterns: object, *, rewrites: bool = False) -> t
     """``patterns`` as a tuple, each a :class:`FusionPattern` (``rewrites``: a
     :class:`GraphRewrite`) named ``<op>.<what>`` (unique) with a non-empty tuple of aten
     overloads as anchors: what the backends rely on."""
-    import torch
-
-    from ..dynamo.patterns import FusionPattern, GraphRewrite
-
     kind, field = (GraphRewrite, "graph_rewrites") if rewrites else (FusionPattern, "fusion_patterns")
     what = "graph rewrite" if rewrites else "fusion pattern"
     if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):

@@ -8,30 +8,27 @@ once, on first use.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib
 import itertools
-import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from ..errors import BooError, CommandError, PluginError, UnknownOpError, describe_error, is_plugins_failure
 from ..kernels.formulation import Formulation, check_formulations, default_formulations
+from ..kernels.source_tags import package_source_hash
 from ..signatures.dtypes import SUFFIX_TO_DTYPE
+from ..signatures.installed import provide_installed_ops
 from ..signatures.parser import ParsedCommand, tokenize
 from ..signatures.signature import Signature
 from .manager import BooPlugins, PluginFailure, PluginInfo, call_blamed
 from .opspec import OpSpec
 
 if TYPE_CHECKING:
-    from ..dynamo.patterns import FusionPattern, GraphRewrite
     from ..kernels.target import Target
+    from .patterns import FusionPattern, GraphRewrite
 
 
 @dataclass(frozen=True)
@@ -93,44 +90,6 @@ def _materialized(value: object) -> object:
     if isinstance(value, (list, tuple)) or isinstance(value, Iterator):
         return tuple(value)
     return value
-
-
-def core_source_tag() -> str:
-    """boo-core's version and a hash of the code that builds kernels (its ``kernels`` and
-    ``tune`` packages): part of every cache key, so a fix there is never hidden by kernels,
-    or recorded compile failures, of the code before it."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    root = Path(__file__).resolve().parents[1]
-    files = tuple(str(f) for folder in ("kernels", "tune") for f in sorted((root / folder).glob("*.py")))
-    try:
-        release = version("boo-core")
-    except PackageNotFoundError:
-        release = "unknown"
-    return f"boo-core {release} {_hash_files(files)}"
-
-
-def package_source_hash(cls: type) -> str:
-    """16 hex digits of SHA-256 over the Python sources of the package defining ``cls``
-    (its module alone when it is not in a package)."""
-    module = sys.modules.get(cls.__module__) or importlib.import_module(cls.__module__)
-    top = cls.__module__.partition(".")[0]
-    package = sys.modules.get(top)
-    root = getattr(package, "__path__", None)
-    files = sorted(Path(next(iter(root))).rglob("*.py")) if root else [Path(module.__file__ or "")]
-    return _hash_files(tuple(str(f) for f in files))
-
-
-@functools.cache
-def _hash_files(files: tuple[str, ...]) -> str:
-    digest = hashlib.sha256()
-    for name in files:
-        path = Path(name)
-        try:
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        except OSError:
-            digest.update(path.name.encode() + b"\0?\0")
-    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -456,3 +415,6 @@ def _suffixes(entry: OpEntry) -> Mapping[str, torch.dtype]:
     """The base-argument suffixes ``entry``'s keywords take: the common ones and its parser's own."""
     own = getattr(entry.spec.parser, "suffixes", None) or {}
     return {**SUFFIX_TO_DTYPE, **own} if own else SUFFIX_TO_DTYPE
+
+
+provide_installed_ops(BooOpRegistry.default)

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import DeviceError
 from ..kernels.target import Target
+from ..settings import get_settings
 
 #: On the CPU, kernels below this many FLOPs run on IREE's ``local-sync`` driver, inline on
 #: the calling thread: handing a call to ``local-task``'s worker threads costs about 60 us,
@@ -103,6 +104,4 @@ def resolve_device(device: str | torch.device | BooDevice | None = None) -> BooD
     """
     if isinstance(device, BooDevice):
         return device
-    from ..settings import get_settings
-
     return _resolve(str(device) if device is not None else "cpu", get_settings().cuda_target)

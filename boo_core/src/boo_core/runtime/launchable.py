@@ -1,8 +1,8 @@
 """Launchables: compiled kernels called on torch tensors.
 
-``get_launchable(signature, device)`` returns a :class:`Launchable`: the kernel of the first
-of the op's formulations that compiles and, where kernels are verified, passes
-(:mod:`boo_core.runtime.selection`). Calling it checks each argument against the signature
+A :class:`Launchable` is a built kernel loaded for one device (:func:`load_launchable`
+builds and loads one; :func:`boo_core.runtime.lookup.get_launchable` finds the one that
+serves a signature). Calling it checks each argument against the signature
 (shape, dtype, device, contiguity), allocates the outputs with torch and lets the kernel read
 the inputs and write the outputs in place. On CUDA the kernel is enqueued on torch's current
 stream from its launch plan (:mod:`boo_core.runtime.cuda`) and the call returns at once; a
@@ -13,29 +13,25 @@ compilation.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from iree.runtime import HalFence, VmVariantList
 from torch.utils.dlpack import to_dlpack
 
-from ..errors import ArgumentError, DeviceError, KernelLoadError, LaunchError
+from ..errors import ArgumentError, KernelLoadError, LaunchError
 from ..kernels.cache import CachedKernel
 from ..kernels.launch_plan import LaunchPlan
 from ..kernels.request import KernelRequest
-from ..kernels.target import Target
-from ..plugins.registry import BooOpRegistry
 from ..settings import get_settings
-from ..signatures.signature import Signature, TensorSpec, has_empty_tensor, tensor_size_problem
+from ..signatures.signature import Signature, TensorSpec
 from . import hal
-from .devices import BooDevice, resolve_device
+from .cuda import PlanLauncher
+from .devices import BooDevice
 from .direct_call import IMPORT_ALIGNMENT, DirectCall, View, current_stream, settle
 
 logger = logging.getLogger(__name__)
@@ -125,8 +121,6 @@ class Launchable:
     def _direct_launcher(self) -> Any:
         """The kernel's launch plan loaded on the GPU (BOO_CUDA_LAUNCH=direct), or None:
         then IREE's runtime runs it (the reason is logged)."""
-        from .cuda import PlanLauncher
-
         name, plan = self.signature.func_name, self._kernel.plan
         if plan is None:  # none asked for: launches go through IREE's runtime
             return None
@@ -422,115 +416,3 @@ def _check_no_overlap(func_name: str, inputs: Sequence[torch.Tensor], outputs: S
                                     "write a tensor it reads (or writes twice)")
         if end > start:
             spans.append((start, end, f"out[{index}]"))
-
-
-def _real_tensors() -> Any:
-    """A context in which new tensors are real even if torch.compile's fake-tensor mode is
-    active on this thread (a backend compiling kernels ahead of time)."""
-    try:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-    except ImportError:  # pragma: no cover - torch without fake tensors
-        return contextlib.nullcontext()
-    return unset_fake_temporarily()
-
-
-def _as_signature(signature: object) -> Signature:
-    """A signature, from a signature or a command that runs one kernel."""
-    if isinstance(signature, Signature):
-        return signature
-    if isinstance(signature, str):
-        return BooOpRegistry.parse_command(signature)
-    raise ArgumentError(f"get_launchable takes a Signature or a command string, got {type(signature).__name__}")
-
-
-_launchables: dict[Hashable, Launchable] = {}
-_lock = threading.Lock()
-_building: dict[Hashable, threading.Lock] = {}
-
-
-def get_launchable(signature: Signature | str, device: str | torch.device | BooDevice | None = "cpu", *,
-                   target: str | Target | None = None, formulation: str | None = None,
-                   substitutions: Any = None) -> Launchable:
-    """The launchable for ``signature`` on ``device``: from memory, the disk cache, or compiled.
-
-    ``signature`` may also be a command that runs one kernel (``"conv -n 1 ... -F 1"``).
-    A signature with an empty tensor gets an :class:`EmptyLaunchable` (no kernel); one
-    whose tensors have negative sizes or could not fit in memory is an :class:`ArgumentError`.
-    ``target`` (``"cuda:sm_89"``) overrides the compile target chosen for the device (as
-    ``BOO_CUDA_TARGET`` does for every call); it must be for the device's backend.
-    ``formulation`` pins one of the op's formulations by name (no fallback to the others:
-    for scans, the tuner and tests). ``substitutions`` replaces the kernel's executables:
-    a :class:`~boo_core.substitute.Substitution` or its directory (``sources/``,
-    ``configurations/``, ``binaries/``; see docs/cli.md); the kernel is then verified
-    against PyTorch on first use, and refused with its verdict if it fails.
-    """
-    signature = _as_signature(signature)
-    problem = tensor_size_problem(signature, allow_empty=True)
-    if problem:
-        raise ArgumentError(f"get_launchable: {signature.func_name}: {problem}")
-    boo_device = resolve_device(device)
-    if target is not None:
-        chosen = target if isinstance(target, Target) else Target.parse(target)
-        if chosen.backend != boo_device.target.backend:
-            raise DeviceError(f"target {chosen.name} cannot run on {boo_device.key} "
-                              f"(its targets are {boo_device.target.backend})")
-        boo_device = dataclasses.replace(boo_device, target=chosen)
-    settings = get_settings()
-    driver = boo_device.driver_for(signature.flops, settings.cpu_driver)
-    if substitutions is not None and not hasattr(substitutions, "digest"):
-        from ..substitute.substitution import Substitution
-
-        substitutions = Substitution.from_directory(substitutions)
-    memory_key = (_registry_revision(), signature, boo_device.key, boo_device.target, driver, formulation,
-                  settings.kernel_key(), substitutions.digest if substitutions is not None else None)
-    launchable = _launchables.get(memory_key)
-    if launchable is not None and not launchable.stale:
-        return launchable
-    with _lock:
-        build_lock = _building.setdefault(memory_key, threading.Lock())
-    with build_lock:  # threads asking for one new kernel build it once
-        launchable = _launchables.get(memory_key)
-        if launchable is None or launchable.stale:
-            from .selection import select
-
-            if has_empty_tensor(signature):
-                launchable = EmptyLaunchable(signature, boo_device)
-            else:
-                with _real_tensors():  # verification runs the kernel, even when called while torch.compile traces
-                    launchable = select(signature, boo_device, driver, only=formulation, substitution=substitutions)
-            _launchables[memory_key] = launchable
-    return launchable
-
-
-_by_eager_key: dict[Hashable, Launchable] = {}
-
-
-def _registry_revision() -> int:
-    """The default registry's revision: kernels memoized under other plugins are not reused."""
-    return BooOpRegistry.default().revision
-
-
-def launchable_for(key: Hashable, make_signature: Callable[[], Signature],
-                   device: str | torch.device | BooDevice | None = "cpu") -> Launchable:
-    """:func:`get_launchable` for eager entry points, memoized on a cheap ``key``.
-
-    ``key`` must determine the signature (shapes, dtypes, attributes); ``make_signature``
-    builds it only on the first call, so a repeated eager call costs one dict lookup.
-    """
-    full_key = (key, str(device), get_settings(), _registry_revision())
-    launchable = _by_eager_key.get(full_key)
-    if launchable is None or launchable.stale:
-        launchable = _by_eager_key[full_key] = get_launchable(make_signature(), device)
-    return launchable
-
-
-def clear_launchables() -> None:
-    """Forget the launchables this process holds (the disk cache is untouched)."""
-    with _lock:
-        _launchables.clear()
-        _building.clear()
-        _by_eager_key.clear()
-
-
-# IREE objects must be released before the interpreter tears down its bindings.
-atexit.register(clear_launchables)

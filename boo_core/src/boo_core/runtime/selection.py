@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BooFallbackWarning, CompileError, KernelLoadError, is_plugins_failure
-from ..kernels.chain import PlannedKernel, TunedWinner
+from ..kernels.chain import PlannedKernel, TunedWinner, refuse_if_user
 from ..kernels.tuning_records import tuned_record
 from ..settings import get_settings
 from ..signatures.signature import Signature
-from ..substitute.candidates import refuse_if_user, signature_plan
+from ..substitute.candidates import signature_plan
 from ..verify import verdicts
 from . import worker
 from .devices import BooDevice

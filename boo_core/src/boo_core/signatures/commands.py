@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import BooError, CommandError
 from ..files import MAX_COMMANDS_BYTES, FileRefused, read_text
-from ..plugins.registry import BooOpRegistry
+from .installed import installed_ops
 from .parser import ParsedCommand, tokenize
 
 #: Name of the column that holds the commands in a ``.tsv`` commands file.
@@ -49,7 +49,7 @@ class Command:
 
     def parse(self) -> ParsedCommand:
         """Parse with the installed ops (raises :class:`~boo_core.errors.CommandError`)."""
-        return BooOpRegistry.parse(self.tokens())
+        return installed_ops().parse(self.tokens())
 
 
 def collect_commands(arguments: Sequence[str], commands_file: str | Path | None = None) -> list[Command]:

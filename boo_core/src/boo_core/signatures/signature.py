@@ -17,7 +17,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..errors import UnsupportedError
 from .dtypes import short_name
+from .installed import installed_ops
 
 #: Longest ``func_name`` BOO produces; longer readable names are cut and get a hash suffix.
 MAX_FUNC_NAME_LENGTH = 96
@@ -287,10 +289,7 @@ class Signature(abc.ABC):
 
         Written by the parser of the op registered for this signature's class (so a
         signature module never imports its parser)."""
-        from ..errors import UnsupportedError
-        from ..plugins.registry import BooOpRegistry
-
-        entry = BooOpRegistry.default().op_for_signature(self)
+        entry = installed_ops().op_for_signature(self)
         if entry is None:
             raise UnsupportedError(f"{type(self).__name__} is not the signature class of any registered op: "
                                    "it has no command")

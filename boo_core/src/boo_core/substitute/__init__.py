@@ -17,7 +17,8 @@ from .dump import KernelDump, dump_kernel
 from .executables import KernelExecutables, executables_of
 from .external import external_source
 from .mlir_text import Binding, Executable, Export, sanitize_symbol
-from .substitution import STAGES, Substitution
+from .stages import STAGES
+from .substitution import Substitution
 
 __all__ = [
     "STAGES",

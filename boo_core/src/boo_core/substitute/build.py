@@ -13,13 +13,16 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CompileError, SubstitutionError
 from ..kernels import cache
 from ..kernels.compiler import reproducer
 from .executables import KernelExecutables, kernel_executables
-from .substitution import SEARCH_PATH_FLAG, STAGES, Substitution, stage_files
+from .stages import SEARCH_PATH_FLAG, STAGES, stage_files
+
+if TYPE_CHECKING:
+    from .substitution import Substitution
 
 #: The folder of a cache entry (or dump) holding the substitution's files.
 SUBSTITUTION_DIR = "substitution"

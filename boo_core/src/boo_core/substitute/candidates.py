@@ -22,9 +22,8 @@ from ..errors import BooError, SubstitutionError
 from ..kernels.chain import PlannedKernel, TunedWinner, plan_kernels
 from ..kernels.target import Target
 from ..settings import get_settings
+from ..signatures.installed import installed_ops
 from .substitution import Substitution
-
-USER = "user"
 
 
 def target_directory(target: Target) -> str:
@@ -56,11 +55,9 @@ def user_substitution(signature: Any, target: Target, explicit: Substitution | s
 
 def library_substitutions(signature: Any, target: Target) -> list[Substitution]:
     """What installed plugins supply for this kernel (``boo_kernel_substitutions``)."""
-    from ..plugins.registry import BooOpRegistry
-
     found: list[Substitution] = []
     digests: set[str] = set()
-    for substitution in BooOpRegistry.default().kernel_substitutions(signature, target):
+    for substitution in installed_ops().kernel_substitutions(signature, target):
         if substitution.digest not in digests:  # two plugins shipping the same files: try them once
             digests.add(substitution.digest)
             found.append(substitution)
@@ -75,9 +72,7 @@ def signature_plan(signature: Any, target: Target, *, substitution: Substitution
     ``BOO_SUBSTITUTIONS``) or else the installed plugins', and the tuned winner ``tuned``
     looks up (asked only where the chain takes one). ``only``: that formulation alone
     (with the user's substitution, if any)."""
-    from ..plugins.registry import BooOpRegistry
-
-    formulations = BooOpRegistry.default().formulations(signature, target)
+    formulations = installed_ops().formulations(signature, target)
     user = user_substitution(signature, target, substitution)
     if only is not None:
         chosen = [f for f in formulations if f.name == only]
@@ -89,15 +84,3 @@ def signature_plan(signature: Any, target: Target, *, substitution: Substitution
         return plan_kernels(formulations, user=user)
     return plan_kernels(formulations, library=library_substitutions(signature, target),
                         tuned=tuned() if tuned is not None else None)
-
-
-def refuse_if_user(substitution: Substitution | None, signature: Any, what: str,
-                   error: BaseException | None = None) -> None:
-    """Raise for a user substitution that did not compile or verify (a plugin's is passed over)."""
-    if substitution is None or substitution.origin != USER:
-        return
-    if isinstance(error, SubstitutionError):
-        raise error
-    raise SubstitutionError(f"substitution {substitution.label} of {signature.func_name} is refused: {what}. "
-                            "Fix or remove it (a substituted kernel is always verified against PyTorch, "
-                            "whatever BOO_VERIFY says).") from error

@@ -34,7 +34,7 @@ from ..kernels.chain import plan_kernels
 from ..kernels.compiler import compiler_version, reproducer, run_compile
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
-from ..plugins.registry import BooOpRegistry
+from ..signatures.installed import installed_ops
 from .build import SUBSTITUTION_DIR, prepare
 from .candidates import kernel_directory, target_directory
 from .mlir_text import Executable, merge, parse_executable, split_executables
@@ -66,7 +66,7 @@ def dump_kernel(signature: Any, target: Target, root: str | Path, *, formulation
     that does not compile is passed over; if none compiles, :class:`CompileError` names
     each. A substitution IREE rejects raises :class:`SubstitutionError`.
     """
-    formulations = BooOpRegistry.default().formulations(signature, target)
+    formulations = installed_ops().formulations(signature, target)
     if formulation is not None:
         formulations = tuple(f for f in formulations if f.name == formulation)
         if not formulations:

@@ -17,7 +17,9 @@ from typing import Any
 from ..errors import SubstitutionError
 from ..files import MAX_KERNEL_FILE_BYTES, read_text
 from ..kernels.compiler import run_compile
+from ..kernels.request import KernelRequest
 from ..kernels.target import Target
+from ..signatures.installed import installed_ops
 from .mlir_text import Executable, parse_executable
 
 
@@ -59,13 +61,10 @@ def read_dumped_sources(directory: Path) -> dict[str, Executable]:
 def executables_of(signature: Any, target: Target | str, formulation: str | None = None) -> KernelExecutables:
     """``signature``'s executables on ``target`` (formulation ``formulation``, default the
     op's first): what substitution files must be named after, and what they replace."""
-    from ..kernels.request import KernelRequest
-    from ..plugins.registry import BooOpRegistry
-
     target = target if isinstance(target, Target) else Target.parse(target)
     chosen = None
     if formulation is not None:
-        chosen = next((f for f in BooOpRegistry.default().formulations(signature, target) if f.name == formulation),
+        chosen = next((f for f in installed_ops().formulations(signature, target) if f.name == formulation),
                       None)
         if chosen is None:
             raise SubstitutionError(f"{signature.func_name} has no formulation {formulation!r} on {target.name}")

@@ -25,18 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SubstitutionError, describe_error, is_plugins_failure
 from ..files import MAX_KERNEL_FILE_BYTES, FileRefused, read_bytes
+from .build import build
+from .stages import STAGES
 
 if TYPE_CHECKING:
     from .executables import KernelExecutables
-
-#: Stage folders -> the iree-compile flag taking a directory of files named by executable.
-STAGES: dict[str, str] = {
-    "sources": "--iree-hal-substitute-executable-sources-from",
-    "configurations": "--iree-hal-substitute-executable-configurations-from",
-    "binaries": "--iree-hal-substitute-executable-objects-from",
-}
-#: Where a relative ``#hal.executable.object<{path = ...}>`` in a substituted source is found.
-SEARCH_PATH_FLAG = "--iree-hal-executable-object-search-path"
 
 Files = Mapping[str, bytes]
 Builder = Callable[["KernelExecutables"], Mapping[str, "bytes | str"]]
@@ -162,20 +155,20 @@ class Substitution:
                                     f"{describe_error(e)}") from e
         return _as_bytes(built, f"substitution {self.label}")
 
+    def build_kernel(self, request: Any, entry: Any) -> tuple[str, bytes]:
+        """Compile ``request`` (a :class:`~boo_core.kernels.request.KernelRequest` carrying
+        this substitution) into the cache ``entry`` (None: a scratch directory): the
+        reproducer and the kernel (:func:`boo_core.substitute.build.build`)."""
+        return build(request, entry)
+
     def shown_path(self, relative: str) -> str:
         """A file as messages name it: its path on disk, or ``<name>:<relative path>``."""
         return str(self.location / relative) if self.location else f"{self.label}:{relative}"
 
+    @property
+    def from_user(self) -> bool:
+        """Whether the user gave it (a user's substitution that fails is an error, not passed over)."""
+        return self.origin == "user"
+
     def with_origin(self, origin: str) -> Substitution:
         return replace(self, origin=origin)
-
-
-def stage_files(files: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
-    """``{stage: {executable: relative path}}`` for the files that replace executables.
-    The executable is the file name without its last extension (IREE's rule)."""
-    staged: dict[str, dict[str, str]] = {}
-    for name in files:
-        parts = PurePosixPath(name).parts
-        if len(parts) == 2 and parts[0] in STAGES:
-            staged.setdefault(parts[0], {})[PurePosixPath(parts[1]).stem] = name
-    return staged

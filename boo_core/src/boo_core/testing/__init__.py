@@ -18,7 +18,8 @@ import torch
 from ..plugins.hookspecs import ENTRY_POINT_GROUP
 from ..plugins.manager import BooPlugins
 from ..plugins.registry import BooOpRegistry, OpRegistry
-from ..runtime.launchable import Launchable, get_launchable
+from ..runtime.launchable import Launchable
+from ..runtime.lookup import get_launchable
 from ..signatures.signature import Signature
 from ..verify.numerics import Comparison, check_launchable
 

@@ -35,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ..dynamo import offload_summary, reset_offload_summary
 from ..errors import BooError
 from ..kernels import activity
 from .models import WORKLOADS, workload
@@ -153,8 +154,6 @@ def run_rank(model_name: str, backend: str, steps: int, batch: int, *, small: bo
     result = RankResult(rank, world, os.getpid(), str(device), model_name, backend, eager_losses, eager_ms)
     if backend == "eager":
         return result
-    from ..dynamo import offload_summary, reset_offload_summary
-
     torch._dynamo.reset()
     reset_offload_summary()
     activity.reset()

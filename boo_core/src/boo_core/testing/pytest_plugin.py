@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from ..kernels.activity import LOG_VARIABLE
+from ..runtime.lookup import clear_launchables
+from ..settings import reload_from_environment
 from .kernel_marker import MARK, KernelTestRecorder, is_xdist_worker
 
 
@@ -30,8 +32,6 @@ def pytest_configure(config: pytest.Config) -> None:
     cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or inherited or tempfile.mkdtemp(prefix="boo-test-cache-")
     os.environ["BOO_CACHE_DIR"] = cache_dir
     os.environ.pop("BOO_CACHE_ON", None)
-    from boo_core.settings import reload_from_environment
-
     reload_from_environment()
     config.addinivalue_line("markers", MARK)
     log = Path(tempfile.mkdtemp(prefix="boo-test-kernels-")) / "kernels.log"
@@ -42,9 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def boo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A kernel cache of the test's own (its directory), with no launchables in memory."""
-    from boo_core import clear_launchables
-    from boo_core.settings import reload_from_environment
-
     directory = tmp_path / "boo-cache"
     monkeypatch.setenv("BOO_CACHE_DIR", str(directory))
     reload_from_environment()

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UnsupportedError
-from ..runtime.launchable import Launchable, get_launchable
+from ..runtime.launchable import Launchable
+from ..runtime.lookup import get_launchable
 from ..signatures.signature import Signature
 from ..verify.numerics import Comparison, check_launchable
 

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import as_completed
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -33,57 +31,23 @@ import torch
 
 from ..cluster import require_ray
 from ..cluster.handle import ClusterHandle, cluster_device
-from ..errors import BooCacheWarning, BooError, is_plugins_failure
-from ..kernels import cache
-from ..kernels.chain import compile_plan
+from ..errors import BooError, is_plugins_failure
 from ..kernels.pool import compile_pool
 from ..kernels.target import Target
-from ..kernels.tuning_records import TuningRecord, tuned_record
+from ..kernels.tuning_records import tuned_record
 from ..runtime.devices import resolve_device
-from ..runtime.launchable import get_launchable
+from ..runtime.lookup import get_launchable
 from ..settings import get_settings
 from ..signatures.commands import Command, collect_commands, deduplicate
 from ..signatures.signature import Signature
-from ..substitute.candidates import signature_plan
 from ..verify.verdicts import device_identity
 from .driver import error_text
+from .preload_cluster import compile_on_cluster, verify_on_cluster
+from .preload_kernel import CACHE_HIT, COMPILED, FAILED, PreloadJob, PreloadOutcome, compile_kernel
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
     from ..cluster import RayCluster
-
-COMPILED, CACHE_HIT, FAILED = "compiled", "cache hit", "failed"
-
-
-@dataclass(frozen=True)
-class PreloadOutcome:
-    """What happened to one kernel for one target, or to a command that did not parse
-    (``func_name`` and ``target`` then empty).
-
-    ``reproducer`` holds, for a failed compile, the MLIR and the exact compile command
-    saved in the kernel's cache entry.
-    """
-
-    command: str
-    source: str
-    func_name: str
-    target: str
-    status: str  # COMPILED, CACHE_HIT or FAILED
-    seconds: float = 0.0  # compile time
-    directory: str = ""  # the cache entry of the formulation that serves
-    error: str = ""
-    reproducer: tuple[str, ...] = ()
-    formulation: str = ""  # the formulation that serves (the first that compiles, or verifies)
-    verified: bool = False  # checked against PyTorch on the preload's device (and the verdict recorded)
-
-
-@dataclass(frozen=True)
-class _Job:
-    command: Command
-    signature: Signature
-    target: str
-    tuned: TuningRecord | None = None  # the record whose winner launches use on this target's device model
-
 
 class CachePopulator:
     """Compile the kernels of MIOpenDriver-style commands into the cache, for several targets.
@@ -136,7 +100,7 @@ class CachePopulator:
         if not get_settings().cache_enabled:
             raise BooError("the kernel cache is disabled (BOO_CACHE_ON=0): there is nothing to preload into")
         self.outcomes = []
-        jobs: dict[tuple[Signature, str], _Job] = {}
+        jobs: dict[tuple[Signature, str], PreloadJob] = {}
         self._signatures = jobs.keys()
         models = self._device_models()
         for command in self.commands:
@@ -153,7 +117,7 @@ class CachePopulator:
                     if (signature, target) not in jobs:
                         model = models.get(target)
                         tuned = tuned_record(signature, target, model) if model else None
-                        jobs[(signature, target)] = _Job(command, signature, target, tuned)
+                        jobs[(signature, target)] = PreloadJob(command, signature, target, tuned)
         if self.ray is not None:
             self.outcomes = self._run_on_cluster(list(jobs.values()))
             return self.outcomes
@@ -163,9 +127,7 @@ class CachePopulator:
                              for o in self.outcomes]
         return self.outcomes
 
-    def _run_on_cluster(self, jobs: list[_Job]) -> list[PreloadOutcome]:
-        from .preload_cluster import verify_on_cluster
-
+    def _run_on_cluster(self, jobs: list[PreloadJob]) -> list[PreloadOutcome]:
         cluster = ClusterHandle(self.ray, self.jobs, self.progress)
         try:
             outcomes = self.outcomes + self._compile(jobs, cluster)
@@ -199,7 +161,7 @@ class CachePopulator:
         return dataclasses.replace(outcome, formulation=launchable.formulation, verified=launchable.verified,
                                    error=passed_over)
 
-    def _compile(self, jobs: list[_Job], cluster: ClusterHandle | None = None) -> list[PreloadOutcome]:
+    def _compile(self, jobs: list[PreloadJob], cluster: ClusterHandle | None = None) -> list[PreloadOutcome]:
         results: list[PreloadOutcome | None] = [None] * len(jobs)
         bar = ProgressBar(len(jobs), self.progress) if self.progress is not None and jobs else None
         counts = {COMPILED: 0, CACHE_HIT: 0, FAILED: 0}
@@ -212,8 +174,6 @@ class CachePopulator:
                                                  f"failed {counts[FAILED]}")
 
         if cluster is not None:
-            from .preload_cluster import compile_on_cluster
-
             compile_on_cluster(jobs, cluster, record, shared=self.shared_cache, max_in_flight=self.jobs)
         elif self.jobs == 1 or len(jobs) <= 1:  # an empty batch included: nothing to start a pool for
             for index, job in enumerate(jobs):
@@ -247,50 +207,3 @@ class CachePopulator:
     def get_failures(self) -> list[PreloadOutcome]:
         """The commands that did not parse and the kernels that failed to compile."""
         return [o for o in self.outcomes if o.status == FAILED]
-
-
-def compile_kernel(job: _Job) -> PreloadOutcome:
-    """Compile one signature's chain for one target into the cache (runs in a worker)."""
-    command, signature, target = job.command, job.signature, job.target
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", BooCacheWarning)  # why a kernel was not stored, said once per kernel
-            parsed = Target.parse(target)
-            chain = compile_plan(signature, parsed, signature_plan(signature, parsed, tuned=lambda: job.tuned))
-    except BaseException as e:  # a plugin's failure: reported against this kernel only
-        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
-            raise
-        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED, error=error_text(e))
-    finally:
-        cache_problems = _replay(caught)
-    if not chain.ok:
-        errors = "\n".join(f"{name}: {error_text(error)}" for name, error in chain.failed)
-        first = chain.failed[0][1] if chain.failed else None
-        reproducer: tuple[str, ...] = ()
-        if first is not None and first.mlir_path:
-            mlir = Path(first.mlir_path)
-            reproducer = tuple(str(p) for p in (mlir, mlir.with_name(cache.COMMAND_FILE)) if p.exists())
-        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED,
-                              error=errors, reproducer=reproducer)
-    if not chain.directory:  # compiled in memory only (the cache was not written): a preload that stored nothing
-        reason = "; ".join(dict.fromkeys(cache_problems)) or \
-            f"it was compiled in memory, without writing {get_settings().cache_dir}"
-        return PreloadOutcome(command.text, command.source, signature.func_name, target, FAILED, chain.seconds,
-                              error=f"formulation {chain.serving} compiled, but was not stored in the cache: {reason}",
-                              formulation=chain.serving)
-    status = COMPILED if chain.compiled else CACHE_HIT
-    return PreloadOutcome(command.text, command.source, signature.func_name, target, status, chain.seconds,
-                          chain.directory, formulation=chain.serving)
-
-
-def _replay(caught: list[warnings.WarningMessage]) -> list[str]:
-    """The messages of the :class:`BooCacheWarning` among ``caught`` (which the caller
-    reports as a failure); every other warning is issued again, as if never caught."""
-    problems = []
-    for warning in caught:
-        if issubclass(warning.category, BooCacheWarning):
-            problems.append(str(warning.message))
-        else:
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno,
-                                   source=warning.source)
-    return problems

@@ -4,7 +4,7 @@ For each (signature, target) job the caller first looks its chain's kernels (the
 winner the job carries included) up in its own cache (keys only, nothing exported): a job
 whose kernels are all there, or recorded as not compiling, is settled here, without a task.
 Every other job becomes a CPU task that runs the local preload's
-:func:`~boo_core.tools.preload.compile_kernel` on a worker; its cache entries come back and
+:func:`~boo_core.tools.preload_kernel.compile_kernel` on a worker; its cache entries come back and
 are written into the caller's cache (:mod:`boo_core.cluster`), after a check that the
 worker computed the keys this process computes. With a device whose
 kernels are verified (``BOO_VERIFY``), each compiled kernel is then verified by a task on
@@ -27,12 +27,12 @@ from ..kernels.chain import target_verifies
 from ..kernels.target import Target
 from ..kernels.tuning_records import TuningRecord
 from ..runtime.devices import BooDevice
-from ..runtime.launchable import get_launchable
+from ..runtime.lookup import get_launchable
 from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
 from ..substitute.candidates import signature_plan
 from .driver import error_text
-from .preload import FAILED, PreloadOutcome, _Job, compile_kernel
+from .preload_kernel import FAILED, PreloadJob, PreloadOutcome, compile_kernel
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,9 @@ def _plan(signature: Signature, target_name: str, cache_dir: Path, tuned: Tuning
     return _Plan(keys, True)
 
 
-def compile_on_cluster(jobs: Sequence[_Job], cluster: ClusterHandle, record: Callable[[int, PreloadOutcome], None], *,
-                       shared: bool = False, max_in_flight: int | None = None) -> None:
+def compile_on_cluster(jobs: Sequence[PreloadJob], cluster: ClusterHandle,
+                       record: Callable[[int, PreloadOutcome], None], *, shared: bool = False,
+                       max_in_flight: int | None = None) -> None:
     """Compile ``jobs`` on ``cluster`` into this process's cache; ``record(index, outcome)``
     is called once per job, as each is settled."""
     cache_dir = get_settings().cache_dir
@@ -86,7 +87,7 @@ def compile_on_cluster(jobs: Sequence[_Job], cluster: ClusterHandle, record: Cal
         record(result.key, outcome)
 
 
-def _compile_task(context: TaskContext, job: _Job) -> PreloadOutcome:
+def _compile_task(context: TaskContext, job: PreloadJob) -> PreloadOutcome:
     """On a worker: the local preload's compile, paths reported as the caller will see them."""
     outcome = compile_kernel(job)
     return dataclasses.replace(outcome, directory=context.caller_path(outcome.directory) if outcome.directory else "",

@@ -1,4 +1,4 @@
-"""What ``boo driver`` and ``boo numerics`` print, and the CSV files they write.
+"""What ``boo driver`` and ``boo numerics`` print, and the CSV files the tools write.
 
 The CSV columns are a stable interface (docs/cli.md documents them): new columns may be
 added at the end, existing ones keep their names and meaning.
@@ -20,6 +20,13 @@ from ..signatures.signature import Signature
 from ..verify.numerics import Comparison
 from .driver import BackendRun, CommandResult
 
+#: The tune CSV's columns (docs/cli.md), one row per candidate per kernel.
+TUNE_COLUMNS: tuple[str, ...] = (
+    "func_name", "command", "op", "mode", "target", "device", "candidate", "formulation", "config", "flags",
+    "compile_s", "verdict", "time_us", "tflops", "gbps", "pct_peak", "peak_tflops", "peak_gbps", "speedup", "winner",
+    "torch_us", "flops", "bytes", "error",
+)
+#: ``boo driver``'s CSV columns, one row per command per backend.
 DRIVER_COLUMNS: tuple[str, ...] = (
     "command", "source", "op", "mode", "func_name", "backend", "device", "status", "error", "cache",
     "compile_s", "load_s", "iterations", "min_us", "median_us", "mean_us", "max_us", "stddev_us",

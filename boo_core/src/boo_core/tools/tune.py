@@ -16,20 +16,15 @@ from ..errors import BooError, is_plugins_failure
 from ..signatures.commands import Command
 from ..tune.cluster import gpu_task_summary
 from ..tune.peaks import Peaks, measure_peaks
+from ..tune.spec import export_spec
 from ..tune.tuner import KernelTune, TuneOptions, Tuner
 from .driver import error_text
+from .html_report import write_report
 from .progress import ProgressBar
+from .report import TUNE_COLUMNS
 
 #: How the errors of candidates that a Ray cluster failed (not their compiler) start.
 CLUSTER_ERRORS = ("on the Ray cluster: ", "measuring on the Ray cluster: ")
-#: The tune CSV's columns (docs/cli.md), one row per candidate per kernel.
-TUNE_COLUMNS: tuple[str, ...] = (
-    "func_name", "command", "op", "mode", "target", "device", "candidate", "formulation", "config", "flags",
-    "compile_s", "verdict", "time_us", "tflops", "gbps", "pct_peak", "peak_tflops", "peak_gbps", "speedup", "winner",
-    "torch_us", "flops", "bytes", "error",
-)
-
-
 def _number(value: float | None, spec: str = ".6g") -> str:
     return "" if value is None else format(value, spec)
 
@@ -114,13 +109,9 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
     if report:
         if not csv_path:
             raise BooError("--report needs --csv (the report is made from it)")
-        from .html_report import write_report
-
         write_report([Path(csv_path)], Path(report), title="boo tune")
         print(f"report written to {report}")
     if export:
-        from ..tune.spec import export_spec
-
         count = export_spec(Path(export), [t.signature for t in tunes], tuner.device.target.name, tuner.device_name)
         print(f"tuning spec with {count} configured kernels written to {export}")
     return len(tunes), failed

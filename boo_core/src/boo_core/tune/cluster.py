@@ -1,6 +1,6 @@
 """``boo tune --ray``: the tuner's compiles, and on a GPU its measurements, as Ray tasks.
 
-Each pending candidate compiles in a CPU task that runs the tuner's ``_compile_candidate``
+Each pending candidate compiles in a CPU task that runs :func:`~boo_core.tune.candidates.compile_candidate`
 on a worker and may write only the candidate's cache entry; a candidate the caller's cache
 already settles (its kernel, or a recorded failure: a resumed tune) is fetched here, without a
 task. Tuning on a GPU, each kernel's compiled candidates are then verified and timed by one GPU
@@ -15,7 +15,7 @@ cache, are written there by the workers).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -26,9 +26,8 @@ from ..cluster.handle import ClusterHandle
 from ..kernels.cache import CacheEntry, CacheKey, integrity_key
 from ..kernels.target import Target
 from ..settings import get_settings, settings_override
-from ..signatures.signature import Signature
 from ..verify.verdicts import device_identity
-from . import tuner as tuner_module
+from .candidates import CLUSTER_FAILURE, candidate_request, candidates_for, compile_arguments, compile_candidate
 
 #: What a compile gives the measurement phase: (seconds, error text).
 Compiled = tuple[float, str]
@@ -38,7 +37,7 @@ def candidate_key(*arguments: Any) -> CacheKey | None:
     """The cache key of one candidate's kernel (``compile_arguments``; nothing is exported),
     or None if it has none."""
     try:
-        return tuner_module.candidate_request(*arguments).key
+        return candidate_request(*arguments).key
     except Exception:  # compile_candidate, run here, reports it as a local tune does
         return None
 
@@ -52,26 +51,26 @@ def _settled(key: CacheKey) -> bool:
 
 def compile_on_cluster(arguments: Mapping[int, tuple[Any, ...]], cluster: ClusterHandle, *, shared: bool = False,
                        max_in_flight: int | None = None) -> dict[int, Compiled]:
-    """Compile candidates (their ``_compile_candidate`` arguments by id) on ``cluster``
+    """Compile candidates (their ``compile_candidate`` arguments by id) on ``cluster``
     into this process's cache; (seconds, error) by id."""
     results: dict[int, Compiled] = {}
     tasks = []
     for ident, args in arguments.items():
         key = candidate_key(*args)
         if key is None or _settled(key):
-            results[ident] = tuner_module._compile_candidate(*args)
+            results[ident] = compile_candidate(*args)
             continue
         label = f"compile {args[0].func_name} {args[2]}" + (" (configured)" if args[3] or args[4] else "") \
             + (" (substituted)" if args[5] else "")
         tasks.append(Task(ident, _compile_task, args, expect=(key,), label=label))
     for result in cluster.get().run(tasks, shared=shared, max_in_flight=max_in_flight) if tasks else ():
-        results[result.key] = result.value if result.ok else (0.0, tuner_module.CLUSTER_FAILURE + result.error)
+        results[result.key] = result.value if result.ok else (0.0, CLUSTER_FAILURE + result.error)
     return results
 
 
 def _compile_task(context: TaskContext, *args: Any) -> Compiled:
     """On a worker: one candidate's compile, paths in its error as the caller will see them."""
-    seconds, error = tuner_module._compile_candidate(*args)
+    seconds, error = compile_candidate(*args)
     return seconds, context.relocate(error)
 
 
@@ -108,44 +107,32 @@ def _probe(context: TaskContext, cuda_target: str | None) -> tuple[str, str]:
 
 
 def measure_on_cluster(kernels: Sequence[tuple[Any, list[tuple[str, Compiled]]]], options: Any,
-                       placement: GpuPlacement, cuda_target: str | None, cluster: ClusterHandle, *,
+                       placement: GpuPlacement, cuda_target: str | None, cluster: ClusterHandle,
+                       measure: Callable[..., tuple[float | None, list[Any]]], *,
                        shared: bool = False) -> Iterator[tuple[float | None, list[Any], TaskResult]]:
     """Verify and time each kernel's compiled candidates (``(tune, [(label, compiled)])``) in a
-    GPU task; yield (PyTorch's time, candidate results, the task's result: its ``key`` is the
-    kernel's index, its ``error`` why it has no value) as each finishes."""
+    GPU task running ``measure`` (the tuner's :func:`~boo_core.tune.tuner.measure_task`, given
+    the task's context, ``options`` for the worker's device, the GPU model, the CUDA target, the
+    signature, the target and the compiled candidates); yield (PyTorch's time, candidate
+    results, the task's result: its ``key`` is the kernel's index, its ``error`` why it has no
+    value) as each finishes."""
     worker_options = dataclasses.replace(options, device="cuda:0", ray=None, shared_cache=False)
     tasks = []
     for index, (tune, compiled) in enumerate(kernels):
         seed = []
         for label, (_, error) in compiled:
-            candidate = next(c for c in tuner_module.candidates_for(tune.signature, Target.parse(tune.target))
+            candidate = next(c for c in candidates_for(tune.signature, Target.parse(tune.target))
                              if c.label == label)
-            key = None if error else candidate_key(*tuner_module.compile_arguments(tune.signature, tune.target,
+            key = None if error else candidate_key(*compile_arguments(tune.signature, tune.target,
                                                                                    candidate))
             seed += [key] if key is not None else []
-        tasks.append(Task(index, _measure_task, (worker_options, placement.model, cuda_target, tune.signature,
+        tasks.append(Task(index, measure, (worker_options, placement.model, cuda_target, tune.signature,
                                                  tune.target, compiled),
                           gpus=1, resources=placement.resources, seed=tuple(k.dirname for k in seed),
                           expect=tuple(seed), label=f"tune {tune.signature.func_name} on {placement.model}"))
     for result in cluster.get().run(tasks, shared=shared) if tasks else ():
         torch_us, results = result.value if result.ok else (None, [])
         yield torch_us, results, result
-
-
-def _measure_task(context: TaskContext, options: Any, model: str, cuda_target: str | None, signature: Signature,
-                  target: str, compiled: list[tuple[str, Compiled]]) -> tuple[float | None, list[Any]]:
-    """On a worker with a GPU: the local tuner's measurement of one kernel, without checkpoints
-    (the caller writes them)."""
-    with settings_override(cuda_target=cuda_target) if cuda_target else nullcontext():
-        tuner = tuner_module.Tuner(options)
-        if tuner.device_name != model:
-            raise ClusterError(f"node {context.host} has a {tuner.device_name}, the tune is for a {model}")
-        candidates = {c.label: c for c in tuner_module.candidates_for(signature, tuner.device.target)}
-        tune = tuner_module.KernelTune(signature, "", target, model)
-        tuner._measure(tune, [(candidates[label], done) for label, done in compiled], checkpoint=False)
-    for result in tune.results:
-        result.error = context.relocate(result.error)
-    return tune.torch_us, tune.results
 
 
 def gpu_task_summary(results: Sequence[TaskResult]) -> str:

@@ -19,152 +19,45 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
-from dataclasses import dataclass, field, replace
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..cluster import require_ray
+from ..cluster import ClusterError, TaskContext, require_ray
 from ..cluster.handle import ClusterHandle, cluster_device
-from ..errors import BooError, CompileError, describe_error, is_plugins_failure
+from ..errors import BooError, is_plugins_failure
 from ..files import MAX_CSV_BYTES, FileRefused, read_text
 from ..kernels.compiler import compiler_version
 from ..kernels.pool import compile_pool
 from ..kernels.request import KernelRequest
-from ..kernels.target import Target
 from ..kernels.tuning_records import TuningRecord, read_record, record_path, tuning_dir, write_record
-from ..plugins.manager import call_blamed
-from ..plugins.registry import BooOpRegistry
 from ..runtime.devices import BooDevice, resolve_device
 from ..runtime.launchable import load_launchable
 from ..runtime.timing import timer_for
 from ..runtime.worker import verify_and_time
-from ..settings import get_settings
+from ..settings import get_settings, settings_override
 from ..signatures.signature import Signature
-from ..substitute.candidates import library_substitutions
 from ..verify import verdicts
-from .space import ResolvedCandidate, resolve
+from .candidates import (
+    CLUSTER_FAILURE,
+    PASS,
+    CandidateResult,
+    KernelTune,
+    TuneOptions,
+    candidates_for,
+    compile_arguments,
+    compile_candidate,
+)
+from .cluster import Compiled, compile_on_cluster, measure_on_cluster, place_gpu_tasks
+from .space import ResolvedCandidate
 
-PASS = verdicts.PASS
-#: The start of a candidate's compile error when the cluster, not the compiler, failed it.
-CLUSTER_FAILURE = "compile error: on the Ray cluster: "
 #: Candidates within this fraction of the fastest time tie (timing noise: repeated tunes of
 #: one kernel on an H100 moved by up to 0.6%); the first of them in the candidates' order
 #: wins, so a record does not flip between runs, or between a local and a Ray tune, on noise.
 TIE_FRACTION = 0.01
-
-
-@dataclass
-class CandidateResult:
-    """What happened to one candidate: ``verdict`` is ``pass``, ``fail: ...`` (wrong),
-    ``compile error`` or ``skipped`` (the kernel's time budget ran out)."""
-
-    label: str
-    formulation: str
-    config: Mapping[str, Any] | None = None
-    flags: tuple[str, ...] = ()
-    compile_seconds: float = 0.0
-    verdict: str = ""
-    time_us: float | None = None
-    error: str = ""
-    substitution: str = ""  # a kernel library's substitution, by digest ("": IREE's own kernels)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "formulation": self.formulation, "config": self.config, "flags": list(self.flags),
-                "compile_seconds": self.compile_seconds, "verdict": self.verdict, "time_us": self.time_us,
-                "error": self.error, "substitution": self.substitution}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CandidateResult:
-        return cls(str(data["label"]), str(data["formulation"]), data.get("config"),
-                   tuple(data.get("flags", ())), float(data.get("compile_seconds", 0.0)), str(data["verdict"]),
-                   data.get("time_us"), str(data.get("error", "")), str(data.get("substitution", "")))
-
-
-@dataclass
-class KernelTune:
-    """One kernel's tune: every candidate's result, PyTorch's time and the winner."""
-
-    signature: Signature
-    command: str
-    target: str
-    device: str
-    results: list[CandidateResult] = field(default_factory=list)
-    torch_us: float | None = None
-    winner: str = ""
-    baseline: str = ""  # the candidate an untuned launch uses: the first plain one that passes
-    reused: bool = False  # an existing record was kept (not tuned again)
-
-    def result(self, label: str) -> CandidateResult | None:
-        return next((r for r in self.results if r.label == label), None)
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    device: str = "cpu"
-    jobs: int = 1
-    budget_seconds: float | None = None  # per kernel, compile and measurement together
-    iterations: int = 20
-    warmup: int = 3
-    retune: bool = False
-    #: A Ray cluster to tune on (:mod:`boo_core.tune.cluster`): True or ``"local"`` starts a
-    #: local instance, ``"auto"`` joins the one running here, ``"HOST:PORT"`` that one, or a
-    #: :class:`~boo_core.cluster.RayCluster`. ``jobs`` is then the most tasks at once (0: no
-    #: limit) and a local instance's CPUs.
-    ray: Any = None
-    shared_cache: bool = False  # with ray: every node mounts the cache at its path; workers write into it
-
-
-def candidates_for(signature: Signature, target: Target) -> list[ResolvedCandidate]:
-    """Installed kernel libraries' substitutions, the op's formulations, then its tuning
-    space's extra candidates."""
-    registry = BooOpRegistry.default()
-    formulations = registry.formulations(signature, target)
-    library = library_substitutions(signature, target)
-    entry = registry.op_for_signature(signature)
-    extra: Sequence[Any] = ()
-    if entry is not None and entry.spec.tuning_space is not None:
-        where = f"op {entry.name!r} tuning_space"
-        extra = call_blamed(entry.plugin, where, entry.spec.tuning_space, signature, target) or ()
-        return resolve(formulations, extra, f"plugin {entry.plugin.label}: {where}", library)
-    return resolve(formulations, extra, "tuning space", library)
-
-
-def compile_arguments(signature: Signature, target: str, candidate: ResolvedCandidate) -> tuple[Any, ...]:
-    """What :func:`_compile_candidate` takes for ``candidate`` (plain data: it crosses processes)."""
-    return (signature, target, candidate.formulation.name, dict(candidate.config) if candidate.config else None,
-            candidate.flags, candidate.substitution_digest)
-
-
-def candidate_request(signature: Signature, target: str, formulation: str, config: Mapping[str, Any] | None,
-                      flags: tuple[str, ...], substitution: str = "") -> KernelRequest:
-    """The kernel request of a candidate given as :func:`compile_arguments` gives it; a
-    library substitution is found again by its digest."""
-    parsed = Target.parse(target)
-    chosen = next(f for f in BooOpRegistry.default().formulations(signature, parsed) if f.name == formulation)
-    found = None
-    if substitution:
-        found = next((s for s in library_substitutions(signature, parsed) if s.digest == substitution), None)
-        if found is None:
-            raise BooError(f"no installed kernel library offers substitution {substitution} for "
-                           f"{signature.func_name} here")
-    return KernelRequest.create(signature, parsed, chosen, config=config, extra_flags=flags, substitution=found)
-
-
-def _compile_candidate(signature: Signature, target: str, formulation: str, config: Mapping[str, Any] | None,
-                       flags: tuple[str, ...], substitution: str = "") -> tuple[float, str]:
-    """Compile one candidate into the cache (runs in a worker); (seconds, error text)."""
-    start = time.perf_counter()
-    try:
-        candidate_request(signature, target, formulation, config, flags, substitution).fetch()
-    except CompileError as e:
-        return time.perf_counter() - start, f"compile error: {str(e).splitlines()[0]}"
-    except BaseException as e:  # a plugin's failure is this candidate's, not the run's
-        if not is_plugins_failure(e):  # a Ctrl-C is the user's; sys.exit() the plugin's
-            raise
-        return time.perf_counter() - start, f"compile error: {describe_error(e)}"
-    return time.perf_counter() - start, ""
 
 
 def _progress_path(signature: Signature, target: str, device: str) -> Path:
@@ -271,8 +164,6 @@ class Tuner:
 
     def _tune(self, kernels: Sequence[tuple[str, Signature]], target: str, cluster: Any) -> list[KernelTune]:
         if self._on_gpus(cluster) and self._placement is None:
-            from .cluster import place_gpu_tasks
-
             self._placement = place_gpu_tasks(cluster, self._cuda_target(), self.device_name)
             self.device_name = self._placement.model
         tunes, pending = [], []
@@ -308,12 +199,10 @@ class Tuner:
     def _measure_on_cluster(self, measured: list[tuple[KernelTune, list[tuple[ResolvedCandidate, tuple[float, str]]]]],
                             cluster: Any) -> None:
         """Each kernel measured by a GPU task; its results checkpointed here and the winner recorded."""
-        from .cluster import measure_on_cluster
-
         kernels = [(tune, [(c.label, done) for c, done in mine if not done[1].startswith(CLUSTER_FAILURE)])
                    for tune, mine in measured]
         for torch_us, results, task in measure_on_cluster(kernels, self.options, self._placement, self._cuda_target(),
-                                                          cluster, shared=self.options.shared_cache):
+                                                          cluster, measure_task, shared=self.options.shared_cache):
             self.gpu_tasks.append(task)
             (tune, mine), error = measured[task.key], task.error
             tune.torch_us = torch_us
@@ -338,16 +227,14 @@ class Tuner:
         results: dict[int, tuple[float, str]] = {}
         args = [compile_arguments(t.signature, t.target, c) for t, c in pending]
         if cluster is not None:
-            from .cluster import compile_on_cluster
-
             return compile_on_cluster({id(c): arguments for (_, c), arguments in zip(pending, args)}, cluster,
                                       shared=self.options.shared_cache, max_in_flight=self.options.jobs or None)
         if self.options.jobs <= 1 or len(pending) <= 1:
             for (_, candidate), arguments in zip(pending, args):
-                results[id(candidate)] = _compile_candidate(*arguments)
+                results[id(candidate)] = compile_candidate(*arguments)
             return results
         with compile_pool(min(self.options.jobs, len(pending))) as pool:
-            futures = {pool.submit(_compile_candidate, *arguments): candidate
+            futures = {pool.submit(compile_candidate, *arguments): candidate
                        for (_, candidate), arguments in zip(pending, args)}
             for future in as_completed(futures):
                 try:
@@ -450,3 +337,20 @@ class Tuner:
 
 def _compiler() -> str:
     return compiler_version()
+
+
+def measure_task(context: TaskContext, options: TuneOptions, model: str, cuda_target: str | None,
+                 signature: Signature, target: str, compiled: list[tuple[str, Compiled]]
+                 ) -> tuple[float | None, list[CandidateResult]]:
+    """On a Ray worker with a GPU (:func:`~boo_core.tune.cluster.measure_on_cluster`): the
+    local tuner's measurement of one kernel, without checkpoints (the caller writes them)."""
+    with settings_override(cuda_target=cuda_target) if cuda_target else nullcontext():
+        tuner = Tuner(options)
+        if tuner.device_name != model:
+            raise ClusterError(f"node {context.host} has a {tuner.device_name}, the tune is for a {model}")
+        candidates = {c.label: c for c in candidates_for(signature, tuner.device.target)}
+        tune = KernelTune(signature, "", target, model)
+        tuner._measure(tune, [(candidates[label], done) for label, done in compiled], checkpoint=False)
+    for result in tune.results:
+        result.error = context.relocate(result.error)
+    return tune.torch_us, tune.results

@@ -29,6 +29,7 @@ from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_o
 from ..kernels.integrity import integrity_key, read_only, seal, unseal
 from ..kernels.locks import EntryLocked
 from ..kernels.target import host_cpu_fingerprint
+from .numerics import check_launchable
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ CHECKS = 2
 def check(launchable: Any, checks: int = CHECKS) -> str:
     """``pass``, or ``fail: ...`` with what was wrong: ``launchable`` run ``checks`` times on
     fresh random inputs into NaN-poisoned outputs, against float64 PyTorch."""
-    from .numerics import check_launchable
-
     for _ in range(checks):
         try:
             comparisons = check_launchable(launchable)

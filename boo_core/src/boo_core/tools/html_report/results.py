@@ -17,7 +17,7 @@ from typing import Literal
 
 from ...errors import BooError
 from ...files import MAX_CSV_BYTES, FileRefused, read_bytes
-from ..tune import TUNE_COLUMNS
+from ..report import TUNE_COLUMNS
 
 __all__ = ["TUNE_COLUMNS", "Kernel", "Results", "ResultsFileError", "Timed", "baseline_row", "read_results"]
 
