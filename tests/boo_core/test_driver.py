@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from boo_core import UnsupportedError
+from boo_core.plugin import DriverBackend, PreparedBackend, hookimpl
 from boo_core.signatures.commands import Command
 from boo_core.testing import isolated_registry
-from boo_core.tools import backends as backend_registry
-from boo_core.tools.backends import PreparedBackend, get_backend, register_backend
+from boo_core.tools.backends import backends, get_backend
 from boo_core.tools.driver import DriverOptions, run_command
 from boo_core.tools.report import (
     DRIVER_COLUMNS,
@@ -76,10 +76,20 @@ def test_a_wrong_kernel_fails_numerics(private_cache):
     assert not comparison.passed and comparison.bad_elements > 0 and comparison.max_rel_error == pytest.approx(0.5)
 
 
-def test_backend_registry(scale_registry, private_cache, monkeypatch):
+class BackendPlugin:
+    """A plugin adding driver backends through the ``boo_driver_backends`` hook."""
+
+    def __init__(self, *backends: DriverBackend) -> None:
+        self.backends = backends
+
+    @hookimpl
+    def boo_driver_backends(self):
+        return self.backends
+
+
+def test_a_plugins_backend_runs_beside_boos(scale_registry, private_cache):
     with pytest.raises(UnsupportedError, match="unknown backend 'tvm': choose from boo, torch, inductor, boo_inductor"):
         get_backend("tvm")
-    monkeypatch.setattr(backend_registry, "_BACKENDS", dict(backend_registry._BACKENDS))
     calls = []
 
     def lazy(signature, device):
@@ -88,16 +98,37 @@ def test_backend_registry(scale_registry, private_cache, monkeypatch):
             return x * signature.factor
         return PreparedBackend(call, lazy=True)
 
-    register_backend("lazy", "compiles on its first call", lazy)
+    scale_registry.register_plugin(BackendPlugin(DriverBackend("lazy", "compiles on its first call", lazy)), "lazy")
+    assert [b.name for b in backends()] == ["boo", "torch", "inductor", "boo_inductor", "lazy"]
     [result] = run("scale -n 8 -i 3", backends=("lazy",), warmup=1, verify=True).runs
     assert result.status == "ok" and result.lazy and result.compile_seconds > 0
     assert len(calls) == 1 + 1 + 3 + 1  # first call, warm-up, timed, numerics check
 
 
-def test_a_backend_returning_the_wrong_outputs_is_an_error(scale_registry, monkeypatch):
-    monkeypatch.setattr(backend_registry, "_BACKENDS", dict(backend_registry._BACKENDS))
-    register_backend("twice", "returns one output too many", lambda signature, device: PreparedBackend(
-        lambda x: (x * 2, x * 2)))
+def test_a_plugin_backend_cannot_take_a_name_in_use_nor_answer_with_something_else(scale_registry, caplog):
+    taken = DriverBackend("torch", "not PyTorch", lambda signature, device: PreparedBackend(lambda x: x))
+    scale_registry.register_plugin(BackendPlugin(taken), "impostor")
+
+    class Wrong:
+        @hookimpl
+        def boo_driver_backends(self):
+            return ["gpu-backend"]
+
+    scale_registry.register_plugin(Wrong(), "wrong")
+    with caplog.at_level("WARNING"):
+        listed = backends()
+    assert [b.name for b in listed] == ["boo", "torch", "inductor", "boo_inductor"]
+    assert get_backend("torch").description.startswith("PyTorch eager")
+    assert """plugin "impostor" (registered explicitly): driver backend 'torch' is boo-core's already; it is """ \
+           "skipped" in caplog.text
+    assert """plugin "wrong" (registered explicitly) failed in boo_driver_backends: returned ['gpu-backend'], not """ \
+           "a sequence of DriverBackend" in caplog.text
+
+
+def test_a_backend_returning_the_wrong_outputs_is_an_error(scale_registry):
+    scale_registry.register_plugin(BackendPlugin(DriverBackend(
+        "twice", "returns one output too many", lambda signature, device: PreparedBackend(lambda x: (x * 2, x * 2)))),
+        "twice")
     [timed] = run("scale -n 8", backends=("twice",)).runs
     assert timed.error == "backend twice returned 2 outputs, scale_fwd_f32_n8_f2 has 1"
     [checked] = run("scale -n 8", backends=("twice",), timed=False, verify=True).runs

@@ -19,6 +19,8 @@ What it holds, by stage (docs/plugins.md explains each):
   ``TuningCandidate`` and the configuration spaces;
 * kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source`` and the
   rest of ``boo_core.substitute``;
+* the tools: ``DriverBackend``, ``PreparedBackend`` (the ``boo_driver_backends`` hook) and
+  ``Timer``, ``TimingStats`` (the ``boo_timers`` hook);
 * settings: ``get_settings``, ``configure``, ``settings_override``.
 
 A plugin's tests may also use ``boo_core.testing`` (fixtures, fuzzing, the numerics check).
@@ -71,6 +73,7 @@ from . import (
 )
 from .dynamo import offload_summary, reset_offload_summary
 from .kernels.export import export_mlir
+from .plugins.extensions import DriverBackend, PreparedBackend
 from .plugins.patterns import has_static_shape, static_ints, tensor_value
 from .runtime.arguments import (
     is_empty,
@@ -82,6 +85,7 @@ from .runtime.arguments import (
     require_tensors,
 )
 from .runtime.autograd import Backward, reference_backward
+from .runtime.timing import Timer, TimingStats
 from .settings import settings_override
 from .signatures.dtypes import DTYPE_TO_SUFFIX, SUFFIX_TO_DTYPE, dtype_from_name, short_name
 from .signatures.flags import (
@@ -133,11 +137,12 @@ from .verify.numerics import check_launchable, compare, tolerance_for
 __all__ = [
     "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "SUFFIX_TO_DTYPE",
     "ArgumentError", "Backward", "Binding", "BooDevice", "BooError", "BooFallbackWarning", "BooOpRegistry",
-    "CommandError", "CommandParser", "CompileError", "Decline", "DeviceError", "Directions", "Executable", "Export",
+    "CommandError", "CommandParser", "CompileError", "Decline", "DeviceError", "Directions", "DriverBackend",
+    "Executable", "Export",
     "Flag", "FlagKind", "Formulation", "FusionMatch", "FusionPattern", "GraphRewrite", "Integer",
     "KernelExecutables", "KernelLoadError", "LaunchError", "Launchable", "OpSpec", "OutOfRange", "ParsedCommand",
-    "ParsedFlags", "PluginError", "Signature", "Substitution", "SubstitutionError", "Target", "TensorSpec",
-    "TuningCandidate", "UnknownOpError", "UnsupportedError",
+    "ParsedFlags", "PluginError", "PreparedBackend", "Signature", "Substitution", "SubstitutionError", "Target",
+    "TensorSpec", "Timer", "TimingStats", "TuningCandidate", "UnknownOpError", "UnsupportedError",
     "bounded_symbol", "check_launchable", "compare", "configure", "conversion_of", "cpu_contraction_configs",
     "cpu_flag_sets", "dtype_from_name", "dump_kernel", "elementwise_configs", "executables_of", "export_mlir",
     "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape", "hookimpl",

@@ -16,15 +16,17 @@ only the ones it names); hooks evolve only by gaining parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
     from ..kernels.target import Target
+    from ..runtime.timing import Timer
     from ..signatures.signature import Signature
     from ..substitute.substitution import Substitution
+    from .extensions import DriverBackend
     from .opspec import OpSpec
 
 PROJECT_NAME = "boo"
@@ -71,4 +73,29 @@ def boo_kernel_substitutions(signature: Signature, target: Target) -> Sequence[S
     :param target: The compile target (``target.backend``: ``llvm-cpu``, ``cuda``, ``rocm``;
         ``target.arch``: ``host``, ``sm_80``...).
     :return: A substitution, a sequence of them, or None.
+    """
+
+
+@hookspec
+def boo_driver_backends() -> Sequence[DriverBackend] | None:
+    """Backends ``boo driver --backend NAME`` may run and time beside BOO's kernels.
+
+    Each is a :class:`~boo_core.plugin.DriverBackend`: a name (a new one: a name BOO or an
+    earlier plugin, in plugin name order, already uses is skipped with a warning naming
+    both), a line for ``boo driver --help``, and a factory ``(signature, device) ->
+    PreparedBackend``. BOO calls this hook when a tool lists or runs backends.
+
+    :return: A sequence of backends, or None.
+    """
+
+
+@hookspec
+def boo_timers() -> Mapping[str, Timer] | None:
+    """Timers for torch device types BOO does not time itself (it times ``cpu`` and ``cuda``).
+
+    A timer is called as ``timer(call, device=, iterations=, warmup=)`` and returns a
+    :class:`~boo_core.plugin.TimingStats` of per-call microseconds; ``boo driver`` and
+    ``boo tune`` use it for devices of that type.
+
+    :return: ``{device_type: timer}``, or None.
     """

@@ -24,7 +24,7 @@ import contextlib
 import importlib.metadata as importlib_metadata
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from ..errors import PluginError, describe_error, is_plugins_failure
 from ..settings import get_settings
 from ..substitute.substitution import Substitution
 from . import hookspecs
+from .extensions import DriverBackend
 from .opspec import OpSpec
 
 logger = logging.getLogger(__name__)
@@ -247,6 +248,55 @@ class BooPlugins:
                 continue
             found.extend(item.with_origin(info.label) for item in items if item is not None)
         return found
+
+
+    def driver_backends(self) -> list[tuple[PluginInfo, DriverBackend]]:
+        """Every plugin's ``boo_driver_backends`` answers, in plugin name order. A plugin that
+        raises or answers with something else is skipped with a warning naming it (an error
+        under ``BOO_STRICT_PLUGINS=1``)."""
+        found = []
+        for info, answer in self._answers("boo_driver_backends"):
+            items = [answer] if isinstance(answer, DriverBackend) else answer
+            if not isinstance(items, (list, tuple)) or not all(isinstance(b, DriverBackend) for b in items):
+                self._refuse(info, "boo_driver_backends", f"returned {answer!r:.80}, not a sequence of DriverBackend")
+                continue
+            found += [(info, backend) for backend in items]
+        return found
+
+    def timers(self) -> list[tuple[PluginInfo, str, Any]]:
+        """Every plugin's ``boo_timers`` answers as ``(plugin, device type, timer)``, in plugin
+        name order; a plugin that raises or answers with something else is skipped with a
+        warning (an error under ``BOO_STRICT_PLUGINS=1``)."""
+        found = []
+        for info, answer in self._answers("boo_timers"):
+            if not isinstance(answer, Mapping) or not all(isinstance(k, str) and callable(v)
+                                                          for k, v in answer.items()):
+                self._refuse(info, "boo_timers", f"returned {answer!r:.80}, not a mapping of device types to timers")
+                continue
+            found += [(info, device_type, timer) for device_type, timer in answer.items()]
+        return found
+
+    def _answers(self, hook: str) -> list[tuple[PluginInfo, Any]]:
+        """Each plugin's non-None answer to the argument-free ``hook``, in plugin name order;
+        one that raised is warned about (raised under ``BOO_STRICT_PLUGINS=1``) and left out."""
+        answers = []
+        for info, caller in sorted(self._callers(hook), key=lambda pair: pair[0].key):
+            try:
+                returned = caller()
+            except BaseException as e:  # sys.exit() included: the plugin's; an interrupt is the user's
+                if not is_plugins_failure(e):
+                    raise
+                self._refuse(info, hook, describe_error(e), e)
+                continue
+            if returned and returned[0] is not None:
+                answers.append((info, returned[0]))
+        return answers
+
+    def _refuse(self, info: PluginInfo, hook: str, what: str, error: BaseException | None = None) -> None:
+        message = f"plugin {info.label} failed in {hook}: {what}"
+        if self.strict:
+            raise PluginError(f"{message} (BOO_STRICT_PLUGINS=1)") from error
+        logger.warning("%s; its answer is skipped", message)
 
 
 class _Registration:

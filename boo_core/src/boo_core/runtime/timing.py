@@ -4,12 +4,13 @@ A timer runs a call ``warmup`` times untimed, then ``iterations`` times timed, a
 per-call times in microseconds. The CPU timer measures each call's wall time (the kernel
 runs synchronously, on the calling thread or IREE's workers); the CUDA timer measures
 device time (the kernels' own durations, from the profiler). Another device type gets its
-timer through :func:`register_timer`.
+timer from a plugin's ``boo_timers`` hook.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import statistics
 import time
 import warnings
@@ -20,6 +21,9 @@ from typing import Protocol
 import torch
 
 from ..errors import DeviceError
+from ..plugins.registry import BooOpRegistry
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,12 +106,21 @@ def cuda_timer(call: Callable[[], object], *, device: torch.device, iterations: 
     return TimingStats(tuple(samples))
 
 
-_TIMERS: dict[str, Timer] = {"cpu": cpu_timer, "cuda": cuda_timer}
+#: BOO's own timers, per torch device type; a plugin's ``boo_timers`` hook adds others.
+BUILT_IN: dict[str, Timer] = {"cpu": cpu_timer, "cuda": cuda_timer}
 
 
-def register_timer(device_type: str, timer: Timer) -> None:
-    """Time calls on devices of ``device_type`` (a torch device type: ``"cuda"``) with ``timer``."""
-    _TIMERS[device_type] = timer
+def timers() -> dict[str, Timer]:
+    """Every timer by device type: BOO's, then the plugins' for other device types (a
+    plugin's timer for a type already timed is left out, with a warning)."""
+    found = dict(BUILT_IN)
+    for info, device_type, timer in BooOpRegistry.default().plugins.timers():
+        if device_type in found:
+            logger.warning("plugin %s: a timer for %s devices exists already; its timer is skipped", info.label,
+                           device_type)
+            continue
+        found[device_type] = timer
+    return found
 
 
 def timer_for(device: str | torch.device) -> Timer:
@@ -116,8 +129,11 @@ def timer_for(device: str | torch.device) -> Timer:
         device = torch.device(device)
     except (RuntimeError, TypeError):
         raise DeviceError(f"unknown device {str(device)!r}: expected cpu or cuda:N") from None
-    timer = _TIMERS.get(device.type)
-    if timer is None:
+    timer = BUILT_IN.get(device.type)
+    if timer is not None:
+        return timer
+    available = timers()
+    if device.type not in available:
         raise DeviceError(f"no timer for {device.type} devices yet (timers exist for: "
-                          f"{', '.join(sorted(_TIMERS))}); register one with boo_core.runtime.timing.register_timer")
-    return timer
+                          f"{', '.join(sorted(available))}); a plugin adds one with the boo_timers hook")
+    return available[device.type]

@@ -1,86 +1,50 @@
 """Driver backends: the implementations ``boo driver --backend NAME`` runs and times.
 
-A backend is a factory ``(signature, device) -> PreparedBackend``; the prepared backend is
-called with the signature's inputs and returns its outputs. Compile and load time are
-reported apart from the timed calls: a factory that compiles eagerly reports the time it
-took; one that compiles on its first call (``torch.compile``) sets ``lazy``, and the driver
-reports that first call as the compile time.
-
-Adding a backend is one call::
-
-    register_backend("mine", "what it runs", lambda signature, device: PreparedBackend(...))
+A backend is a :class:`~boo_core.plugins.extensions.DriverBackend`: a name, a line saying
+what it runs, and a factory ``(signature, device) -> PreparedBackend``. BOO's own are listed
+here; a plugin adds more through its ``boo_driver_backends`` hook (docs/plugins.md).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 
 from ..errors import UnsupportedError
+from ..plugins.extensions import DriverBackend, Factory, PreparedBackend
+from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import Launchable
 from ..runtime.lookup import get_launchable
 from ..signatures.signature import Signature
 from ..verify.numerics import Comparison, check_launchable
 
-Outputs = torch.Tensor | tuple[torch.Tensor, ...]
-Checker = Callable[[Sequence[torch.Tensor], torch.dtype], list[Comparison]]
-
-
-@dataclass(frozen=True)
-class PreparedBackend:
-    """One signature, ready to run on one backend.
-
-    ``cache`` says where a BOO kernel came from: ``miss`` (compiled now), ``hit`` (the disk
-    cache), ``memory`` (already loaded by this process), or empty for backends without
-    one. ``check``, when set, replaces the driver's numerics check (which compares what
-    ``call`` returns): BOO's poisons its outputs first.
-    """
-
-    call: Callable[..., Outputs]
-    compile_seconds: float = 0.0
-    load_seconds: float = 0.0
-    cache: str = ""
-    lazy: bool = False
-    check: Checker | None = None
-    formulation: str = ""  # which of the op's formulations served (BOO's backend)
-    passed_over: tuple[str, ...] = ()  # formulations tried first, and why they did not serve
-    substitution: str = ""  # the substitution whose executables the kernel runs (BOO's backend)
-
-
-Factory = Callable[[Signature, torch.device], PreparedBackend]
-
-
-@dataclass(frozen=True)
-class DriverBackend:
-    """A backend's name, a line saying what it runs, and its factory."""
-
-    name: str
-    description: str
-    prepare: Factory
-
-
-_BACKENDS: dict[str, DriverBackend] = {}
-
-
-def register_backend(name: str, description: str, factory: Factory) -> None:
-    """Make ``name`` a choice of ``--backend`` (replacing a backend of that name)."""
-    _BACKENDS[name] = DriverBackend(name, description, factory)
+logger = logging.getLogger(__name__)
 
 
 def backends() -> list[DriverBackend]:
-    """Every registered backend, in registration order."""
-    return list(_BACKENDS.values())
+    """BOO's backends, then the plugins' (in plugin name order). A plugin's backend whose
+    name is taken is left out, with a warning naming both."""
+    found = {b.name: b for b in BUILT_IN}
+    owners = {b.name: "boo-core" for b in BUILT_IN}
+    for info, backend in BooOpRegistry.default().plugins.driver_backends():
+        if backend.name in found:
+            logger.warning("plugin %s: driver backend %r is %s's already; it is skipped", info.label, backend.name,
+                           owners[backend.name])
+            continue
+        found[backend.name], owners[backend.name] = backend, f"plugin {info.label}"
+    return list(found.values())
 
 
 def get_backend(name: str) -> DriverBackend:
     """The backend called ``name``."""
-    backend = _BACKENDS.get(name)
+    available = backends()
+    backend = next((b for b in available if b.name == name), None)
     if backend is None:
-        raise UnsupportedError(f"unknown backend {name!r}: choose from {', '.join(_BACKENDS)}")
+        raise UnsupportedError(f"unknown backend {name!r}: choose from {', '.join(b.name for b in available)}")
     return backend
 
 
@@ -128,9 +92,12 @@ def torch_compiled(backend: str) -> Factory:
     return prepare
 
 
-register_backend("boo", "BOO's IREE kernel (compile/load time reported apart)", boo_kernel)
-register_backend("torch", "PyTorch eager: its own kernels (signature.eager) on the same inputs", torch_eager)
-register_backend("inductor", "torch.compile of signature.eager with its default backend, Inductor",
-                 torch_compiled("inductor"))
-register_backend("boo_inductor", "torch.compile of signature.eager with BOO's backend, iree_boo_inductor",
-                 torch_compiled("iree_boo_inductor"))
+#: BOO's own backends, in the order ``boo driver --help`` lists them.
+BUILT_IN: tuple[DriverBackend, ...] = (
+    DriverBackend("boo", "BOO's IREE kernel (compile/load time reported apart)", boo_kernel),
+    DriverBackend("torch", "PyTorch eager: its own kernels (signature.eager) on the same inputs", torch_eager),
+    DriverBackend("inductor", "torch.compile of signature.eager with its default backend, Inductor",
+                  torch_compiled("inductor")),
+    DriverBackend("boo_inductor", "torch.compile of signature.eager with BOO's backend, iree_boo_inductor",
+                  torch_compiled("iree_boo_inductor")),
+)

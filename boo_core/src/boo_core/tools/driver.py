@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import BooError, describe_error, is_plugins_failure
+from ..plugins.extensions import PreparedBackend
 from ..runtime.timing import TimingStats, timer_for
 from ..signatures.commands import Command
 from ..signatures.signature import Signature, TensorSpec
 from ..verify.numerics import Comparison, check_outputs
-from .backends import PreparedBackend, get_backend
+from .backends import get_backend
 
 #: Timed calls when neither ``--iter`` nor the command's ``-i/--iter`` says (MIOpen's default).
 DEFAULT_ITERATIONS = 10
