@@ -3,7 +3,7 @@
 A kernel BOO has not verified may be wrong in the worst way: miscompiled or corrupt code can
 fault (SIGSEGV on the CPU; an illegal address on a GPU, which poisons the whole CUDA
 context) or never finish. So verification (:mod:`boo_core.verify.verdicts`) and the tuner
-run each candidate in a worker process of BOO's own (``python -m boo_core.runtime.worker``),
+run each candidate in a worker process of BOO's own (a Python running :func:`main`),
 as Inductor's autotuning does: the worker loads the kernel already built, checks it on fresh
 random inputs against float64 PyTorch, times it for the tuner, and answers. A worker that
 dies while it runs a kernel, or does not answer within ``BOO_WORKER_TIMEOUT`` seconds (it is
@@ -157,7 +157,7 @@ class _Worker:
             raise _Unserved("this Python has no executable to start a worker process with")
         self._errors = tempfile.TemporaryFile(prefix="boo-worker-")
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+            self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=self._errors, close_fds=True)
         except OSError as e:
             self._stop()
@@ -324,5 +324,6 @@ def main() -> int:
         _send(answers, pickle.dumps(_serve(message), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+#: The worker's program. Not ``python -m``: the package imports this module first, and runpy
+#: warns of running a module already imported.
+_START = f"import sys; from {__name__} import main; sys.exit(main())"
