@@ -205,7 +205,7 @@ def test_the_readme_settings_table_is_the_registry_s():
 
 
 @pytest.mark.parametrize("package", ["boo_ops_batchnorm", "boo_ops_conv", "boo_ops_matmul", "boo_ops_layernorm",
-                                     "boo_ops_softmax"])
+                                     "boo_ops_softmax", "boo_ops_rmsnorm"])
 def test_op_packages_have_no_import_cycles(package):
     """Module-level imports between a package's own modules form no cycle (the signature
     module no longer imports its parser to write commands)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from boo_core.testing.front_door import private_imports, private_imports_in
+from boo_core.testing.front_door import private_imports, private_imports_in, private_test_imports
 
 from ..conftest import REPO
 from .fresh_venv import create_venv, pip_install, run, subprocess_env
@@ -152,8 +152,8 @@ def test_the_check_allows_the_examples_own_private_names_and_torchs_ops():
 
 # -- only the front door ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("package", ["boo_ops_softmax", "boo_kernels_hopper"])
-def test_the_example_and_the_kernel_library_import_only_the_front_door(package):
+@pytest.mark.parametrize("package", ["boo_ops_softmax", "boo_ops_rmsnorm", "boo_kernels_hopper"])
+def test_the_examples_and_the_kernel_library_import_only_the_front_door(package):
     files = sorted((REPO / "examples" / package / "src").rglob("*.py"))
     assert files
     assert private_imports_in({str(f.relative_to(REPO)): f.read_text() for f in files}) == []
@@ -163,6 +163,17 @@ def test_the_example_and_the_kernel_library_import_only_the_front_door(package):
                                     "from boo_core.signatures.flags import number", "import boo_core.settings as s"])
 def test_the_front_door_check_finds_other_imports_of_boo_core(source):
     assert len(private_imports_in({"x.py": source})) == 1
+
+
+def test_tests_may_import_the_testing_helpers_too():
+    source = "from boo_core.testing import assert_numerics\nimport boo_core.testing.fuzz\nimport boo_core.testing_x\n"
+    assert private_imports_in({"t.py": source}, tests=True) == ["t.py:3: imports boo_core.testing_x"]
+    assert len(private_imports_in({"t.py": source})) == 3
+
+
+@pytest.mark.parametrize("example", ["boo_ops_softmax", "boo_ops_rmsnorm"])
+def test_the_examples_tests_import_only_the_front_door_and_the_testing_helpers(example):
+    assert private_test_imports(REPO / "examples" / example / "tests") == []
 
 
 def test_the_check_reads_an_installed_package_by_name():

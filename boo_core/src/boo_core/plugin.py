@@ -72,6 +72,7 @@ from . import (
     run_flags,
 )
 from .dynamo import offload_summary, reset_offload_summary
+from .kernels.configs import REDUCTIONS
 from .kernels.export import export_mlir
 from .plugins.extensions import DriverBackend, PreparedBackend
 from .plugins.patterns import has_static_shape, static_ints, tensor_value
@@ -107,6 +108,7 @@ from .signatures.signature import (
     MAX_TENSOR_BYTES,
     bounded_symbol,
     number_symbol,
+    representable_problem,
     require_choice,
     require_finite,
     require_positive,
@@ -135,7 +137,7 @@ from .tune.space import (
 from .verify.numerics import check_launchable, compare, tolerance_for
 
 __all__ = [
-    "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "SUFFIX_TO_DTYPE",
+    "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "REDUCTIONS", "SUFFIX_TO_DTYPE",
     "ArgumentError", "Backward", "Binding", "BooDevice", "BooError", "BooFallbackWarning", "BooOpRegistry",
     "CommandError", "CommandParser", "CompileError", "Decline", "DeviceError", "Directions", "DriverBackend",
     "Executable", "Export",
@@ -148,7 +150,8 @@ __all__ = [
     "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape", "hookimpl",
     "indexed", "insert_aten", "integer", "is_empty", "launch", "launchable_for", "node_arguments",
     "non_negative", "number", "number_symbol", "offload_summary", "one_of", "only_user", "optional", "positive",
-    "reduction_configs", "reference_backward", "require_choice", "require_finite", "require_int", "require_ints",
+    "reduction_configs", "reference_backward", "representable_problem", "require_choice", "require_finite",
+    "require_int", "require_ints",
     "require_number", "require_positive", "require_representable", "require_same_device", "require_tensor",
     "require_tensors", "reset_offload_summary", "run_flags", "sanitize_symbol", "settings_override",
     "short_name", "static_ints", "switch", "tensor_size_problem", "tensor_value", "text", "tile_and_fuse_configs",

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from boo_core import ArgumentError, UnsupportedError
-from boo_core.settings import settings_override
-from boo_core.verify.numerics import compare
+from boo_core.plugin import ArgumentError, UnsupportedError, compare, settings_override
 from boo_ops_softmax import SoftmaxSignature, boo_softmax
 
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16

@@ -6,9 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from boo_core import BooFallbackWarning
-from boo_core.dynamo import offload_summary, reset_offload_summary
-from boo_core.settings import settings_override
+from boo_core.plugin import BooFallbackWarning, offload_summary, reset_offload_summary, settings_override
 
 
 class Scores(nn.Module):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from boo_core import BooOpRegistry, Target
-from boo_core.kernels.request import KernelRequest
+from boo_core.plugin import BooOpRegistry, Target
 from boo_ops_softmax import SoftmaxParser, SoftmaxSignature
 
 REASSOCIATE = "--iree-llvmcpu-reassociate-fp-reductions=true"
@@ -30,5 +29,6 @@ def test_the_fusion_patterns_are_offered_to_the_torch_compile_backends():
 
 def test_cpu_kernels_reassociate_their_sums_and_other_targets_do_not():
     signature = SoftmaxSignature(2, 8)
-    assert REASSOCIATE in KernelRequest.create(signature, Target.parse("cpu")).flags
-    assert REASSOCIATE not in KernelRequest.create(signature, Target.parse("cuda:sm_80")).flags
+    registry = BooOpRegistry.default()
+    assert REASSOCIATE in registry.compile_flags(signature, Target.parse("cpu"))
+    assert REASSOCIATE not in registry.compile_flags(signature, Target.parse("cuda:sm_80"))

@@ -12,9 +12,8 @@ import itertools
 import pytest
 import torch
 
-from boo_core import get_launchable
+from boo_core.plugin import compare, get_launchable
 from boo_core.testing import assert_numerics
-from boo_core.verify.numerics import compare
 from boo_ops_softmax import SoftmaxSignature as S
 
 f16, bf16 = torch.float16, torch.bfloat16

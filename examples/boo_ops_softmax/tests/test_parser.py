@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from boo_core import BooOpRegistry, CommandError, UnsupportedError
+from boo_core.plugin import BooOpRegistry, CommandError, UnsupportedError
 from boo_core.testing import assert_round_trip
 from boo_ops_softmax import SoftmaxSignature as S
 

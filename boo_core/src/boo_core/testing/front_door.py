@@ -5,6 +5,9 @@ cannot break them. Use it in a plugin's own tests::
     def test_my_op_imports_only_the_front_door():
         assert boo_core.testing.front_door.private_imports("my_op_package") == []
 
+    def test_my_tests_import_only_the_front_door_and_the_testing_helpers():
+        assert boo_core.testing.front_door.private_test_imports(Path(__file__).parent) == []
+
 A package's tests may import :mod:`boo_core.testing` as well; its code may not.
 """
 
@@ -15,14 +18,18 @@ import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["FRONT_DOOR", "private_imports", "private_imports_in"]
+__all__ = ["FRONT_DOOR", "TESTING", "private_imports", "private_imports_in", "private_test_imports"]
 
 FRONT_DOOR = "boo_core.plugin"
+#: What a plugin's tests may import besides the front door: the testing helpers.
+TESTING = "boo_core.testing"
 
 
-def private_imports_in(sources: Mapping[str, str]) -> list[str]:
+def private_imports_in(sources: Mapping[str, str], *, tests: bool = False) -> list[str]:
     """Where ``sources`` (file name -> Python text) import anything of boo_core but the
-    front door, as ``"file:line: imports module"``."""
+    front door (and, for ``tests``, :mod:`boo_core.testing` and its modules), as
+    ``"file:line: imports module"``."""
+    allowed = (FRONT_DOOR, TESTING) if tests else (FRONT_DOOR,)
     problems = []
     for file, text in sources.items():
         for node in ast.walk(ast.parse(text, file)):
@@ -33,7 +40,8 @@ def private_imports_in(sources: Mapping[str, str]) -> list[str]:
             else:
                 continue
             problems += [f"{file}:{node.lineno}: imports {module}" for module in modules
-                         if module.split(".")[0] == "boo_core" and module != FRONT_DOOR]
+                         if module.split(".")[0] == "boo_core"
+                         and not any(module == a or module.startswith(f"{a}.") for a in allowed)]
     return problems
 
 
@@ -45,3 +53,10 @@ def private_imports(package: str) -> list[str]:
         raise ValueError(f"{package!r} is not an importable package")
     files = sorted(file for location in spec.submodule_search_locations for file in Path(location).rglob("*.py"))
     return private_imports_in({str(file): file.read_text() for file in files})
+
+
+def private_test_imports(directory: str | Path) -> list[str]:
+    """:func:`private_imports_in` over the test files under ``directory``, which may import
+    :mod:`boo_core.testing` as well as the front door."""
+    files = sorted(Path(directory).rglob("*.py"))
+    return private_imports_in({str(file): file.read_text() for file in files}, tests=True)
