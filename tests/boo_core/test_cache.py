@@ -21,13 +21,6 @@ from ..conftest import REPO
 from .fake_plugins.scale_op import ScaleSignature
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _compile_once(compile_once):
-    """Several tests below build the same kernel in caches of their own, or rebuild one:
-    iree-compile runs once for each (conftest.compile_once), BOO's whole build path every time."""
-    yield compile_once
-
-
 def entries(cache_dir):
     return entry_directories(cache_dir)
 

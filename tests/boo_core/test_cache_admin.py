@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from boo_core import CompileError, Formulation, clear_launchables, get_launchable
 from boo_core.kernels import cache
 from boo_core.kernels.compiler import compiler_version
@@ -17,13 +15,6 @@ from boo_core.tools.cli import main
 
 from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compile_once(compile_once):
-    """The tests below fill caches of their own with the same kernels: iree-compile runs once
-    for each (conftest.compile_once), BOO's whole build path every time."""
-    yield compile_once
 
 
 def broken_for_size_5(signature, target):

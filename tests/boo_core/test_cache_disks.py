@@ -54,13 +54,6 @@ def scale():
     clear_launchables()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _compile_once(compile_once):
-    """Each full or failing disk below is met by rebuilding the same kernels: iree-compile runs
-    once for each (conftest.compile_once), BOO's whole rebuild path every time."""
-    yield compile_once
-
-
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
     """A cache holding the entry of size 50, compiled once for the module."""

@@ -47,13 +47,6 @@ def launch(size: int = SIZE):
     return launchable
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _compile_once(compile_once):
-    """Each damage below is healed by rebuilding the same kernel: iree-compile runs once for
-    it (conftest.compile_once), BOO's whole rebuild path every time."""
-    yield compile_once
-
-
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory) -> Path:
     """A cache holding two good entries (and its integrity key), compiled once."""

@@ -61,9 +61,9 @@ if stage == "mlir":
     request.KernelRequest.source = lambda self: (pause(), real_source(self))[1]
 elif stage == "compile":
     wrapper = marker.with_suffix(".sh")
-    wrapper.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 120\nexec {compiler._iree_compile_path()} \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 120\nexec {compiler.iree_compile_path()} \"$@\"\n")
     wrapper.chmod(0o755)
-    compiler._iree_compile_path = lambda: str(wrapper)
+    compiler.iree_compile_path = lambda: str(wrapper)
 elif stage in ("kernel", "meta"):
     real_write = cache.atomic_write
     name = cache.KERNEL_FILE if stage == "kernel" else cache.META_FILE
@@ -174,7 +174,7 @@ import hashlib, json, random, struct, sys, pathlib, torch
 from boo_core import clear_launchables, get_launchable
 from boo_core.kernels import cache
 from boo_core.testing import isolated_registry
-from tests.boo_core.compile_once import compiling_once
+from boo_core.testing.compiles import compiling_once
 from tests.boo_core.fake_plugins import scale_op
 from tests.boo_core.fake_plugins.scale_op import ScaleSignature
 

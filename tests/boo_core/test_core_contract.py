@@ -51,7 +51,7 @@ def test_a_hung_compiler_is_stopped_with_a_clear_error(private_cache, tmp_path, 
     hung = tmp_path / "iree-compile"
     hung.write_text("#!/bin/sh\nsleep 60\n")
     hung.chmod(hung.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(compiler_module, "_iree_compile_path", lambda: str(hung))
+    monkeypatch.setattr(compiler_module, "iree_compile_path", lambda: str(hung))
     start = time.monotonic()
     with isolated_registry({"scale": scale_op}), settings_override(compile_timeout=1):
         with pytest.raises(CompileError, match=r"iree-compile did not finish within 1 s \(BOO_COMPILE_TIMEOUT\) "

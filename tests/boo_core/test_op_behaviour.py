@@ -16,15 +16,6 @@ from .fake_plugins.broken_mlir import NONSENSE
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
 from .fake_plugins.wrong_kernel import TRIPLE, triple
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _compile_once(compile_once):
-    """Several tests below build the same kernels in caches of their own: iree-compile runs
-    once for each (conftest.compile_once), BOO's whole build path every time; a failing
-    compile runs every time."""
-    yield compile_once
-
-
 CPU = Target.parse("cpu")
 
 

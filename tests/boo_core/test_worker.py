@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -84,6 +86,24 @@ def test_a_worker_that_exited_is_replaced_and_the_next_check_runs_there(private_
         assert first.wait(timeout=60) == 0
         assert get_launchable(scale_op.ScaleSignature(size=17)).verified
         assert worker._WORKER._process.pid != first.pid
+
+
+def test_a_worker_started_by_a_thread_outlives_that_thread(private_cache):
+    """Linux ends a child when the thread that started it ends (the worker asks to die with
+    its parent): a worker started from a short-lived thread must not die with it, in the
+    middle of another thread's check."""
+    worker.close_worker()
+    with settings_override(verify="all"), isolated_registry({"scale": scale_op}):
+        found = []
+        thread = threading.Thread(target=lambda: found.append(get_launchable(scale_op.ScaleSignature(size=23))))
+        thread.start()
+        thread.join()
+        assert found[0].verified
+        started = worker._WORKER._process
+        time.sleep(1)  # the parent-death signal would have arrived by now
+        assert started.poll() is None
+        assert get_launchable(scale_op.ScaleSignature(size=24)).verified
+        assert worker._WORKER._process is started
 
 
 def test_a_signature_the_worker_cannot_import_is_checked_here(private_cache, caplog):

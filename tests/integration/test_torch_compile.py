@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -22,10 +23,11 @@ from ..conftest import REPO
 
 BACKENDS = ["iree_boo", "iree_boo_inductor"]
 
-# The script imports torch and defines the models: nothing of BOO. torch.compile finds the
-# backends through their entry points; the offload summary is read from BOO's INFO log.
+# The script imports torch and defines the models: nothing of BOO (until its last variants ask
+# for BOO's backward kernels). torch.compile finds the backends through their entry points;
+# the offload summary is read from BOO's INFO log.
 MODELS_SCRIPT = r'''
-import logging, sys, torch
+import logging, sys, traceback, torch
 from torch import nn
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
 logging.getLogger("boo_core.dynamo").setLevel(logging.INFO)
@@ -55,17 +57,18 @@ class TransformerMLP(nn.Module):
     def forward(self, x):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
 
-backend, name, train = sys.argv[1], sys.argv[2], sys.argv[3] == "train"
-model = {"resnet": ResidualBlock, "mlp": TransformerMLP}[name]()
-x = torch.randn(2, 8, 6, 6) if name == "resnet" else torch.randn(4, 7, 16)
-reference = {k: v.clone() for k, v in model.state_dict().items()}
-compiled = torch.compile(model, backend=backend, dynamic=False)
-if not train:
-    model.eval()
-    with torch.no_grad():
-        expected, got = model(x), compiled(x)
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-else:
+def run(backend, name, train):
+    torch.manual_seed(0)
+    model = {"resnet": ResidualBlock, "mlp": TransformerMLP}[name]()
+    x = torch.randn(2, 8, 6, 6) if name == "resnet" else torch.randn(4, 7, 16)
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    if not train:
+        model.eval()
+        with torch.no_grad():
+            expected, got = model(x), compiled(x)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        return
     eager = {"resnet": ResidualBlock, "mlp": TransformerMLP}[name]()
     eager.load_state_dict(reference)
     for m in (model, eager):
@@ -80,27 +83,63 @@ else:
             opt.step()
     for (k, a), b in zip(model.state_dict().items(), eager.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=lambda m: f"{k}: {m}")
-print("ok", "boo_core" in " ".join(sys.modules))
+
+# Each variant (model:mode:backward kernels) in turn, its log after a marker line. Those with
+# BOO's backward kernels come last: asking for them imports BOO's settings.
+backend, found = sys.argv[1], []
+for variant in sys.argv[2:]:
+    name, mode, backward = variant.split(":")
+    print(f"=== {variant}", file=sys.stderr, flush=True)
+    torch._dynamo.reset()
+    try:
+        if backward == "1":
+            from boo_core.settings import settings_override
+            with settings_override(use_backward_kernels=True):
+                run(backend, name, mode == "train")
+        else:
+            run(backend, name, mode == "train")
+        print(f"=== {variant} ok", file=sys.stderr, flush=True)
+    except Exception:
+        traceback.print_exc()
+    found = found or ["boo_core" in " ".join(sys.modules)]
+print("ok", *found)
 '''
 
 
-def run_models(backend: str, model: str, mode: str, **env: str) -> subprocess.CompletedProcess:
+#: What one process per backend runs, in this order (model:mode:BOO's backward kernels).
+VARIANTS = ("resnet:infer:0", "resnet:train:0", "mlp:infer:0", "mlp:train:0", "mlp:train:1", "resnet:train:1")
+
+
+@functools.cache
+def run_models(backend: str) -> dict[str, str]:
+    """Every variant through ``backend`` in one fresh process (torch and the backend's cold
+    start paid once); each variant's BOO log, by variant. A variant that failed fails its
+    own test with its traceback."""
     # CI=1 turns on Inductor's own check that no op with a decomposition reaches it undecomposed.
-    result = subprocess.run([sys.executable, "-c", MODELS_SCRIPT, backend, model, mode], capture_output=True,
-                            text=True, env={**os.environ, "CI": "1", **env}, cwd=REPO, timeout=600)
+    result = subprocess.run([sys.executable, "-c", MODELS_SCRIPT, backend, *VARIANTS], capture_output=True,
+                            text=True, env={**os.environ, "CI": "1"}, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.split()[0] == "ok"
-    return result
+    sections: dict[str, list[str]] = {}
+    for line in result.stderr.splitlines():
+        if line.startswith("=== "):
+            sections.setdefault(line.split()[1], []).append(line)
+        elif sections:
+            next(reversed(sections.values())).append(line)
+    return {variant: "\n".join(lines) for variant, lines in sections.items()}
 
 
-def offloaded_by_log(stderr: str) -> str:
-    return "\n".join(line for line in stderr.splitlines() if line.startswith("boo_core.dynamo:"))
+def offloaded_by_log(backend: str, variant: str) -> str:
+    """The BOO log lines of ``variant`` run through ``backend`` (which must have passed)."""
+    section = run_models(backend).get(variant, "")
+    assert f"=== {variant} ok" in section, section[-4000:] or f"{variant} did not run"
+    return "\n".join(line for line in section.splitlines() if line.startswith("boo_core.dynamo:"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_resnet_block_in_a_fresh_process(backend, mode):
-    log = offloaded_by_log(run_models(backend, "resnet", mode).stderr)
+    log = offloaded_by_log(backend, f"resnet:{mode}:0")
     forward = next(line for line in log.splitlines() if "(forward)" in line or "(inference)" in line)
     # inference: each conv with its batch norm (and ReLU) is one CBAInfer kernel
     convs = "cbainfer.conv_batch_norm x2" if mode == "infer" else "conv.forward x2"
@@ -112,21 +151,21 @@ def test_resnet_block_in_a_fresh_process(backend, mode):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_transformer_mlp_block_in_a_fresh_process(backend, mode):
-    log = offloaded_by_log(run_models(backend, "mlp", mode).stderr)
+    log = offloaded_by_log(backend, f"mlp:{mode}:0")
     forward = next(line for line in log.splitlines() if "(forward)" in line or "(inference)" in line)
     assert "layernorm.forward x1" in forward and "matmul.addmm x2" in forward
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_transformer_mlp_backward_kernels(backend):
-    log = offloaded_by_log(run_models(backend, "mlp", "train", BOO_USE_BACKWARD_KERNELS="1").stderr)
+    log = offloaded_by_log(backend, "mlp:train:1")
     backward = next(line for line in log.splitlines() if "(backward)" in line)
     assert "layernorm.backward x1" in backward and "matmul.mm x4" in backward
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_kernels_in_training(backend):
-    log = offloaded_by_log(run_models(backend, "resnet", "train", BOO_USE_BACKWARD_KERNELS="1").stderr)
+    log = offloaded_by_log(backend, "resnet:train:1")
     backward = next(line for line in log.splitlines() if "(backward)" in line)
     assert "conv.backward x2" in backward and "matmul.mm x2" in backward
 

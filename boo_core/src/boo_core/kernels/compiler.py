@@ -37,7 +37,7 @@ def compiler_version() -> str:
 def compiler_available() -> bool:
     """Whether the iree-compile tool can be found."""
     try:
-        _iree_compile_path()
+        iree_compile_path()
     except CompileError:
         return False
     return True
@@ -47,7 +47,7 @@ _find_lock = threading.Lock()
 
 
 @functools.cache
-def _iree_compile_path() -> str:
+def iree_compile_path() -> str:
     with _find_lock:  # first imports from several threads at once can deadlock
         try:
             from iree.compiler.tools.binaries import find_tool
@@ -61,7 +61,7 @@ def _iree_compile_path() -> str:
 
 def compile_command(mlir_path: Path, output_path: Path, flags: Sequence[str]) -> list[str]:
     """The iree-compile command line that compiles ``mlir_path`` into ``output_path``."""
-    return [_iree_compile_path(), str(mlir_path), *flags, "-o", str(output_path)]
+    return [iree_compile_path(), str(mlir_path), *flags, "-o", str(output_path)]
 
 
 def reproducer(mlir_path: Path, output_path: Path, flags: Sequence[str]) -> str:
@@ -91,7 +91,7 @@ def compile_to_bytes(mlir: Path | str, flags: Sequence[str], *, shown: str | Non
     """
     timeout = get_settings().compile_timeout if timeout is None else timeout
     from_file = isinstance(mlir, Path)
-    command = [_iree_compile_path(), str(mlir) if from_file else "-", *flags, "-o", "-"]
+    command = [iree_compile_path(), str(mlir) if from_file else "-", *flags, "-o", "-"]
     shown = shown or shlex.join(command)
     mlir_path = str(mlir) if from_file else None
     where = f"  MLIR: {mlir}\n" if from_file else ""

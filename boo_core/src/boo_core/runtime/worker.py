@@ -25,6 +25,7 @@ import atexit
 import logging
 import os
 import pickle
+import queue
 import select
 import signal
 import struct
@@ -112,6 +113,42 @@ def _verify_and_time_here(launchable: Any, timer: Any, iterations: int, warmup: 
 # -- the caller's side -----------------------------------------------------------------------
 
 
+class _Spawner:
+    """Starts worker processes from one thread that lives as long as this process. Linux sends
+    a child its parent-death signal when the *thread* that started it ends: a worker started
+    from a short-lived thread (a pool's, a request's) would be killed with that thread, maybe
+    in the middle of another thread's check."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue[tuple[tuple[Any, ...], dict[str, Any], queue.SimpleQueue[Any]]] | None = None
+        self._owner = 0  # the pid whose thread serves: a forked child starts its own
+
+    def start(self, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        """``subprocess.Popen(*args, **kwargs)``, run on the spawning thread."""
+        with self._lock:
+            if self._requests is None or self._owner != os.getpid():
+                self._requests, self._owner = queue.SimpleQueue(), os.getpid()
+                threading.Thread(target=self._serve, args=(self._requests,), name="boo-worker-spawner",
+                                 daemon=True).start()
+            requests = self._requests
+        done: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        requests.put((args, kwargs, done))
+        started = done.get()
+        if isinstance(started, BaseException):
+            raise started
+        return started
+
+    @staticmethod
+    def _serve(requests: queue.SimpleQueue[Any]) -> None:
+        while True:
+            args, kwargs, done = requests.get()
+            try:
+                done.put(subprocess.Popen(*args, **kwargs))
+            except BaseException as e:  # the caller raises it
+                done.put(e)
+
+
 class _Worker:
     """The handle on this process's worker (started on first use, restarted after a failure)."""
 
@@ -157,8 +194,8 @@ class _Worker:
             raise _Unserved("this Python has no executable to start a worker process with")
         self._errors = tempfile.TemporaryFile(prefix="boo-worker-")
         try:
-            self._process = subprocess.Popen([sys.executable, "-c", _START], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=self._errors, close_fds=True)
+            self._process = _SPAWNER.start([sys.executable, "-c", _START], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=self._errors, close_fds=True)
         except OSError as e:
             self._stop()
             raise _Unserved(f"no worker process could be started ({e})") from None
@@ -267,6 +304,7 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
     return b"".join(chunks)
 
 
+_SPAWNER = _Spawner()
 _WORKER = _Worker()
 atexit.register(close_worker)
 

@@ -7,12 +7,15 @@ installed; ``-p no:boo`` turns it off).
   one worker built is loaded, not rebuilt, by the other.
 * Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
   memory before or after it.
+* iree-compile runs once per input in a session (:mod:`.compiles`), its outputs kept in a
+  directory the session's processes share; ``BOO_TEST_COMPILE_ONCE=0`` turns that off.
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
   (:mod:`.kernel_marker`): ``pytest -m "not kernel and not slow"`` is the fast loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +26,12 @@ import pytest
 from ..kernels.activity import LOG_VARIABLE
 from ..runtime.lookup import clear_launchables
 from ..settings import reload_from_environment
+from .compiles import SWITCH, compiling_once
 from .kernel_marker import MARK, KernelTestRecorder, is_xdist_worker
+
+#: The directory of a session's kept compiler outputs, which its xdist workers inherit.
+COMPILES_VARIABLE = "PYTEST_BOO_COMPILES"
+_compiling = pytest.StashKey[contextlib.ExitStack]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,6 +45,19 @@ def pytest_configure(config: pytest.Config) -> None:
     log = Path(tempfile.mkdtemp(prefix="boo-test-kernels-")) / "kernels.log"
     os.environ[LOG_VARIABLE] = str(log)
     config.pluginmanager.register(KernelTestRecorder(config, log), "boo-kernel-tests")
+    if os.environ.get(SWITCH, "1") != "0":
+        inherited = os.environ.get(COMPILES_VARIABLE) if is_xdist_worker(config) else None
+        directory = inherited or tempfile.mkdtemp(prefix="boo-test-compiles-")
+        os.environ[COMPILES_VARIABLE] = directory
+        stack = contextlib.ExitStack()
+        stack.enter_context(compiling_once(Path(directory)))
+        config.stash[_compiling] = stack
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stack = config.stash.get(_compiling, None)
+    if stack is not None:
+        stack.close()
 
 
 @pytest.fixture
