@@ -51,12 +51,12 @@ def test_a_wrong_kernel_with_nothing_better_falls_back_to_pytorch_with_one_warni
 REUSE = """
 import sys
 from boo_core.testing import isolated_registry
-from boo_core.verify import numerics
+from boo_core.verify import verdicts
 from tests.boo_core.fake_plugins.scale_op import ScalePlugin, ScaleSignature
 from tests.gpu.test_verification import CHAIN
 checks = []
-original = numerics.check_launchable
-numerics.check_launchable = lambda l, *a, **k: checks.append(l) or original(l, *a, **k)
+original = verdicts.check_launchable
+verdicts.check_launchable = lambda l, *a, **k: checks.append(l) or original(l, *a, **k)
 from boo_core import get_launchable
 from boo_core.kernels import activity
 with isolated_registry({"scale": ScalePlugin(formulations=CHAIN)}):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from boo_core import ArgumentError, BooOpRegistry, CommandError, Signature, TensorSpec, UnsupportedError
 from boo_core.runtime import launchable as launchable_module
-from boo_core.runtime import selection
+from boo_core.runtime import lookup
 from boo_core.runtime.launchable import EmptyLaunchable
 from boo_core.runtime.lookup import get_launchable
 from boo_core.verify.numerics import check_launchable
@@ -44,7 +44,7 @@ def no_kernels(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel was built")
 
-    monkeypatch.setattr(selection, "select", refuse)
+    monkeypatch.setattr(lookup, "select", refuse)
     monkeypatch.setattr(launchable_module.KernelRequest, "create", refuse)
 
 
