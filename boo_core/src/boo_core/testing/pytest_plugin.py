@@ -46,8 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[LOG_VARIABLE] = str(log)
     config.pluginmanager.register(KernelTestRecorder(config, log), "boo-kernel-tests")
     if os.environ.get(SWITCH, "1") != "0":
-        inherited = os.environ.get(COMPILES_VARIABLE) if is_xdist_worker(config) else None
-        directory = inherited or tempfile.mkdtemp(prefix="boo-test-compiles-")
+        # xdist workers share their controller's; a session run inside a test shares its parent's
+        directory = os.environ.get(COMPILES_VARIABLE) or tempfile.mkdtemp(prefix="boo-test-compiles-")
         os.environ[COMPILES_VARIABLE] = directory
         stack = contextlib.ExitStack()
         stack.enter_context(compiling_once(Path(directory)))
