@@ -11,6 +11,9 @@ from boo_core.settings import settings_override
 from boo_core.testing.models import resnet, vit
 
 BACKENDS = ["iree_boo", "iree_boo_inductor"]
+# Every test here builds kernels or uses those an earlier one loaded in this process, which the
+# recorded mark cannot see (no kernel event): so the fast loop leaves them all out.
+pytestmark = pytest.mark.kernel
 
 
 def _workload(name: str) -> tuple[torch.nn.Module, torch.Tensor]:

@@ -241,6 +241,7 @@ def test_the_registry_parses_softmax_commands_and_the_example_depends_on_boo_cor
     assert requires == "['boo-core<0.2,>=0.1']"
 
 
+@pytest.mark.kernel  # built or loaded by the session it runs, whose kernel log is its own
 def test_the_examples_numerics_tests_pass_there(installed):
     venv, env, cwd, _ = installed
     # The inner session's kernel cache is this session's (BOO's pytest plugin gives each session

@@ -136,6 +136,7 @@ def offloaded_by_log(backend: str, variant: str) -> str:
     return "\n".join(line for line in section.splitlines() if line.startswith("boo_core.dynamo:"))
 
 
+@pytest.mark.kernel  # the process it reads, shared by the tests of a backend, builds them
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_resnet_block_in_a_fresh_process(backend, mode):
@@ -148,6 +149,7 @@ def test_resnet_block_in_a_fresh_process(backend, mode):
         assert "BOO_USE_BACKWARD_KERNELS=0" in next(line for line in log.splitlines() if "(backward)" in line)
 
 
+@pytest.mark.kernel  # the process it reads, shared by the tests of a backend, builds them
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_transformer_mlp_block_in_a_fresh_process(backend, mode):
@@ -156,6 +158,7 @@ def test_transformer_mlp_block_in_a_fresh_process(backend, mode):
     assert "layernorm.forward x1" in forward and "matmul.addmm x2" in forward
 
 
+@pytest.mark.kernel  # the process it reads, shared by the tests of a backend, builds them
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_transformer_mlp_backward_kernels(backend):
     log = offloaded_by_log(backend, "mlp:train:1")
@@ -163,6 +166,7 @@ def test_transformer_mlp_backward_kernels(backend):
     assert "layernorm.backward x1" in backward and "matmul.mm x4" in backward
 
 
+@pytest.mark.kernel  # the process it reads, shared by the tests of a backend, builds them
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_kernels_in_training(backend):
     log = offloaded_by_log(backend, "resnet:train:1")
