@@ -240,15 +240,11 @@ class BooPlugins:
             except BaseException as e:  # sys.exit() included: the plugin's; an interrupt is the user's
                 if not is_plugins_failure(e):
                     raise
-                message = (f"plugin {info.label} failed in boo_kernel_substitutions for {signature.func_name}: "
-                           f"{describe_error(e)}")
-                if self.strict:
-                    raise PluginError(f"{message} (BOO_STRICT_PLUGINS=1)") from e
-                logger.warning("%s; its substitutions are skipped", message)
+                self._refuse(info, f"boo_kernel_substitutions for {signature.func_name}", describe_error(e), e,
+                             skipped="its substitutions are skipped")
                 continue
             found.extend(item.with_origin(info.label) for item in items if item is not None)
         return found
-
 
     def driver_backends(self) -> list[tuple[PluginInfo, DriverBackend]]:
         """Every plugin's ``boo_driver_backends`` answers, in plugin name order. A plugin that
@@ -292,11 +288,13 @@ class BooPlugins:
                 answers.append((info, returned[0]))
         return answers
 
-    def _refuse(self, info: PluginInfo, hook: str, what: str, error: BaseException | None = None) -> None:
+    def _refuse(self, info: PluginInfo, hook: str, what: str, error: BaseException | None = None, *,
+                skipped: str = "its answer is skipped") -> None:
+        """A plugin's failure in ``hook``: raised under ``BOO_STRICT_PLUGINS=1``, else warned about."""
         message = f"plugin {info.label} failed in {hook}: {what}"
         if self.strict:
             raise PluginError(f"{message} (BOO_STRICT_PLUGINS=1)") from error
-        logger.warning("%s; its answer is skipped", message)
+        logger.warning("%s; %s", message, skipped)
 
 
 class _Registration:
