@@ -1,4 +1,5 @@
-"""Every conv command of the real-world corpus runs, shrunk to CPU scale, in each of its modes.
+"""Every conv command of the real-world corpus runs, shrunk to CPU scale, in each of its modes
+(on CI, one per class of convolution the numerics tables leave out: representative.py).
 
 Batch and spatial sizes are cut down (channels, filters, strides, padding, dilation, groups,
 layouts, dtype and mode stay as the command has them); each signature is compared with the
@@ -14,7 +15,8 @@ import pytest
 from boo_core import BooOpRegistry, CommandError
 from boo_ops_conv import ConvSignature
 
-from .test_numerics import check
+from .representative import one_per_class
+from .test_numerics import TABLE_ON_CI, check
 from .test_parser import PARSEABLE, ROCMLIR_LINES
 
 
@@ -33,13 +35,20 @@ def shrunk(signature: ConvSignature) -> ConvSignature:
 
 CASES = [(index, signature) for index, line in enumerate(PARSEABLE)
          for signature in BooOpRegistry.parse_signatures(line)]
+#: On CI, each class of shrunk command (representative.conv_class) the numerics tables do not
+#: already run, once; the rest under ``slow``.
+SHRUNK = one_per_class([(f"line{i}-{s.mode}", shrunk(s)) for i, s in CASES], covered=TABLE_ON_CI)
 
 
-@pytest.mark.parametrize("index, signature", CASES, ids=[f"line{i}-{s.mode}" for i, s in CASES])
-def test_corpus_command_runs_shrunk_and_matches_pytorch(index, signature):
-    small = shrunk(signature)
-    assert small.kernel_shape == signature.kernel_shape and small.mode == signature.mode
-    check(small)
+def test_shrinking_keeps_the_filter_and_the_mode():
+    for (_, signature), param in zip(CASES, SHRUNK, strict=True):
+        [small] = param.values
+        assert small.kernel_shape == signature.kernel_shape and small.mode == signature.mode
+
+
+@pytest.mark.parametrize("signature", SHRUNK)
+def test_corpus_command_runs_shrunk_and_matches_pytorch(signature):
+    check(signature)
 
 
 @pytest.mark.parametrize("line", ROCMLIR_LINES)

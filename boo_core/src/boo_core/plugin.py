@@ -15,7 +15,7 @@ What it holds, by stage (docs/plugins.md explains each):
   ``Backward``, ``reference_backward`` and the argument checks (``require_tensor``...);
 * torch.compile: ``FusionPattern``, ``FusionMatch``, ``Decline``, ``GraphRewrite`` and the
   node helpers (``node_arguments``, ``only_user``, ``conversion_of``, ``tensor_value``...);
-* numerics and tuning: ``compare``, ``tolerance_for``, ``check_launchable``,
+* numerics and tuning: ``compare`` (its ``Comparison``), ``tolerance_for``, ``check_launchable``,
   ``TuningCandidate`` and the configuration spaces;
 * kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source`` and the
   rest of ``boo_core.substitute``;
@@ -134,13 +134,13 @@ from .tune.space import (
     reduction_configs,
     tile_and_fuse_configs,
 )
-from .verify.numerics import check_launchable, compare, tolerance_for
+from .verify.numerics import Comparison, check_launchable, compare, tolerance_for
 
 __all__ = [
     "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "REDUCTIONS", "SUFFIX_TO_DTYPE",
     "ArgumentError", "Backward", "Binding", "BooDevice", "BooError", "BooFallbackWarning", "BooOpRegistry",
-    "CommandError", "CommandParser", "CompileError", "Decline", "DeviceError", "Directions", "DriverBackend",
-    "Executable", "Export",
+    "CommandError", "CommandParser", "Comparison", "CompileError", "Decline", "DeviceError", "Directions",
+    "DriverBackend", "Executable", "Export",
     "Flag", "FlagKind", "Formulation", "FusionMatch", "FusionPattern", "GraphRewrite", "Integer",
     "KernelExecutables", "KernelLoadError", "LaunchError", "Launchable", "OpSpec", "OutOfRange", "ParsedCommand",
     "ParsedFlags", "PluginError", "PreparedBackend", "Signature", "Substitution", "SubstitutionError", "Target",

@@ -5,6 +5,10 @@
   test discovery without installing anything.
 * :func:`assert_numerics`: a launchable against its float64 reference, outputs poisoned.
 * :func:`assert_round_trip`: ``parse_command(signature.to_command()) == signature``.
+
+Submodules, imported by name (``from boo_core.testing import fuzz, front_door``):
+:mod:`~boo_core.testing.fuzz` (a ready fuzz test of an op's commands; needs hypothesis),
+:mod:`~boo_core.testing.front_door` (checks that a package imports only ``boo_core.plugin``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """A check for plugin packages: their code imports boo_core only through its front door,
 :mod:`boo_core.plugin` (docs/plugins.md, "What a plugin may use"), so a change inside boo_core
-cannot break them. Use it in a plugin's own tests::
+cannot break them. Use it in a plugin's own tests (``from boo_core.testing import front_door``)::
 
     def test_my_op_imports_only_the_front_door():
-        assert boo_core.testing.front_door.private_imports("my_op_package") == []
+        assert front_door.private_imports("my_op_package") == []
 
     def test_my_tests_import_only_the_front_door_and_the_testing_helpers():
-        assert boo_core.testing.front_door.private_test_imports(Path(__file__).parent) == []
+        assert front_door.private_test_imports(Path(__file__).parent) == []
 
 A package's tests may import :mod:`boo_core.testing` as well; its code may not.
 """

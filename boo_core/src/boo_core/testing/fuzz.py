@@ -7,16 +7,17 @@ non-ASCII digits, unknown and malformed flags, stray quotes. :func:`check_comman
 property every command must have: it parses into sound signatures (positive sizes,
 bounded tensors, a round trip through ``to_command()``), or it is refused with a BOO
 error whose message names the flag at fault. Anything else (a ``TypeError``,
-``OverflowError``...) is a bug::
+``OverflowError``...) is a bug. A submodule, imported by name (``from boo_core.testing
+import fuzz``), since hypothesis is a test dependency::
 
-    @given(boo_core.testing.fuzz.commands(BooOpRegistry.get_op("softmax")))
+    @given(fuzz.commands(BooOpRegistry.get_op("softmax")))
     def test_softmax_commands(command):
-        boo_core.testing.fuzz.check_command(command)
+        fuzz.check_command(command)
 
 or, ready made, with a fixed seed (the same commands every run)::
 
     def test_softmax_commands():
-        counts = boo_core.testing.fuzz.fuzz_commands("softmax", examples=300)
+        counts = fuzz.fuzz_commands("softmax", examples=300)
         assert counts["parsed"] and counts["refused"]
 """
 

@@ -8,7 +8,8 @@ installed; ``-p no:boo`` turns it off).
 * Fixture ``boo_cache``: a cache private to one test, and no launchables remembered in
   memory before or after it.
 * iree-compile runs once per input in a session (:mod:`.compiles`), its outputs kept in a
-  directory the session's processes share; ``BOO_TEST_COMPILE_ONCE=0`` turns that off.
+  directory the session's processes share, and a formulation is exported once per signature
+  in a process; ``BOO_TEST_COMPILE_ONCE=0`` turns both off.
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
   (:mod:`.kernel_marker`): ``pytest -m "not kernel and not slow"`` is the fast loop.
 """
