@@ -14,10 +14,12 @@ a fraction of the step's total.
 
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
-                                [--graph-replay 0,1] [--profile N] [--host-profile N]
+                                [--graph-replay 0,1] [--reorders 0,1] [--profile N] [--host-profile N]
 
 ``--graph-replay 0,1`` measures BOO's configurations with and without
-``BOO_CUDA_GRAPH_REPLAY`` (a kernel of several commands relaunched as one CUDA graph).
+``BOO_CUDA_GRAPH_REPLAY`` (a kernel of several commands relaunched as one CUDA graph);
+``--reorders 0,1`` with and without the pass that skips copies only reordering elements
+(``boo_core.dynamo.reorders``).
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
@@ -30,6 +32,7 @@ every Python call alike), in microseconds per step, with their calls per step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import itertools
 import pstats
@@ -37,10 +40,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 
-from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.dynamo import offload_summary, reorders, reset_offload_summary, rewrite
 from boo_core.settings import settings_override
 from boo_core.testing.models import workload
 
@@ -196,6 +200,11 @@ CONFIGS = [  # (label, backend, torch.compile mode)
 ]
 
 
+def _keeping_copies(gm: torch.fx.GraphModule) -> int:
+    """``--reorders 0``: the pass that skips reordering copies, skipped."""
+    return 0
+
+
 def _chosen(label: str, only: str) -> bool:
     """Whether ``--only`` picks the configuration ``label``: a substring, or a comma-separated list of labels."""
     return label in only.split(",") if "," in only else only in label
@@ -213,6 +222,9 @@ def main() -> None:
                         help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
     parser.add_argument("--graph-replay", default="1",
                         help="BOO_CUDA_GRAPH_REPLAY values for BOO's configurations (0,1: both, in one run)")
+    parser.add_argument("--reorders", default="1",
+                        help="whether BOO's eager-nested graphs skip reordering copies (boo_core.dynamo.reorders; "
+                             "0,1: both, in one run)")
     parser.add_argument("--only", default="",
                         help="run only configurations whose label contains this (and eager); comma-separated "
                              "labels: exactly those (and eager)")
@@ -250,15 +262,20 @@ def main() -> None:
             eager_ms = None
             for label, backend, mode in configs:
                 boo = backend is not None and "iree" in backend
-                for bwd, replay in itertools.product(args.backward_kernels.split(",") if training and boo else ["-"],
-                                                     args.graph_replay.split(",") if boo else ["1"]):
+                for bwd, replay, reorder in itertools.product(
+                        args.backward_kernels.split(",") if training and boo else ["-"],
+                        args.graph_replay.split(",") if boo else ["1"], args.reorders.split(",") if boo else ["1"]):
                     overrides = {"cuda_graph_replay": replay == "1"}
                     if bwd != "-":
                         overrides["use_backward_kernels"] = bwd == "1"
-                    with settings_override(**overrides):
+                    fallbacks = reorders.fallbacks
+                    with settings_override(**overrides), \
+                            mock.patch.object(rewrite, "skip_reordering_copies", _keeping_copies) if reorder == "0" \
+                            else contextlib.nullcontext():
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
                                       args.device, args.steps, sync, args.profile, args.host_profile)
-                    label_text = label if replay == "1" else f"{label} (no graph replay)"
+                    label_text = label + ("" if replay == "1" else " (no graph replay)") + \
+                        ("" if reorder == "1" else " (reordering copies kept)")
                     if isinstance(row, str):
                         print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | failed: {row} |")
                         continue
@@ -268,6 +285,10 @@ def main() -> None:
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
                     print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
                           f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
+                    skipped = sum(g.skipped_reorders for g in offload_summary().graphs)
+                    if skipped or reorders.fallbacks != fallbacks:
+                        print(f"|  |  | reordering copies skipped: {skipped} per compile; views that met another "
+                              f"layout and copied: {reorders.fallbacks - fallbacks} |")
                     if share is not None and reasons:
                         left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])
                         print(f"|  |  | left to the nested backend: {left} |")

@@ -271,6 +271,23 @@ def test_attentions_input_projection_takes_its_bias_into_the_kernel(backend):
     assert not summary.fallbacks["aten.add"], summary
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_linear_layers_activation_after_its_view_is_in_its_kernel(backend):
+    # A linear layer on a 3-D input is addmm on the rows, viewed back to 3-D: the GELU after
+    # that view (a transformer's MLP) is the kernel's epilogue all the same
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).eval()
+    x = torch.randn(3, 5, 16)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(mlp, backend=backend, dynamic=False)(x)
+        torch.testing.assert_close(got, mlp(x), rtol=1e-5, atol=1e-5)
+    summary = offload_summary()
+    assert summary.offloaded == {"matmul.addmm": 2}, summary
+    assert not summary.fallbacks["aten.gelu"], summary
+
+
 def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
     torch._dynamo.reset()
     reset_offload_summary()

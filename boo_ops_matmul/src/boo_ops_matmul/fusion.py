@@ -1,5 +1,6 @@
 """Fusion patterns for the torch.compile backends: mm, addmm and bmm, each with the
-activation that follows it when the product's only user is one, and an mm whose result,
+activation that follows it when the product (or its only view: a linear layer on a 3-D
+input) has that one user, and an mm whose result,
 viewed in another shape, has a bias row added (what AOTAutograd makes of ``F.linear`` on a
 non-contiguous 3-D input, as ``nn.MultiheadAttention``'s input projection)."""
 
@@ -26,10 +27,15 @@ class _Product(FusionPattern):
     ``operand``: what a third input is (``"c"``, ``"bias"``, or None for none)."""
 
     def _match(self, node: torch.fx.Node, inputs: tuple[torch.fx.Node, ...], spec: dict[str, Any]) -> FusionMatch:
-        user = only_user(node)
+        view = _view_of(node)  # an activation applies to each element: it may follow the product's view
+        product = node if view is None else view
+        user = only_user(product)
         activation = _ACTIVATION_OPS.get(user.target) if user is not None and user.op == "call_function" else None
-        if activation and user.args == (node,) and user.kwargs.get("approximate", "none") == "none":
-            return FusionMatch((node, user), inputs, {**spec, "activation": activation})
+        if activation and user.args == (product,) and user.kwargs.get("approximate", "none") == "none":
+            if view is None:
+                return FusionMatch((node, user), inputs, {**spec, "activation": activation})
+            shape = [int(d) for d in tensor_value(view).shape]
+            return FusionMatch((node, view, user), inputs, {**spec, "activation": activation, "view": shape})
         return FusionMatch((node,), inputs, {**spec, "activation": None})
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[MatmulSignature]:
@@ -89,11 +95,20 @@ class MatmulMM(_Product):
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
 
 
+def _view_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The view that is ``node``'s only user, if it is one (of static shape)."""
+    view = only_user(node)
+    if view is None or view.op != "call_function" or view.target not in _VIEWS or view.args[0] is not node \
+            or tensor_value(view) is None:
+        return None
+    return view
+
+
 def _viewed_bias_add(mm: torch.fx.Node) -> FusionMatch | None:
     """``add(view(mm(a, b), shape), bias)`` with ``bias`` a row of N values in the product's
     dtype: the product with a bias, viewed (module docstring)."""
-    view = only_user(mm)
-    if view is None or view.op != "call_function" or view.target not in _VIEWS or view.args[0] is not mm:
+    view = _view_of(mm)
+    if view is None:
         return None
     add = only_user(view)
     if add is None or add.op != "call_function" or add.target is not aten.add.Tensor or len(add.args) != 2 \

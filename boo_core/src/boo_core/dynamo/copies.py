@@ -23,7 +23,7 @@ aten = torch.ops.aten
 def drop_noop_clones(graph: torch.fx.Graph) -> int:
     """Replace every clone that copies its input into the same layout by the input, in
     place (module docstring); how many were dropped."""
-    if any(_writes_in_place(node) for node in graph.nodes):
+    if any(writes_in_place(node) for node in graph.nodes):
         return 0
     dropped = 0
     for node in list(graph.find_nodes(op="call_function", target=aten.clone.default)):
@@ -47,7 +47,7 @@ def _is_noop(clone: torch.fx.Node, source: torch.fx.Node) -> bool:
     return not any(_opaque(user) for user in (*source.users, *clone.users))
 
 
-def _writes_in_place(node: torch.fx.Node) -> bool:
+def writes_in_place(node: torch.fx.Node) -> bool:
     """Whether ``node`` is an aten op whose schema says it writes into an argument."""
     schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
     return schema is not None and schema.is_mutable

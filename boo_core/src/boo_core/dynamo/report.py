@@ -22,7 +22,9 @@ class GraphReport:
     ``nested_flops`` that of the ops left, by op (:mod:`.flops`: convolutions, matmuls,
     attention and normalizations; everything else counts zero). ``rewritten`` counts the
     plugins' graph rewrites applied before matching (``GraphRewrite``), by name;
-    ``dropped_copies`` the clones removed that copied a tensor into its own layout (:mod:`.copies`).
+    ``dropped_copies`` the clones removed that copied a tensor into its own layout (:mod:`.copies`),
+    ``skipped_reorders`` the copies that only reordered elements and are no longer made
+    (:mod:`.reorders`).
     """
 
     backend: str
@@ -37,6 +39,7 @@ class GraphReport:
     nested_flops: Counter[str] = field(default_factory=Counter)
     rewritten: Counter[str] = field(default_factory=Counter)
     dropped_copies: int = 0
+    skipped_reorders: int = 0
 
     @property
     def offload_share(self) -> float | None:
@@ -57,6 +60,8 @@ class GraphReport:
             text += f"; rewritten first: {listing(self.rewritten)}"
         if self.dropped_copies:
             text += f"; {self.dropped_copies} copies of a tensor into its own layout dropped"
+        if self.skipped_reorders:
+            text += f"; {self.skipped_reorders} reordering copies read as views instead"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:

@@ -36,6 +36,7 @@ from .autotune import torch_is_faster
 from .copies import drop_noop_clones
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
+from .reorders import skip_reordering_copies
 from .report import GraphReport, logger, new_report
 
 T = TypeVar("T")
@@ -46,7 +47,9 @@ _module_logger = logging.getLogger(__name__)
 def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
             autotune: bool = False) -> GraphReport:
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
-    A forward or inference graph first loses its clones that copy nothing (:mod:`.copies`).
+    A forward or inference graph first loses its clones that copy nothing (:mod:`.copies`)
+    and, for an eager nested backend, the copies matmuls and attention can do without
+    (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops).
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
@@ -63,6 +66,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor = _by_anchor(patterns)
     if kind != "backward":
+        if not as_custom_op:
+            report.skipped_reorders = skip_reordering_copies(gm)
         report.dropped_copies = drop_noop_clones(gm.graph)
     if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report,
