@@ -44,7 +44,7 @@ from unittest import mock
 
 import torch
 
-from boo_core.dynamo import offload_summary, reorders, reset_offload_summary, rewrite
+from boo_core.dynamo import cuda_graphs, offload_summary, reorders, reset_offload_summary, rewrite
 from boo_core.settings import settings_override
 from boo_core.testing.models import workload
 
@@ -285,6 +285,10 @@ def main() -> None:
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
                     print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
                           f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
+                    if backend == "iree_boo" and mode is not None:
+                        for f in cuda_graphs.graphed_functions():
+                            print(f"|  |  | {f.name}: {f.replays} replays; without the graph: "
+                                  f"{f.unreplayable_runs} (other tensors), {f.unlent_runs} (lent memory held) |")
                     skipped = sum(g.skipped_reorders for g in offload_summary().graphs)
                     if skipped or reorders.fallbacks != fallbacks:
                         print(f"|  |  | reordering copies skipped: {skipped} per compile; views that met another "

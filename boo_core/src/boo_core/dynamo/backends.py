@@ -52,7 +52,10 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
         compiled = gm.forward if nested is None else nested(gm, example_inputs)
         # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), freeing them early.
         boxed = compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
-        return graphed(boxed, f"{name} {kind} graph") if cuda_graphs else boxed
+        if not cuda_graphs:
+            return boxed
+        return graphed(boxed, f"{name} {kind} graph", lent=_saved_for_backward(gm) if kind == "forward" else (),
+                       borrows=kind == "backward")
 
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -60,6 +63,20 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
     return aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                         bw_compiler=functools.partial(compiler, kind="backward"),
                         inference_compiler=functools.partial(compiler, kind="inference"))
+
+
+def _saved_for_backward(gm: torch.fx.GraphModule) -> range:
+    """The positions of the outputs of ``gm``, the forward graph being compiled, that only its
+    backward reads (AOTAutograd's saved activations); none where AOTAutograd does not say."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    outputs = gm.graph.output_node().args[0]
+    try:
+        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
+    except (AttributeError, AssertionError):
+        return range(0)
+    return range(*saved.indices(len(outputs))) if isinstance(outputs, (list, tuple)) else range(0)
 
 
 def _lookup(name: str) -> Backend:

@@ -9,7 +9,20 @@ What a replay reads and writes is fixed at recording: inputs are copied into the
 own buffers, except parameters and buffers of the model (the same tensors every step, so
 their memory is recorded as is: a buffer the graph updates in place is updated where it
 is); outputs are cloned out of the graph's memory, so a caller
-never sees them overwritten by the next replay. A call whose tensors differ in shape,
+never sees them overwritten by the next replay.
+
+In training, a forward graph's outputs also hold every activation saved for the backward
+(about 300 a ResNet-50 step), which only the backward graph reads. Those are *lent*, not
+cloned: the caller gets views of the graph's own memory, and the backward graph records
+reading that memory in place instead of copying it into buffers of its own. A forward replay
+would overwrite what it lent, so it replays only once a backward has read what it lent last
+(or nothing holds it any more); otherwise (two forwards before one backward, as in gradient
+accumulation), or where a backward meets saved tensors in other memory than it recorded (a
+forward that ran without its graph), the call runs without its graph. Each lent view carries
+the replay that made it: a backward handed a view that a later replay overwrote (a second
+backward through an earlier step, ``retain_graph=True``) raises instead of reading it.
+
+A call whose tensors differ in shape,
 dtype or device from the recorded ones, or that is not on a GPU, runs the graph without
 recording (as does everything while the graph could not be recorded, with the reason
 logged once). A replay checks only what can change between steps: each parameter's memory
@@ -21,10 +34,13 @@ arguments), as much as the step's kernels.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
+
+from ..errors import BooError
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +52,8 @@ class GraphedFunction:
     """``fn`` (taking a list of arguments, AOTAutograd's boxed convention) recorded into a
     CUDA graph on its first call and replayed after (module docstring)."""
 
-    def __init__(self, fn: Callable[[list[Any]], Any], name: str) -> None:
+    def __init__(self, fn: Callable[[list[Any]], Any], name: str, lent: Collection[int] = (),
+                 borrows: bool = False) -> None:
         self._boxed_call = True  # on the instance: torch's wrappers copy __dict__, not class attributes
         self.fn = fn
         self.name = name
@@ -51,8 +68,17 @@ class GraphedFunction:
         self._others: list[int] = []  # every other position: its description must match
         self._others_described: tuple[Any, ...] = ()
         self._copied: list[int] = []  # tensors copied into the graph's own buffers
+        self._borrowed: list[tuple[int, int]] = []  # (position, memory) of another graph's lent outputs, read in place
+        self._lent = frozenset(lent)  # output positions handed out as views, not copies (module docstring)
+        self._borrows = borrows  # a backward graph: reads what forward graphs lent in place
+        self._lent_owned: list[tuple[torch.Tensor, int]] = []  # lent outputs in the graph's memory: baseline use count
+        self.unlent_runs = 0  # calls run without the graph because what it lent was still held
+        self.unreplayable_runs = 0  # calls run without the graph because their tensors differ from the recorded
+        self._read_back = True  # whether a backward read what this graph lent at its last replay
 
     def __call__(self, args: list[Any]) -> Any:
+        if self._borrows:
+            _read_lent(args)
         if self._failed:
             return self.fn(args)
         if self.graph is None:
@@ -63,6 +89,10 @@ class GraphedFunction:
                 return self._run_on_side_stream(args)
             return self._record(args)
         if not self._replayable(args):
+            self.unreplayable_runs += 1
+            return self.fn(args)
+        if not (self._read_back or self._lent_released()):
+            self.unlent_runs += 1
             return self.fn(args)
         for i in self._copied:
             static, given = self._inputs[i], args[i]
@@ -70,7 +100,7 @@ class GraphedFunction:
                 static.copy_(given)
         self.graph.replay()
         self.replays += 1
-        return _clone(self._outputs)
+        return self._handed_out()
 
     def _run_on_side_stream(self, args: list[Any]) -> Any:
         """Warm-up calls run on a side stream, as recording will."""
@@ -86,15 +116,35 @@ class GraphedFunction:
         same shapes, strides, dtypes and devices elsewhere."""
         if len(args) != len(self._inputs):
             return False
-        for i, memory in zip(self._state, self._state_memory):
+        for i, memory in (*zip(self._state, self._state_memory), *self._borrowed):
             given = args[i]
             if not isinstance(given, torch.Tensor) or given.data_ptr() != memory:
                 return False
         return tuple(_describe(args[i]) for i in self._others) == self._others_described
 
+    def _lent_released(self) -> bool:
+        """Whether nothing outside the graph holds the memory it lent last time."""
+        return all(_use_count(static) <= baseline for static, baseline in self._lent_owned)
+
+    def _handed_out(self) -> Any:
+        """The outputs for the caller: lent ones as views of the graph's memory, others cloned."""
+        if not self._lent or not isinstance(self._outputs, (list, tuple)):
+            return _clone(self._outputs)
+        self._read_back = False
+        return type(self._outputs)(self._lend_view(o) if i in self._lent else _clone(o)
+                                   for i, o in enumerate(self._outputs))
+
+    def _lend_view(self, output: torch.Tensor) -> torch.Tensor:
+        view = output.detach()
+        view._boo_lent = (self, self.replays)  # type: ignore[attr-defined]  (read by _read_lent)
+        return view
+
     def _record(self, args: list[Any]) -> Any:
         state = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and _is_state(a)}
-        inputs = [a if i in state or not isinstance(a, torch.Tensor) else a.clone() for i, a in enumerate(args)]
+        borrowed = {i for i, a in enumerate(args) if self._borrows and isinstance(a, torch.Tensor)
+                    and a.data_ptr() in _lent_memory}
+        inputs = [a if i in state | borrowed or not isinstance(a, torch.Tensor) else a.clone()
+                  for i, a in enumerate(args)]
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
@@ -109,15 +159,66 @@ class GraphedFunction:
         self._state_memory = [args[i].data_ptr() for i in self._state]
         self._others = [i for i in range(len(args)) if i not in state]
         self._others_described = tuple(_describe(args[i]) for i in self._others)
-        self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor)]
+        self._borrowed = [(i, args[i].data_ptr()) for i in sorted(borrowed - state)]
+        self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor) and i not in borrowed]
+        self._lend(state)
         graph.replay()
         self.replays += 1
-        return _clone(outputs)
+        return self._handed_out()
+
+    def _lend(self, state: set[int]) -> None:
+        """Note which lent outputs live in the graph's own memory (not a parameter's or
+        buffer's, which a replay does not overwrite) and how many uses it has now."""
+        if not isinstance(self._outputs, (list, tuple)):
+            self._lent = frozenset()
+            return
+        external = {self._inputs[i].untyped_storage().data_ptr() for i in state}
+        lent = [o for i, o in enumerate(self._outputs) if i in self._lent and isinstance(o, torch.Tensor)]
+        self._lent_owned = [(o, _use_count(o)) for o in lent if o.untyped_storage().data_ptr() not in external]
+        addresses = {o.data_ptr() for o in lent}  # a parameter's view too: the backward reads it in place
+        _lent_memory.update(addresses)
+        weakref.finalize(self, _lent_memory.difference_update, addresses)
 
 
-def graphed(fn: Callable[[list[Any]], Any], name: str) -> GraphedFunction:
-    """``fn`` behind a CUDA graph (module docstring)."""
-    return GraphedFunction(fn, name)
+def graphed(fn: Callable[[list[Any]], Any], name: str, lent: Collection[int] = (),
+            borrows: bool = False) -> GraphedFunction:
+    """``fn`` behind a CUDA graph (module docstring). ``lent``: the positions of outputs only a
+    backward graph reads (a forward graph's saved activations); ``borrows``: whether this is
+    such a backward graph."""
+    function = GraphedFunction(fn, name, lent, borrows)
+    _graphed.add(function)
+    return function
+
+
+def graphed_functions() -> list[GraphedFunction]:
+    """Every graphed function alive in this process (their counters say how often they replayed)."""
+    return list(_graphed)
+
+
+_graphed: weakref.WeakSet[GraphedFunction] = weakref.WeakSet()
+
+
+#: Addresses of outputs some graph lends: a graph recording with one as an input reads it in place.
+_lent_memory: set[int] = set()
+
+
+def _read_lent(args: Sequence[Any]) -> None:
+    """A backward graph's call: each lent view among ``args`` must be of its lender's last
+    replay (else a later replay overwrote it); its lender may then replay again."""
+    for a in args:
+        lent = getattr(a, "_boo_lent", None) if isinstance(a, torch.Tensor) else None
+        if lent is not None:
+            lender, replay = lent
+            if replay != lender.replays:
+                raise BooError(f"{lender.name}: a backward read activations that a later replay of its CUDA graph "
+                               "overwrote (a second backward through an earlier step?); compile without "
+                               "mode='reduce-overhead' to keep every step's activations")
+            lender._read_back = True
+
+
+def _use_count(tensor: torch.Tensor) -> int:
+    """How many tensors (and views) hold ``tensor``'s storage."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
 
 def _is_state(tensor: torch.Tensor) -> bool:
