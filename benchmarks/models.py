@@ -24,7 +24,7 @@ a fraction of the step's total.
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
 kernels (by name, with their launches per step) and the step's total device time.
-``--host-profile N`` prints, under the same rows, where one step's host time goes: the N
+``--host-profile N`` prints, under every row (CUDA graphs' too), where one step's host time goes: the N
 Python functions with the most time of their own over a few steps (cProfile, which slows
 every Python call alike), in microseconds per step, with their calls per step.
 """
@@ -181,7 +181,7 @@ def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: 
     if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
         torch_share = profiled_torch_flops(lambda: step(x), device) / total
     profile = kernel_profile(lambda: step(x), device, profile_top) if profile_top and mode is None else []
-    if host_top and mode is None:
+    if host_top:  # cProfile sees the host's side of a replayed step too
         profile += host_profile(lambda: step(x), sync, host_top)
     return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons, profile
 
@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print each row's N costliest kernels of one step (rows without CUDA graphs)")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
-                        help="print each row's N Python functions with the most host time (rows without CUDA graphs)")
+                        help="print each row's N Python functions with the most host time")
     args = parser.parse_args()
 
     cuda = args.device.startswith("cuda")

@@ -42,6 +42,7 @@ class _Lender:
     name = "a forward graph"
     replays = 3
     _read_back = False
+    _read_on = None
 
 
 def test_a_backward_reading_a_view_of_an_earlier_replay_raises():
