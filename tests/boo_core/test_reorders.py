@@ -159,3 +159,17 @@ def test_a_returned_value_keeps_its_layout_or_nothing_changes():
     torch.testing.assert_close(got, f(x, w))
     assert counts == [0] and _clones(graphs[0]) == 1
     assert not _restrided(graphs[0])
+
+
+def test_attention_keeps_its_copy_where_the_views_strides_would_be_misaligned():
+    """Heads of 4 elements: q, k and v as views of the packed projection would step 4
+    elements between heads, which the fused kernels need in multiples of 8 (16 bytes)."""
+    torch.manual_seed(2)
+    block = AttentionBlock(12, 3).eval()
+    x = torch.randn(2, 5, 12)
+    graphs, counts, (clones_before, got) = _compiled_graphs(block, x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, block(x), rtol=1e-5, atol=1e-5)
+    attention = next(n for n in graphs[0].graph.nodes if n.target in reorders._ATTENTION)
+    assert not any(isinstance(a.target, Restrided) for a in attention.args[:3])  # q, k, v: the copy's views
+    assert _clones(graphs[0]) >= 1 and counts[0] < clones_before[0]

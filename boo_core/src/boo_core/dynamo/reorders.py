@@ -61,8 +61,9 @@ def skip_reordering_copies(gm: torch.fx.GraphModule) -> int:
     if any(writes_in_place(node) for node in gm.graph.nodes):
         return 0
     graph = torch.fx.Graph()
-    output = graph.graph_copy(gm.graph, {}, return_output_node=True)
-    graph.output(output[0] if isinstance(output, tuple) else output)
+    graph._codegen = gm.graph._codegen  # the calling convention stays the graph's
+    value, returned = graph.graph_copy(gm.graph, {}, return_output_node=True)
+    graph.output(value).meta.update(returned.meta)
     work = torch.fx.GraphModule(gm, graph)
     clones = len(_reordering_clones(graph))
     reshaped: set[torch.fx.Node] = set()  # views that became copies as layouts changed
@@ -133,7 +134,7 @@ def _reordering_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 
 def _returned_layouts(graph: torch.fx.Graph) -> list[Layout | None]:
-    return [_layout(value) if value is not None else None
+    return [_strides(value) if value is not None else None
             for value in map(_value, graph.output_node().all_input_nodes)]
 
 
@@ -236,10 +237,18 @@ def _leaf_layouts(traced: Layout, steps: tuple[tuple[int, Any, Any, Any], ...], 
     layouts = []
     for leaf in leaves:
         found = _affine(offsets[leaf])
-        if found is None or (found[0] and found[0][-1] != 1 and offsets[leaf].shape[-1] > 1):
+        if found is None or not _attention_can_read(tuple(offsets[leaf].shape), *found):
             return None
         layouts.append((tuple(offsets[leaf].shape), *found))
     return tuple(layouts)
+
+
+def _attention_can_read(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> bool:
+    """Whether the fused attention kernels take a q, k or v of this layout as it is: contiguous
+    rows, the other strides and the offset multiples of 8 elements (16 bytes in 16 bits)."""
+    if shape[-1] > 1 and strides[-1] != 1:
+        return False
+    return offset % 8 == 0 and all(stride % 8 == 0 for size, stride in zip(shape[:-1], strides[:-1]) if size > 1)
 
 
 def _hashable(value: Any) -> Any:
@@ -288,13 +297,20 @@ def _value(node: object) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def _strides(value: torch.Tensor) -> Layout | None:
+    """The layout of a tensor of static shape; None for symbolic sizes."""
+    try:
+        return tuple(map(int, value.shape)), tuple(map(int, value.stride())), int(value.storage_offset())
+    except (TypeError, RuntimeError):
+        return None
+
+
 def _layout(value: torch.Tensor) -> Layout | None:
     """The layout of a dense, non-overlapping tensor of static shape; None otherwise."""
-    try:
-        shape, strides, offset = tuple(map(int, value.shape)), tuple(map(int, value.stride())), \
-            int(value.storage_offset())
-    except (TypeError, RuntimeError):  # symbolic sizes
+    layout = _strides(value)
+    if layout is None:
         return None
+    shape, strides, offset = layout
     expected = 1  # dense: ordered by stride, each dimension steps over all the ones inside it
     for size, stride in sorted(((size, stride) for size, stride in zip(shape, strides) if size != 1),
                                key=lambda pair: pair[1]):
