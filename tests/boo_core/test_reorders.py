@@ -11,22 +11,9 @@ from torch._dynamo.backends.common import aot_autograd
 from boo_core.dynamo import reorders
 from boo_core.dynamo.copies import drop_noop_clones
 from boo_core.dynamo.reorders import Restrided, skip_reordering_copies
+from boo_core.testing.models import AttentionBlock
 
 aten = torch.ops.aten
-
-
-class AttentionBlock(torch.nn.Module):
-    """A pre-norm attention block as torchvision's ViT writes it (batch-first nn.MultiheadAttention)."""
-
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(width)
-        self.attention = torch.nn.MultiheadAttention(width, heads, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
-        y, _ = self.attention(y, y, y, need_weights=False)
-        return x + y
 
 
 def _compiled_graphs(fn, *args) -> tuple[list[torch.fx.GraphModule], list[int], object]:

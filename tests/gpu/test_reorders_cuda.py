@@ -11,20 +11,9 @@ import pytest
 import torch
 
 from boo_core.dynamo import offload_summary, reorders, reset_offload_summary
+from boo_core.testing.models import AttentionBlock
 
 pytestmark = pytest.mark.gpu
-
-
-class AttentionBlock(torch.nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(width)
-        self.attention = torch.nn.MultiheadAttention(width, heads, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
-        y, _ = self.attention(y, y, y, need_weights=False)
-        return x + y
 
 
 @pytest.mark.parametrize("batch, tokens, width, heads", [(4, 197, 768, 12), (3, 50, 256, 4)])

@@ -97,6 +97,21 @@ class DecoderBlock(nn.Module):
         return x + self.down(F.gelu(self.up(self.norm2(x))))
 
 
+class AttentionBlock(nn.Module):
+    """A pre-norm self-attention block as torchvision's ViT writes it: a batch-first
+    ``nn.MultiheadAttention`` after a layer norm, added back to its input."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.attention = nn.MultiheadAttention(width, heads, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        y, _ = self.attention(y, y, y, need_weights=False)
+        return x + y
+
+
 class TinyConvNet(nn.Module):
     """Two convolutions (the second strided), ReLUs, global pooling and a linear head: the
     smallest network with every kind of BOO node a convnet has, for CPU tests."""
