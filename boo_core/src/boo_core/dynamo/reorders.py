@@ -58,8 +58,8 @@ def skip_reordering_copies(gm: torch.fx.GraphModule) -> int:
     the layout it was traced with (AOTAutograd's wrappers and a backward graph rely on them)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    if any(writes_in_place(node) for node in gm.graph.nodes):
-        return 0
+    if any(writes_in_place(node) for node in gm.graph.nodes) or not _reordering_clones(gm.graph):
+        return 0  # AOTAutograd writes a copying reshape as clone + view: the reshapes taken are the pass's own
     graph = torch.fx.Graph()
     graph._codegen = gm.graph._codegen  # the calling convention stays the graph's
     value, returned = graph.graph_copy(gm.graph, {}, return_output_node=True)
