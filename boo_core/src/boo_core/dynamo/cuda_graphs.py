@@ -95,9 +95,10 @@ class GraphedFunction:
         if not (self._read_back or self._lent_released()):
             self.unlent_runs += 1
             return self.fn(args)
-        stream = torch.cuda.current_stream()
-        if self._read_on is not None and self._read_on != stream:  # overwrite the lent memory after its reads
-            stream.wait_stream(self._read_on)
+        if self._read_on is not None:  # overwrite the lent memory only after the backward's reads
+            stream = torch.cuda.current_stream()
+            if self._read_on != stream:
+                stream.wait_stream(self._read_on)
         for i in self._copied:
             static, given = self._inputs[i], args[i]
             if static.data_ptr() != given.data_ptr():

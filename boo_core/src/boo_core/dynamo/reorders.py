@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..plugins.patterns import only_user, tensor_value
 from .copies import writes_in_place
 
 aten = torch.ops.aten
@@ -58,14 +59,14 @@ def skip_reordering_copies(gm: torch.fx.GraphModule) -> int:
     the layout it was traced with (AOTAutograd's wrappers and a backward graph rely on them)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    if any(writes_in_place(node) for node in gm.graph.nodes) or not _reordering_clones(gm.graph):
+    clones = len(_reordering_clones(gm.graph))
+    if not clones or any(writes_in_place(node) for node in gm.graph.nodes):
         return 0  # AOTAutograd writes a copying reshape as clone + view: the reshapes taken are the pass's own
     graph = torch.fx.Graph()
     graph._codegen = gm.graph._codegen  # the calling convention stays the graph's
     value, returned = graph.graph_copy(gm.graph, {}, return_output_node=True)
     graph.output(value).meta.update(returned.meta)
     work = torch.fx.GraphModule(gm, graph)
-    clones = len(_reordering_clones(graph))
     reshaped: set[torch.fx.Node] = set()  # views that became copies as layouts changed
     try:
         for _ in range(_ROUNDS):  # each rewrite changes layouts the other may then use
@@ -143,7 +144,7 @@ def _reordered_rows(graph: torch.fx.Graph) -> list[Rows]:
     ``reshape(source)`` of a source it cannot view (the reshape copies)."""
     found = []
     for clone in _reordering_clones(graph):
-        rows = _only_user(clone)
+        rows = only_user(clone)
         if rows is not None and rows.target in _ROW_VIEWS:
             found.append((rows, clone.args[0], (clone,)))
     for rows in graph.find_nodes(op="call_function", target=aten.reshape.default):
@@ -159,7 +160,7 @@ def _rows_in_storage_order(graph: torch.fx.Graph, found: Rows) -> bool:
     rows, source, copies = found
     if len(_value(rows).shape) != 2 or _returned(rows):
         return False
-    product = _only_user(rows)
+    product = only_user(rows)
     if product is None or product.target not in (aten.mm.default, aten.addmm.default) or _returned(product):
         return False
     position = 1 if product.target is aten.addmm.default else 0
@@ -169,7 +170,7 @@ def _rows_in_storage_order(graph: torch.fx.Graph, found: Rows) -> bool:
     traced = _layout(_value(source))
     m, k = _value(rows).shape
     order = _rows_of(traced, m, k)
-    result = _only_user(product)
+    result = only_user(product)
     if order is None or torch.equal(order, _counting(m)) or result is None or result.target not in _ROW_VIEWS:
         return False
     n = _value(product).shape[1]
@@ -292,9 +293,9 @@ def _view_tree(clone: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx
 # -- storage offsets ------------------------------------------------------------------------------
 
 
-def _value(node: object) -> torch.Tensor | None:
-    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return value if isinstance(value, torch.Tensor) else None
+def _value(argument: object) -> torch.Tensor | None:
+    """:func:`tensor_value` of an argument that may not be a node (a scalar: None)."""
+    return tensor_value(argument) if isinstance(argument, torch.fx.Node) else None
 
 
 def _strides(value: torch.Tensor) -> Layout | None:
@@ -379,7 +380,7 @@ def _is_row(addend: torch.Tensor | None, product: torch.Tensor | None) -> bool:
 
 def _bias_after(result: torch.fx.Node, n: int) -> torch.fx.Node | None:
     """``add(result, bias)`` when that is ``result``'s only use and ``bias`` a vector of n values."""
-    add = _only_user(result)
+    add = only_user(result)
     if add is None or add.target is not aten.add.Tensor or add.args[0] is not result or len(add.args) != 2 \
             or add.kwargs:
         return None
@@ -424,11 +425,6 @@ def _replayed(clone: torch.fx.Node, tree: Sequence[torch.fx.Node], leaf: torch.f
 
 
 # -- graph helpers ----------------------------------------------------------------------------------
-
-
-def _only_user(node: torch.fx.Node) -> torch.fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 and users[0].op == "call_function" else None
 
 
 def _returned(node: torch.fx.Node) -> bool:
