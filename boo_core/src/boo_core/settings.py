@@ -176,6 +176,10 @@ SETTINGS: tuple[Setting, ...] = (
             selects_kernel=True),
     Setting("compile_timeout", "BOO_COMPILE_TIMEOUT", _seconds, _const(900.0), "`900`",
             "seconds one iree-compile may take before it is stopped and reported", selects_kernel=True),
+    Setting("compile_threading", "BOO_COMPILE_THREADING", _boolean, _const(True), "`1`",
+            "`0`: each iree-compile runs on one thread (`--mlir-disable-threading`; the kernel is byte for byte the "
+            "same), for machines that run a compile per core at once: `boo preload -j` does so by itself",
+            selects_kernel=False),
     Setting("lock_timeout", "BOO_LOCK_TIMEOUT", _seconds, _const(1200.0), "`1200`",
             "seconds to wait for another process compiling the same kernel before compiling it in memory (a stopped "
             "holder is given up on after 5 s)", selects_kernel=False),
@@ -261,6 +265,7 @@ class Settings:
     extra_compile_flags: tuple[str, ...] = ()
     tuning_spec: Path | None = None
     compile_timeout: float = 900.0
+    compile_threading: bool = True
     lock_timeout: float = 1200.0
     cpu_driver: str = "auto"
     cuda_target: str | None = None

@@ -59,6 +59,10 @@ def iree_compile_path() -> str:
             raise CompileError(f"iree-compile cannot be run: {e}") from e
 
 
+#: The option that runs iree-compile on one thread (``BOO_COMPILE_THREADING=0``).
+SINGLE_THREADED = "--mlir-disable-threading"
+
+
 def compile_command(mlir_path: Path, output_path: Path, flags: Sequence[str]) -> list[str]:
     """The iree-compile command line that compiles ``mlir_path`` into ``output_path``."""
     return [iree_compile_path(), str(mlir_path), *flags, "-o", str(output_path)]
@@ -89,10 +93,13 @@ def compile_to_bytes(mlir: Path | str, flags: Sequence[str], *, shown: str | Non
     that is a property of the input is ``recordable``: not a timeout, a crash or signal,
     nor an I/O error (a full ``/tmp``, say).
     """
-    timeout = get_settings().compile_timeout if timeout is None else timeout
+    settings = get_settings()
+    timeout = settings.compile_timeout if timeout is None else timeout
     from_file = isinstance(mlir, Path)
     command = [iree_compile_path(), str(mlir) if from_file else "-", *flags, "-o", "-"]
     shown = shown or shlex.join(command)
+    if not settings.compile_threading:  # the same kernel: not in the key, nor in the reproducer shown
+        command.insert(-2, SINGLE_THREADED)
     mlir_path = str(mlir) if from_file else None
     where = f"  MLIR: {mlir}\n" if from_file else ""
     try:

@@ -10,6 +10,8 @@ installed; ``-p no:boo`` turns it off).
 * iree-compile runs once per input in a session (:mod:`.compiles`), its outputs kept in a
   directory the session's processes share, and a formulation is exported once per signature
   in a process; ``BOO_TEST_COMPILE_ONCE=0`` turns both off.
+* pytest-xdist workers that occupy every core compile on one thread each
+  (``BOO_COMPILE_THREADING=0``, unless set), as ``boo preload -j`` does.
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
   (:mod:`.kernel_marker`): ``pytest -m "not kernel and not slow"`` is the fast loop.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from ..kernels.activity import LOG_VARIABLE
+from ..kernels.pool import fills_the_cores
 from ..runtime.lookup import clear_launchables
 from ..settings import reload_from_environment
 from .compiles import SWITCH, compiling_once
@@ -41,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
     cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or inherited or tempfile.mkdtemp(prefix="boo-test-cache-")
     os.environ["BOO_CACHE_DIR"] = cache_dir
     os.environ.pop("BOO_CACHE_ON", None)
+    if is_xdist_worker(config) and fills_the_cores(int(config.workerinput.get("workercount", 1))):  # type: ignore[attr-defined]
+        os.environ.setdefault("BOO_COMPILE_THREADING", "0")
     reload_from_environment()
     config.addinivalue_line("markers", MARK)
     log = Path(tempfile.mkdtemp(prefix="boo-test-kernels-")) / "kernels.log"
