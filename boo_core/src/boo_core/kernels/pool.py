@@ -32,8 +32,9 @@ def compile_pool(workers: int) -> Executor:
 
 def worker_settings(settings: Settings, workers: int) -> Settings:
     """``settings`` for each of ``workers`` compiling side by side: where they occupy every
-    core this process may use, each iree-compile runs on one thread (its own threads would
-    only contend; measured on 2 cores: 10% less time for the same kernels)."""
+    core this process may use, each iree-compile runs on one thread: its own threads would
+    only contend (2 cores, two compiles at a time of 20 kernels each: 10.7-11.2 s against
+    11.7-16.2 s threaded, three runs each)."""
     return dataclasses.replace(settings, compile_threading=False) if fills_the_cores(workers) else settings
 
 
