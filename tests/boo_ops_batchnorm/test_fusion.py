@@ -66,6 +66,32 @@ def test_training_batch_norms_and_their_gradients_run_on_boo():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)  # running statistics updated
 
 
+def test_a_training_forward_writes_the_running_statistics_into_the_buffers_itself(monkeypatch):
+    """AOTAutograd keeps the writes into the buffers in the graph, as under Inductor: the
+    forward returns no new statistics for its wrapper to copy in afterwards (so that a CUDA
+    graph's replay writes them where they are)."""
+    import boo_core.dynamo.backends as backends
+
+    graphs: dict[str, torch.fx.Graph] = {}
+    real = backends.rewrite
+
+    def recording(gm, **options):
+        graphs[options["kind"]] = gm.graph
+        return real(gm, **options)
+
+    monkeypatch.setattr(backends, "rewrite", recording)
+    model = convnet().train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 3, 8, 8)
+    torch._dynamo.reset()
+    torch.compile(model, backend="iree_boo", dynamic=False)(x).sum().backward()
+    reference(x).sum().backward()
+    writes = graphs["forward"].find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
+    assert len(writes) == 6 and all(w.args[0].op == "placeholder" for w in writes), writes  # 3 buffers x 2
+    for (name, got), want in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monkeypatch):
     """A model moved to bf16 keeps bf16 running statistics; the traced graph's batch norm
     returns its new ones in float32 and converts them for the buffers. The kernel reads and
