@@ -25,10 +25,11 @@ backward through an earlier step, ``retain_graph=True``) raises instead of readi
 A call whose tensors differ in shape,
 dtype or device from the recorded ones, or that is not on a GPU, runs the graph without
 recording (as does everything while the graph could not be recorded, with the reason
-logged once). A replay checks only what can change between steps: each parameter's memory
-(a pointer comparison), and the shape, strides, dtype and device of the other arguments; a
-full check of every argument cost about 1.5 ms of host time per ResNet-50 step (320
-arguments), as much as the step's kernels.
+logged once). A replay checks only what can change between steps: the memory of each
+parameter, buffer and borrowed activation (one pointer comparison each, in C++ where torch
+has it), and the shape, strides, dtype and device of the other arguments; a full check of
+every argument cost about 1.5 ms of host time per ResNet-50 step (320 arguments), as much as
+the step's kernels.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class GraphedFunction:
         self._inputs: list[Any] = []
         self._outputs: Any = None
         self._state: list[int] = []  # positions of parameters and buffers: their memory is recorded
-        self._state_memory: list[int] = []
+        self._pinned: list[int] = []  # those and the borrowed positions: the same memory at every replay
+        self._pinned_memory: list[int | None] = []  # by position (None where not pinned)
         self._others: list[int] = []  # every other position: its description must match
         self._others_described: tuple[Any, ...] = ()
         self._copied: list[int] = []  # tensors copied into the graph's own buffers
@@ -119,12 +121,8 @@ class GraphedFunction:
     def _replayable(self, args: list[Any]) -> bool:
         """Whether the recorded graph computes this call: the same parameters' memory, the
         same shapes, strides, dtypes and devices elsewhere."""
-        if len(args) != len(self._inputs):
+        if len(args) != len(self._inputs) or not _same_memory(args, self._pinned_memory, self._pinned):
             return False
-        for i, memory in (*zip(self._state, self._state_memory), *self._borrowed):
-            given = args[i]
-            if not isinstance(given, torch.Tensor) or given.data_ptr() != memory:
-                return False
         return tuple(_describe(args[i]) for i in self._others) == self._others_described
 
     def _lent_released(self) -> bool:
@@ -161,8 +159,12 @@ class GraphedFunction:
             return self.fn(args)
         self.graph, self._inputs, self._outputs = graph, inputs, outputs
         self._state = sorted(state)
-        self._state_memory = [args[i].data_ptr() for i in self._state]
-        self._others = [i for i in range(len(args)) if i not in state]
+        # A borrowed position always holds the same output of its lender (AOTAutograd passes
+        # saved tensors in one order), so its memory alone identifies it; a forward that ran
+        # without its graph hands over other memory.
+        self._pinned = sorted(state | borrowed)
+        self._pinned_memory = [args[i].data_ptr() if i in self._pinned else None for i in range(len(args))]
+        self._others = [i for i in range(len(args)) if i not in state | borrowed]
         self._others_described = tuple(_describe(args[i]) for i in self._others)
         self._borrowed = [(i, args[i].data_ptr()) for i in sorted(borrowed - state)]
         self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor) and i not in borrowed]
@@ -239,6 +241,15 @@ def _is_state(tensor: torch.Tensor) -> bool:
             or getattr(tensor, "_dynamo_static_input_type", None) is not None)
 
 
+def _same_memory_in_python(tensors: Sequence[Any], memory: Sequence[int | None], positions: Sequence[int]) -> bool:
+    return all(isinstance(tensors[i], torch.Tensor) and tensors[i].data_ptr() == memory[i] for i in positions)
+
+
+#: Whether the tensors at ``positions`` start at ``memory[position]``: torch's C++ check where
+#: its build has it (CUDA builds; what Inductor's cudagraph trees use), else the same in Python.
+_same_memory = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _same_memory_in_python)
+
+
 def _describe(a: Any) -> tuple[Any, ...]:
     """A tensor's shape, strides, dtype and device, or a value itself."""
     if isinstance(a, torch.Tensor):
@@ -252,8 +263,20 @@ def _on_the_gpu(args: Sequence[Any]) -> bool:
 
 
 def _clone(outputs: Any) -> Any:
+    """``outputs`` (a tensor, or a list or tuple of tensors and values) with each tensor
+    copied: allocated one by one, copied by a few multi-tensor kernels (a backward's ~160
+    gradients cost ~160 launches as ``clone``s)."""
     if isinstance(outputs, torch.Tensor):
         return outputs.clone()
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(_clone(o) for o in outputs)
-    return outputs
+    if not isinstance(outputs, (list, tuple)):
+        return outputs
+    sources = [o for o in outputs if isinstance(o, torch.Tensor)]
+    copies = iter(_copies_of(sources))
+    return type(outputs)(next(copies) if isinstance(o, torch.Tensor) else _clone(o) for o in outputs)
+
+
+def _copies_of(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    copies = [torch.empty_like(t) for t in tensors]  # the layout kept, as clone keeps it
+    if copies:
+        torch._foreach_copy_(copies, tensors)
+    return copies
