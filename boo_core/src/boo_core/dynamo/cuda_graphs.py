@@ -119,8 +119,8 @@ class GraphedFunction:
         return result
 
     def _replayable(self, args: list[Any]) -> bool:
-        """Whether the recorded graph computes this call: the same parameters' memory, the
-        same shapes, strides, dtypes and devices elsewhere."""
+        """Whether the recorded graph computes this call: the same memory where a parameter,
+        buffer or borrowed activation was, the same shapes, strides, dtypes and devices elsewhere."""
         if len(args) != len(self._inputs) or not _same_memory(args, self._pinned_memory, self._pinned):
             return False
         return tuple(_describe(args[i]) for i in self._others) == self._others_described
