@@ -6,7 +6,8 @@ GPT-style decoder block of ``boo_core.testing.models`` (8 x 1024 tokens, width 1
 a GPU, float32 on the CPU. Per row: milliseconds per step (forward, or forward and backward
 of a fixed random projection of the output; ``max-autotune`` rows keep a node on BOO only
 where its kernel timed at least as fast as torch's), the relative error of the output and of the
-parameters' gradients against eager, and the offload share: the fraction of the step's
+parameters' gradients (the worst parameter's) against the same step of a float64 copy of the
+model, eager's own row giving the error its dtype alone makes, and the offload share: the fraction of the step's
 convolution, matmul, attention and normalization FLOPs (forward and backward graphs) that
 BOO kernels ran, from the offload summary. ``torch FLOPs`` cross-checks it with the
 profiler: the FLOPs torch's own ops executed in one step (the nested backend's share), as
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import cProfile
 import itertools
 import pstats
@@ -85,6 +87,16 @@ def step_fn(model: Callable[[torch.Tensor], torch.Tensor], training: bool, probe
         return y, [p.grad for p in params]
 
     return step
+
+
+def float64_step(model: torch.nn.Module, training: bool, probe: torch.Tensor | None,
+                 x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The output and parameters' gradients of one step of a float64 copy of ``model``: what
+    every row's errors are measured against."""
+    reference = copy.deepcopy(model).double()
+    params = [p for p in reference.parameters() if p.requires_grad]
+    y, grads = step_fn(reference, training, None if probe is None else probe.double(), params)(x.double())
+    return y.detach(), [g.detach() for g in grads]
 
 
 def relative_error(got: torch.Tensor | None, want: torch.Tensor | None) -> float:
@@ -243,7 +255,7 @@ def main() -> None:
                                                       and _chosen(c[0], args.only))]
     print(f"device {torch.cuda.get_device_name() if cuda else 'cpu'}, torch {torch.__version__}, {dtype}, "
           f"batch {args.batch}, median of {args.steps} steps")
-    print("| model | pass | configuration | bwd kernels | ms/step | vs eager | first step s | output err | "
+    print("| model | pass | configuration | bwd kernels | ms/step | vs eager | first step s | output err (vs f64) | "
           "grad err | BOO share of FLOPs | torch FLOPs (profiler) |")
     print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for work in workloads(args.models.split(","), args.device, dtype, args.batch, args.small):
@@ -257,8 +269,7 @@ def main() -> None:
                 with torch.no_grad():
                     shape = work.model(x).shape
                 probe = torch.randn(shape, generator=torch.Generator().manual_seed(2)).to(args.device)
-            want_y, want_grads = step_fn(work.model, training, probe, params)(x)
-            want_grads = [g.clone() for g in want_grads]
+            want_y, want_grads = float64_step(work.model, training, probe, x)
             eager_ms = None
             for label, backend, mode in configs:
                 boo = backend is not None and "iree" in backend
