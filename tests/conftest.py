@@ -25,18 +25,30 @@ def pytest_configure(config: pytest.Config) -> None:
     boo_core.settings.reload_from_environment()
 
 
-#: Seconds the slowest test files took in a fresh-clone CI run on two cores. pytest-xdist
-#: hands out whole files (``--dist loadfile``) in collection order, and integration tests
-#: are collected last: the heaviest file handed out last keeps one worker busy while the
-#: other idles. So these run first, heaviest first (the others keep their order).
+#: Seconds each test file of 8 s or more took in a fresh-clone CI run on two cores (at
+#: `8a920c7`, `--durations=0` summed by file). pytest-xdist hands out whole files (``--dist
+#: loadfile``) in collection order, and integration tests are collected last: a heavy file
+#: handed out last keeps one worker busy while the other idles. So files run longest first
+#: (the others after them, in their order), which leaves the small ones to even out the end.
 HEAVY_FILES = {
-    "tests/integration/test_models.py": 95, "tests/boo_core/test_cluster.py": 75, "tests/integration/test_cli.py": 65,
-    "tests/integration/test_ddp.py": 50, "tests/boo_core/test_kernel_marker.py": 48,
-    "tests/integration/test_fuzz_commands.py": 45, "tests/boo_core/test_tune.py": 45,
-    "tests/boo_core/test_cache_kill.py": 45, "tests/integration/test_torch_compile.py": 45,
-    "tests/boo_ops_conv/test_numerics.py": 45, "tests/boo_ops_conv/test_formulations.py": 40,
-    "tests/integration/test_softmax_example.py": 40, "tests/boo_ops_conv/test_corpus.py": 40,
-    "tests/integration/test_install.py": 30,
+    "tests/integration/test_models.py": 112, "tests/integration/test_cli.py": 96,
+    "tests/boo_core/test_cluster.py": 93, "tests/boo_ops_conv/test_formulations.py": 70,
+    "tests/boo_ops_conv/test_numerics.py": 69, "tests/integration/test_torch_compile.py": 55,
+    "tests/boo_core/test_kernel_marker.py": 55, "tests/boo_ops_conv/test_modules.py": 53,
+    "tests/boo_core/test_cache_kill.py": 52, "tests/boo_ops_conv/test_corpus.py": 50,
+    "tests/integration/test_fuzz_commands.py": 43, "tests/integration/test_softmax_example.py": 41,
+    "tests/boo_core/test_tune.py": 36, "tests/boo_core/test_worker.py": 29, "tests/boo_ops_matmul/test_eager.py": 29,
+    "tests/integration/test_install.py": 27, "tests/boo_ops_batchnorm/test_eager.py": 23,
+    "tests/integration/test_runtime_only.py": 22, "tests/integration/test_ddp.py": 19,
+    "tests/boo_core/test_plugin_faults.py": 19, "tests/boo_core/test_cache.py": 19,
+    "tests/integration/test_kernel_library.py": 19, "tests/boo_ops_batchnorm/test_fusion.py": 19,
+    "tests/boo_core/test_launch_plan.py": 18, "tests/boo_ops_conv/test_cbainfer.py": 16,
+    "tests/boo_ops_batchnorm/test_numerics.py": 16, "tests/boo_core/test_preload.py": 15,
+    "tests/boo_ops_layernorm/test_numerics.py": 15, "tests/boo_ops_batchnorm/test_folding.py": 13,
+    "tests/integration/test_bound_nodes.py": 13, "tests/integration/test_odd_tensors.py": 12,
+    "tests/boo_ops_matmul/test_numerics.py": 11, "tests/boo_core/test_core_contract.py": 11,
+    "tests/boo_core/test_substitute.py": 10, "tests/integration/test_report_browser.py": 9,
+    "tests/integration/test_numerics_extremes.py": 8,
 }
 
 
