@@ -70,7 +70,6 @@ class GraphedFunction:
         self._others: list[int] = []  # every other position: its description must match
         self._others_described: tuple[Any, ...] = ()
         self._copied: list[int] = []  # tensors copied into the graph's own buffers
-        self._borrowed: list[tuple[int, int]] = []  # (position, memory) of another graph's lent outputs, read in place
         self._lent = frozenset(lent)  # output positions handed out as views, not copies (module docstring)
         self._borrows = borrows  # a backward graph: reads what forward graphs lent in place
         self._lent_owned: list[tuple[torch.Tensor, int]] = []  # lent outputs in the graph's memory: baseline use count
@@ -125,6 +124,12 @@ class GraphedFunction:
             return False
         return tuple(_describe(args[i]) for i in self._others) == self._others_described
 
+    @property
+    def _borrowed(self) -> list[tuple[int, int]]:
+        """(position, memory) of each argument that is another graph's lent output, read in place."""
+        state = set(self._state)
+        return [(i, self._pinned_memory[i]) for i in self._pinned if i not in state]  # type: ignore[misc]
+
     def _lent_released(self) -> bool:
         """Whether nothing outside the graph holds the memory it lent last time."""
         return all(_use_count(static) <= baseline for static, baseline in self._lent_owned)
@@ -162,12 +167,12 @@ class GraphedFunction:
         # A borrowed position always holds the same output of its lender (AOTAutograd passes
         # saved tensors in one order), so its memory alone identifies it; a forward that ran
         # without its graph hands over other memory.
-        self._pinned = sorted(state | borrowed)
-        self._pinned_memory = [args[i].data_ptr() if i in self._pinned else None for i in range(len(args))]
-        self._others = [i for i in range(len(args)) if i not in state | borrowed]
+        pinned = state | borrowed
+        self._pinned = sorted(pinned)
+        self._pinned_memory = [args[i].data_ptr() if i in pinned else None for i in range(len(args))]
+        self._others = [i for i in range(len(args)) if i not in pinned]
         self._others_described = tuple(_describe(args[i]) for i in self._others)
-        self._borrowed = [(i, args[i].data_ptr()) for i in sorted(borrowed - state)]
-        self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor) and i not in borrowed]
+        self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor)]
         self._lend(state)
         graph.replay()
         self.replays += 1

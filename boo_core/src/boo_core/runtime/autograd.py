@@ -67,12 +67,17 @@ def launch(launchable: Launchable, *inputs: torch.Tensor, backward: Backward | N
     ``non_differentiable`` lists the positions of outputs that carry no gradient: they never
     require grad, and the backward receives zeros for them.
     """
-    count = len(launchable.signature.output_specs())
-    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in non_differentiable):
-        raise UnsupportedError(f"launch: non_differentiable={list(non_differentiable)!r} names an output "
-                               f"{launchable.signature.func_name} does not have (it has {count}, from 0)")
-    positions = tuple(sorted(set(non_differentiable)))
+    positions = _output_positions(launchable, non_differentiable) if non_differentiable else ()
     if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
         return _LaunchFunction.apply(launchable, backward or reference_backward(launchable), save_outputs, positions,
                                      *inputs)
     return launchable(*inputs)
+
+
+def _output_positions(launchable: Launchable, positions: Collection[int]) -> tuple[int, ...]:
+    """``positions`` sorted, each checked to name an output of ``launchable``'s signature."""
+    count = len(launchable.signature.output_specs())
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in positions):
+        raise UnsupportedError(f"launch: non_differentiable={list(positions)!r} names an output "
+                               f"{launchable.signature.func_name} does not have (it has {count}, from 0)")
+    return tuple(sorted(set(positions)))
