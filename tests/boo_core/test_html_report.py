@@ -128,6 +128,22 @@ def test_the_baseline_is_the_plain_candidate_the_speedups_are_relative_to(tmp_pa
     assert (conv.get("default").label, conv.get("default").ok) == ("default", False)
 
 
+def test_the_baseline_column_decides_between_candidates_of_equal_times(tmp_path):
+    # Two plain candidates that timed alike both have speed-up 1: the tuner's mark decides.
+    rows = [row for row in tune_rows() if row["func_name"] == CONV]
+    rows.insert(0, {**rows[0], "candidate": "f32_compute", "formulation": "f32_compute", "speedup": "1.0002"})
+    rows[1]["speedup"] = "1"
+    for row in rows:
+        row["baseline"] = "1" if row["candidate"] == "default" else "0"
+    conv = read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows)).kernels[0]
+    assert conv.get("default").label == "default"
+    for row in rows:
+        row["baseline"] = "0"  # nothing passed: the candidate named default, not a guess
+    rows[0]["verdict"] = "pass"
+    conv = read_results(write_csv(tmp_path / "t.csv", TUNE_COLUMNS, rows)).kernels[0]
+    assert conv.get("default").label == "default"
+
+
 def test_a_kernel_without_a_winner_or_with_two_is_flagged(tmp_path):
     rows = tune_rows()
     for row in rows:
@@ -391,6 +407,7 @@ def test_a_csv_the_real_tuner_wrote_is_reported(private_cache, tmp_path):
         ("default", "default", True), ("tuned", f"tuned: {result.winner}", True), ("torch", "torch", True)]
     assert kernel.get("tuned").time_us == pytest.approx(result.result(result.winner).time_us, rel=1e-3)
     assert not kernel.warnings
+    assert [row["candidate"] for row in results.rows if row["baseline"] == "1"] == [result.baseline]
     flags = {row["candidate"]: row_flag("tune", row)[1] for row in results.rows}
     assert flags["wrong_fast"] == "✗ wrong" and flags[result.winner] == "★ winner"
     html = build_report([results])

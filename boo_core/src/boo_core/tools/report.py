@@ -24,7 +24,7 @@ from .driver import BackendRun, CommandResult
 TUNE_COLUMNS: tuple[str, ...] = (
     "func_name", "command", "op", "mode", "target", "device", "candidate", "formulation", "config", "flags",
     "compile_s", "verdict", "time_us", "tflops", "gbps", "pct_peak", "peak_tflops", "peak_gbps", "speedup", "winner",
-    "torch_us", "flops", "bytes", "error",
+    "baseline", "torch_us", "flops", "bytes", "error",
 )
 #: ``boo driver``'s CSV columns, one row per command per backend.
 DRIVER_COLUMNS: tuple[str, ...] = (

@@ -52,6 +52,7 @@ def tune_rows(tune: KernelTune, peaks: Peaks | None) -> list[dict[str, str]]:
             "peak_tflops": _number(peaks.tflops if peaks else None),
             "peak_gbps": _number(peaks.gbps if peaks else None),
             "speedup": _number(speedup, ".4g"), "winner": "1" if result.label == tune.winner else "0",
+            "baseline": "1" if result.label == tune.baseline else "0",
             "torch_us": _number(tune.torch_us, ".3f"), "flops": str(signature.flops),
             "bytes": str(signature.bytes_moved), "error": result.error,
         })

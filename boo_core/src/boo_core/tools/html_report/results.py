@@ -184,15 +184,20 @@ def is_wrong(verdict: str) -> bool:
 def baseline_row(rows: list[dict[str, str]]) -> dict[str, str] | None:
     """The candidate an untuned launch uses, which the tune's speed-ups are relative to.
 
-    ``boo tune`` takes the first plain candidate (no config, no flags) that passed: the row
-    with ``speedup`` 1 and neither ``config`` nor ``flags``. Without one (nothing passed, no
+    ``boo tune`` marks it in the ``baseline`` column. A CSV written before that column: the
+    first plain candidate (no config, no flags) that passed with ``speedup`` 1, which two
+    candidates of nearly equal times make ambiguous. Without either (nothing passed, no
     speed-ups written), the candidate named ``default``.
     """
-    for row in rows:
-        speedup = row.get("speedup", "")
-        if (row["verdict"] == "pass" and not row.get("config") and not row.get("flags") and speedup
-                and _is_one(speedup)):
-            return row
+    marked = next((r for r in rows if r.get("baseline") == "1"), None)
+    if marked is not None:
+        return marked
+    if not any(r.get("baseline") for r in rows):  # an older CSV: found from the speed-ups
+        for row in rows:
+            speedup = row.get("speedup", "")
+            if (row["verdict"] == "pass" and not row.get("config") and not row.get("flags") and speedup
+                    and _is_one(speedup)):
+                return row
     return next((r for r in rows if r["candidate"] == DEFAULT_CANDIDATE), None)
 
 
