@@ -10,9 +10,15 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
 * ``replay``: ``BOO_CUDA_GRAPH_REPLAY`` (plans of several commands relaunched as one graph);
 * ``bnorm-direct``: batch norm's direct calls. Off, the training and inference patterns bind
   no direct call and leave the running statistics' conversions to the graph (the behaviour
-  before they were added); the backward's direct call stays.
+  before they were added); the backward's direct call stays;
+* ``residual``: a training batch norm taking a residual block's sum (and the ReLU after it)
+  into its kernel. Off, the sum and the ReLU stay in the graph.
 
-    python benchmarks/alternating.py [--toggle replay] [--model resnet50] [--inference] [--pairs 3] [--steps 10]
+``--graphs`` compiles with ``mode="reduce-overhead"`` (BOO's CUDA graphs), where a step's
+device time, not its host time, decides.
+
+    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual] [--model resnet50] [--inference]
+                                     [--graphs] [--pairs 3] [--steps 10]
 """
 
 from __future__ import annotations
@@ -45,21 +51,36 @@ def _bnorm_direct(on: bool) -> Iterator[None]:
         fusion._direct, fusion._running_conversions = saved
 
 
+@contextlib.contextmanager
+def _residual(on: bool) -> Iterator[None]:
+    """Batch norm's training pattern as it is (on), or never taking a residual sum (off)."""
+    from boo_ops_batchnorm import fusion
+
+    saved = fusion._residual_sum
+    if not on:
+        fusion._residual_sum = lambda *args: None
+    try:
+        yield
+    finally:
+        fusion._residual_sum = saved
+
+
 def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
     if toggle == "replay":
         return settings_override(cuda_graph_replay=on, use_backward_kernels=True)
     stack = contextlib.ExitStack()
     stack.enter_context(settings_override(use_backward_kernels=True))
-    stack.enter_context(_bnorm_direct(on))
+    stack.enter_context(_bnorm_direct(on) if toggle == "bnorm-direct" else _residual(on))
     return stack
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct"])
+    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--graphs", action="store_true", help="mode='reduce-overhead' (CUDA graphs)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
@@ -85,14 +106,15 @@ def main() -> None:
 
     replay.GraphReplays.launch, replay.GraphReplays._record = counted, recorded
     print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, "
-          f"{torch.cuda.get_device_name()}")
+          f"{'CUDA graphs, ' if args.graphs else ''}{torch.cuda.get_device_name()}")
     print(f"| {args.toggle} | median ms/step (synchronized) | ms/step back to back | graph launches | "
           "recordings per step |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for on in [False, True] * args.pairs:
         with _state(args.toggle, on):
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+            compiled = torch.compile(model, backend="iree_boo", dynamic=False,
+                                     mode="reduce-overhead" if args.graphs else None)
             step = _step(compiled, model, x, args.inference)
             for _ in range(3):
                 step()

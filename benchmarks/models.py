@@ -296,6 +296,10 @@ def main() -> None:
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
                     print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
                           f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
+                    tree_skips = torch._dynamo.utils.counters["inductor"].pop("cudagraph_skips", 0)
+                    if tree_skips:  # Inductor's cudagraph trees ran a graph without recording it
+                        print(f"|  |  | graphs left unrecorded by the cudagraph trees: {tree_skips} "
+                              "(TORCH_LOGS=perf_hints says why) |")
                     if backend == "iree_boo" and mode is not None:
                         for f in cuda_graphs.graphed_functions():
                             print(f"|  |  | {f.name}: {f.replays} replays; without the graph: "

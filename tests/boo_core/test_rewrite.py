@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from boo_core import Decline, FusionMatch, FusionPattern, get_launchable, node_arguments
 from boo_core.dynamo.kernel_call import KernelCall
 from boo_core.dynamo.rewrite import rewrite
-from boo_core.plugins.patterns import conversion_of
+from boo_core.plugins.patterns import conversion_of, only_user
 from boo_core.testing import isolated_registry
 
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -323,4 +323,55 @@ def test_a_match_applying_what_is_not_a_function_of_a_root_value_is_refused(patt
     with patterns(VarMeanConverting(claim="item")):
         report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
     assert report.offloaded == {}
-    assert "not a function of one of the root's values alone" in report.reasons["aten.var_mean"]
+    assert "not a function of one of the root's values" in report.reasons["aten.var_mean"]
+
+
+class VarMeanShifted(FusionPattern):
+    """``torch.var_mean`` whose mean has a tensor added and a ReLU applied, the three one
+    call: a chain of applied nodes, the first reading an input of the match (a residual sum)."""
+
+    name = "scale.var_mean_shifted"
+    anchors = (aten.var_mean.correction,)
+
+    def match(self, node):
+        mean = next(user for user in node.users if user.args[1] == 1)
+        add = only_user(mean)
+        relu = only_user(add)
+        shift = next(a for a in add.args if a is not mean)
+        return FusionMatch((node,), (node.args[0], shift), {}, (add, relu))
+
+    def signatures(self, spec, inputs):
+        return []
+
+    def launch(self, spec, inputs):
+        var, mean = torch.var_mean(inputs[0], 0)
+        return var, torch.relu(mean + inputs[1])
+
+    def reference(self, spec, inputs):
+        return self.launch(spec, inputs)
+
+
+@pytest.mark.parametrize("as_custom_op", [False, True], ids=["callable", "custom_op"])
+@pytest.mark.parametrize("shifted", [lambda m, s: m + s, lambda m, s: s + m], ids=["m+s", "s+m"])
+def test_a_chain_of_applied_nodes_reading_an_earlier_input_joins_the_kernel_call(patterns, as_custom_op, shifted):
+    gm = graph(lambda x, s: [t * 2 for t in (lambda v, m: (v, torch.relu(shifted(m, s))))(*torch.var_mean(x, 0))],
+               (5, 3), (3,))
+    with patterns(VarMeanShifted()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=as_custom_op)
+        x, s = torch.randn(5, 3), torch.randn(3)
+        var, mean = gm(x, s)
+    assert report.offloaded == {"scale.var_mean_shifted": 1}
+    assert aten.add.Tensor not in calls(gm) and aten.relu.default not in calls(gm)
+    torch.testing.assert_close(mean, torch.relu(x.mean(0) + s) * 2)
+    torch.testing.assert_close(var, x.var(0) * 2)
+
+
+def test_an_applied_node_reading_a_value_made_after_the_root_is_refused(patterns):
+    # the kernel call takes the root's place: a value computed after it cannot be its input
+    gm = graph(lambda x: (lambda v, m: (v, torch.relu(m + x.sum(0))))(*torch.var_mean(x, 0)), (5, 3))
+    with patterns(VarMeanShifted()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+        x = torch.randn(5, 3)
+        torch.testing.assert_close(gm(x)[1], torch.relu(x.mean(0) + x.sum(0)))
+    assert report.offloaded == {}
+    assert "inputs made before the root" in report.reasons["aten.var_mean"]

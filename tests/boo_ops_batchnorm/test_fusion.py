@@ -92,6 +92,63 @@ def test_a_training_forward_writes_the_running_statistics_into_the_buffers_itsel
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
 
 
+class ResidualBlock(torch.nn.Module):
+    """A ResNet basic block: two conv + batch norms, the input (or a downsampling conv + batch
+    norm of it) added, then a ReLU."""
+
+    def __init__(self, downsample: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.bn1 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        self.conv2, self.bn2 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 1), torch.nn.BatchNorm2d(4)) if downsample else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(out + (x if self.down is None else self.down(x)))
+
+
+@pytest.mark.parametrize("downsample", [False, True], ids=["identity", "downsample"])
+def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downsample, monkeypatch):
+    """The block's sum and ReLU leave the forward graph: the batch norm made last of the two
+    summed values (bn2 with the identity; the downsampling one, whose input is bn2's y) adds
+    the other in its kernel. Outputs, gradients (BOO's backward kernels) and running statistics
+    as eager's."""
+    import boo_core.dynamo.backends as backends
+
+    compiled_for = record_signatures(monkeypatch, BatchNormTraining)
+    graphs: dict[str, torch.fx.Graph] = {}
+    real = backends.rewrite
+
+    def recording(gm, **options):
+        graphs[options["kind"]] = gm.graph
+        return real(gm, **options)
+
+    monkeypatch.setattr(backends, "rewrite", recording)
+    model = ResidualBlock(downsample).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
+    probe = torch.randn(2, 4, 6, 6)
+    torch._dynamo.reset()
+    with settings_override(use_backward_kernels=True, compile_strict=True):
+        got = torch.compile(model, backend="iree_boo", dynamic=False)(x)
+        (got * probe).sum().backward()
+    expected = reference(x)
+    (expected * probe).sum().backward()
+    # (residual, activation) of bn1, bn2 (and the downsampling batch norm), in graph order
+    expected_kernels = [(False, "relu"), (False, None), (True, "relu")] if downsample else \
+        [(False, "relu"), (True, "relu")]
+    assert [(s.residual, s.activation) for s in compiled_for] == expected_kernels
+    floating = [n for n in graphs["forward"].nodes if n.op == "call_function" and n.target in (
+        torch.ops.aten.add.Tensor, torch.ops.aten.relu.default) and n.meta["val"].is_floating_point()]
+    assert floating == [], floating
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    for (name, got_param), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got_param.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
+    for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(got_buffer, want, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monkeypatch):
     """A model moved to bf16 keeps bf16 running statistics; the traced graph's batch norm
     returns its new ones in float32 and converts them for the buffers. The kernel reads and

@@ -18,7 +18,11 @@ KERNELS = [
     S((3, 5, 4, 2, 3), channels_last=True, dtype=f16),  # 3-D, y only
     S((8, 7), save=True, running=True),  # BatchNorm1d on (N, C)
     S((4, 6, 9), spatial=False, save=True, running=True),  # per-activation
+    S((4, 6, 5, 3), channels_last=True, save=True, running=True, dtype=bf16, running_dtype=bf16, residual=True,
+      activation="relu"),  # a residual block's batch norm, sum and ReLU
+    S((4, 6, 9), spatial=False, residual=True),
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, activation="relu"),
+    S((4, 6, 5, 3), mode="infer", running=True, residual=True),
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, running_dtype=bf16),
     S((4, 6, 5, 3), mode="infer", channels_last=True, running=True),
     S((4, 6, 5, 3), mode="infer", spatial=False),  # per-activation, batch statistics

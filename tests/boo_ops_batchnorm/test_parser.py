@@ -36,6 +36,8 @@ def parse(command: str) -> list[S]:
     ("bnorm -n 4 -c 8 -H 5 -W 6 -F 2", S((4, 8, 5, 6), mode="infer", spatial=False)),  # per-activation, batch stats
     ("bnormbfp16 -n 2 -c 3 -F 1 -m 1 --epsilon 0.001 --activation relu",
      S((2, 3, 32, 32), eps=1e-3, activation="relu", dtype=bf16)),
+    ("bnormbfp16 -n 2 -c 3 -F 1 -m 1 -L NHWC --residual 1 --activation relu",
+     S((2, 3, 32, 32), channels_last=True, residual=True, activation="relu", dtype=bf16)),
 ])
 def test_commands_mean_their_signatures(command, expected):
     assert parse(command) == [expected]
@@ -93,6 +95,8 @@ def test_a_forward_with_the_backward_runs_the_forward_as_miopendriver_does(caplo
     ("bnorm -F 1 --epsilon -1", "--epsilon"),
     ("bnormfp16 -F 1 --epsilon 1e-9", "--epsilon"),  # fine: the variance is float32
     ("bnorm -F 0 -b 1 --activation relu", "--activation"),
+    ("bnorm -F 0 -b 1 --residual 1", "--residual"),
+    ("bnorm -F 1 --residual 2", "--residual"),
     ("bnorm -F 1 -m 0 -r 1 -n 1", "-n/--batchsize"),  # a per-activation running variance of one sample
 ])
 def test_bad_commands_name_the_flag(command, flag):

@@ -49,7 +49,7 @@ def test_per_activation_parameters_follow_the_layout():
 
 @pytest.mark.parametrize("bad", [dict(input_shape=(3,)), dict(input_shape=(2, 0, 4)), dict(mode="eval"),
                                  dict(input_shape=(2, 3, 4), channels_last=True), dict(eps=-1.0),
-                                 dict(mode="bwd", running=True)])
+                                 dict(mode="bwd", running=True), dict(mode="bwd", residual=True)])
 def test_invalid_signatures_are_refused(bad):
     with pytest.raises(ValueError):
         S(**{"input_shape": (2, 3, 4, 5), **bad})
@@ -100,7 +100,22 @@ def test_a_relu_follows_the_normalization():
     torch.testing.assert_close(s.reference(*args), plain.clamp_min(0))
 
 
+def test_a_residual_is_added_before_the_relu_and_taken_before_the_momentum():
+    s = S((4, 3, 2, 2), channels_last=True, save=True, running=True, residual=True, activation="relu")
+    assert [t.name for t in s.input_specs()] == ["x", "weight", "bias", "running_mean", "running_var", "residual",
+                                                 "momentum"]
+    assert s.input_specs()[5].shape == s.stored_shape and s.func_name.endswith("_res_relu")
+    args = [a.double() for a in s.get_sample_args()]
+    plain = S((4, 3, 2, 2), channels_last=True, save=True, running=True).reference(*args[:5], args[6])
+    got = s.reference(*args)
+    torch.testing.assert_close(got[0], (plain[0] + args[5]).clamp_min(0))
+    for g, e in zip(got[1:], plain[1:], strict=True):  # the statistics are x's alone
+        torch.testing.assert_close(g, e)
+    torch.testing.assert_close(s.eager(*args)[0], got[0])
+
+
 STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_last=True, save=True, running=True),
+          S((9, 5, 3, 2), channels_last=True, save=True, running=True, residual=True, activation="relu"),
           S((64, 3, 7, 9), channels_last=True, save=True, running=True),  # 4032 rows: stages of 32 padded, of 64 not
           S((130, 3, 5), channels_last=False, spatial=False, save=True),  # 130 rows: pairs, then padded stages
           S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),

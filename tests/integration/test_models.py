@@ -78,6 +78,9 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
         assert offloaded["conv.forward"] == 20 and offloaded["conv.backward"] == 20, offloaded
         assert offloaded["bnorm.training"] == 20 and offloaded["bnorm.backward"] == 20, offloaded
         assert offloaded["matmul.addmm"] == 1 and offloaded["matmul.mm"] >= 1, offloaded
+        # every ReLU in a batch norm's kernel: after the stem's and each block's first, and
+        # after each block's sum (the residual added by the later batch norm of the two summed)
+        assert summary.fallbacks["aten.relu"] == 0, summary.fallbacks
     else:
         # Per encoder layer: two layer norms and the MLP's two linears (plus the final norm and head).
         assert offloaded["layernorm.forward"] == 5 and offloaded["layernorm.backward"] == 5, offloaded

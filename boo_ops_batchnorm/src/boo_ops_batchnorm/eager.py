@@ -77,22 +77,22 @@ def boo_batch_norm(
 
 
 def batch_norm_signature_for(x: torch.Tensor, training: bool, running: bool, eps: float = 1e-5,
-                             activation: str | None = None,
-                             running_dtype: torch.dtype | None = None) -> BatchNormSignature:
+                             activation: str | None = None, running_dtype: torch.dtype | None = None,
+                             residual: bool = False) -> BatchNormSignature:
     """The :class:`BatchNormSignature` ``boo_batch_norm`` (and the torch.compile patterns)
     run for an input like ``x``: a training forward saves its statistics (the backward's
     inputs); inference uses the running statistics, held in ``running_dtype`` (None: the
-    statistics' own dtype)."""
+    statistics' own dtype); ``residual`` adds a tensor like ``x`` before the activation."""
     if x.dtype not in FLOAT_DTYPES:
         raise ArgumentError(f"{WHERE}: input has dtype {x.dtype}; expected float32, float16 or bfloat16")
     return BatchNormSignature(tuple(x.shape), mode="train" if training else "infer", spatial=True,
                               channels_last=is_channels_last(x), save=training, running=running, eps=eps,
-                              dtype=x.dtype, activation=activation, running_dtype=running_dtype)
+                              dtype=x.dtype, activation=activation, running_dtype=running_dtype, residual=residual)
 
 
 def backward_launchable(forward: BatchNormSignature, device: str | torch.device = "cpu") -> Launchable:
     """The backward kernel of a training forward, ``(x, dy, weight, mean, invstd) -> (dx, dw, db)``."""
-    signature = dataclasses.replace(forward, mode="bwd", running=False, save=True)
+    signature = dataclasses.replace(forward, mode="bwd", running=False, save=True, residual=False)
     return launchable_for(("bnorm_bwd", signature), lambda: signature, device)
 
 

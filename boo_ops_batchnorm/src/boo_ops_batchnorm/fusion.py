@@ -15,8 +15,10 @@ its buffers in bf16). BOO's kernels take the running statistics in the buffers' 
 (``BatchNormSignature.running_dtype``). A traced training batch norm of bf16 buffers returns
 its new running statistics in float32 and converts them to bf16 (``aten._to_copy``) for the
 buffers: the training pattern takes those conversions into its kernel, and the ReLU after it
-where there is one (``FusionMatch.applied``). Saved statistics are float32, as torch's are on
-CUDA; where the graph wants another dtype the patterns convert.
+where there is one (``FusionMatch.applied``), and before that ReLU a residual block's sum
+(``add(y, r)``, r made before the batch norm: of two batch norms summed, the later one takes
+it). Saved statistics are float32, as torch's are on CUDA; where the graph wants another
+dtype the patterns convert.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ _RELU = (aten.relu.default,)
 
 def _forward_signature(spec: Mapping[str, Any], x: torch.Tensor) -> BatchNormSignature:
     return batch_norm_signature_for(x, spec["mode"] == "train", True, spec["eps"], spec.get("activation"),
-                                    _kernel_running_dtype(spec))
+                                    _kernel_running_dtype(spec), spec.get("residual", False))
 
 
 def _kernel_running_dtype(spec: Mapping[str, Any]) -> torch.dtype | None:
@@ -62,8 +64,9 @@ def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
 
 def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """weight, bias (ones and zeros where the module has none), running mean and variance
-    in the kernel's dtype for them, then the momentum of a training forward: what the kernel
-    takes after x (a direct call binds its own momentum once: see :func:`_direct`).
+    in the kernel's dtype for them, the residual (stored like x), then the momentum of a
+    training forward: what the kernel takes after x (a direct call binds its own momentum
+    once: see :func:`_direct`).
     The tensors made here are made on every call, never kept: under CUDA graph trees a call
     allocates from the graph's memory pool, even while it warms up, and a pool tensor kept
     alive past the call is what they refuse ("not tracked as outputs")."""
@@ -75,8 +78,10 @@ def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Te
     bias = tensors.pop(0) if spec["bias"] else constant(0.0, (x.shape[1],), x.dtype)
     stats = torch.promote_types(x.dtype, torch.float32)
     running = [t.to(_kernel_running_dtype(spec) or stats) for t in tensors[:2]]
+    signature = _forward_signature(spec, x)
+    residual = [stored(t.contiguous(memory_format=memory_format_of(x)), signature) for t in tensors[2:3]]
     momentum = [constant(spec["momentum"], (1,), stats)] if spec["mode"] == "train" else []
-    return [weight, bias, *running, *momentum]
+    return [weight, bias, *running, *residual, *momentum]
 
 
 def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, outputs: Any) -> Any:
@@ -116,7 +121,9 @@ def _direct(spec: Mapping[str, Any], kernel: Launchable, inputs: Sequence[torch.
     if spec["mode"] == "train":
         with unset_fake_temporarily():  # a real tensor, made outside any graph's memory pool
             constants = (torch.full((1,), spec["momentum"], dtype=signature.stats_dtype, device=inputs[0].device),)
-    return kernel.bind(inputs, (lambda x: stored(x, signature),), (lambda y: logical(y, signature),), constants)
+    to_stored = lambda t: stored(t, signature)  # noqa: E731
+    views = (to_stored, None, None, None, None, to_stored)[:len(inputs)]  # x and the residual
+    return kernel.bind(inputs, views, (lambda y: logical(y, signature),), constants)
 
 
 class _BatchNormForward(FusionPattern):
@@ -205,10 +212,18 @@ class BatchNormTraining(_BatchNormForward):
         if applied:  # the kernel writes the buffers' dtype, which the graph converted to
             spec.update(kernel_running_dtype=kept, running_dtype=kept)
         y = next((u for u in node.users if u.target is operator.getitem and u.args[1] == 0), None)
-        relu = only_user(y) if y is not None else None
-        if relu is not None and relu.target in _RELU and relu.args == (y,):
+        last = y
+        residual = _residual_sum(node, y)
+        if residual is not None:
+            add, r = residual
+            spec["residual"] = True
+            inputs, last = (*inputs, r), add
+        relu = only_user(last) if last is not None else None
+        if relu is not None and relu.target in _RELU and relu.args == (last,):
             spec["activation"] = "relu"
             applied = (relu, *applied)
+        if residual is not None:
+            applied = (residual[0], *applied)
         return FusionMatch((node,), inputs, spec, applied)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
@@ -217,9 +232,27 @@ class BatchNormTraining(_BatchNormForward):
         bias = rest.pop(0) if spec["bias"] else None
         y, mean, invstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
             x, weight, bias, rest[0], rest[1], True, spec["momentum"], spec["eps"])
+        if spec.get("residual"):
+            y = y + rest[2]
         running = dtype_from_name(spec["running_dtype"])
         return (torch.relu(y) if spec.get("activation") else y), mean, invstd, new_mean.to(running), \
             new_var.to(running)
+
+
+def _residual_sum(node: torch.fx.Node, y: torch.fx.Node | None) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(add, r)`` where the batch norm's ``y`` is read only by ``aten.add.Tensor(y, r)`` (or
+    ``(r, y)``) with r a tensor of y's shape and dtype made before ``node``; else None."""
+    add = only_user(y) if y is not None else None
+    if add is None or add.target is not aten.add.Tensor or len(add.args) != 2 or add.kwargs:
+        return None
+    r = add.args[1] if add.args[0] is y else add.args[0]
+    if not isinstance(r, torch.fx.Node) or r is y or not r < node:
+        return None
+    value, other = y.meta.get("val"), r.meta.get("val")
+    if not (isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and other.shape == value.shape
+            and other.dtype == value.dtype and other.device == value.device):
+        return None
+    return add, r
 
 
 def _buffers_dtype(running_mean: torch.fx.Node, running_var: torch.fx.Node) -> str | None:

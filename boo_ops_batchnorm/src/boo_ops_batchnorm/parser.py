@@ -15,7 +15,9 @@ with ``-F 0`` runs the backward; ``-b 1`` with a forward runs the forward only (
 prints "Deactivate forward to run backward"; BOO logs it); ``-F 0 -b 0`` runs nothing,
 which BOO refuses; a command that gives neither flag (iree-turbine's sample lines, with
 ``--save 1 --run 1``) runs the training forward. BOO adds ``--epsilon`` (default 1e-5) and
-``--activation relu`` (batch norm + ReLU, one kernel: what torch.compile fuses). The
+``--activation relu`` (batch norm + ReLU, one kernel: what torch.compile fuses) and
+``--residual 1`` (a tensor like the input added before the activation: a residual block's
+sum, which torch.compile fuses into a training batch norm). The
 running statistics' update factor (torch's momentum, MIOpen's expAvgFactor) is an input of
 the training kernel, not a flag: the driver draws it at random like every input.
 """
@@ -56,6 +58,8 @@ BNORM_FLAGS: tuple[Flag, ...] = (
     Flag("epsilon", None, 1e-5, number, "BOO extension: epsilon added to the variance", omit_default=True),
     Flag("activation", None, None, optional(*ACTIVATIONS), "BOO extension: activation applied to y (forward)",
          omit_default=True),
+    Flag("residual", None, 0, integer, "BOO extension: 1 adds a tensor like the input to y before the activation "
+         "(forward)", omit_default=True),
     *run_flags(extra=(Flag("printconv", "P", 1, integer, "MIOpen: print the dimensions (no meaning for BOO)",
                            RUN),)),
 )
@@ -93,6 +97,10 @@ class BatchNormParser(CommandParser):
         if flags["activation"] is not None:
             flags.require("activation", mode != "bwd", "applies to a forward (-F 1 or -F 2), not the backward")
             common["activation"] = flags["activation"]
+        flags.require("residual", flags["residual"] in (0, 1), "must be 0 or 1")
+        if flags["residual"]:
+            flags.require("residual", mode != "bwd", "applies to a forward (-F 1 or -F 2), not the backward")
+            common["residual"] = True
         if mode == "train" and flags["run"] and not flags["mode"] and shape[0] < 2:
             raise CommandError(f"flag {flags.label('batchsize')} 1: a per-activation running variance (-m 0 -r 1) "
                                "needs at least 2 samples", flag=flags.label("batchsize"))
@@ -114,6 +122,8 @@ class BatchNormParser(CommandParser):
                   (flag("run"), int(signature.running)), (flag("layout"), signature.layout)]
         if signature.eps != 1e-5:
             items.append((flag("epsilon"), signature.eps))
+        if signature.residual:
+            items.append((flag("residual"), 1))
         if signature.activation:
             items.append((flag("activation"), signature.activation))
         return format_command(keyword + DTYPE_TO_SUFFIX[signature.dtype], items)

@@ -64,7 +64,11 @@ class BatchNormSignature(Signature):
     dbias)`` of a training forward, from the saved statistics if ``save``, else recomputed
     from ``x``. A forward may end in an ``activation`` (``relu``) applied to y; a backward
     with one takes that forward's output ``y`` last and starts with the activation's gradient
-    (``dy`` where ``y > 0``, else 0: ``aten.threshold_backward``).
+    (``dy`` where ``y > 0``, else 0: ``aten.threshold_backward``). A forward with ``residual``
+    takes one more tensor like x (stored layout), after the running statistics, and adds it
+    to the normalized value before the activation: ``y = relu(BN(x) + r)``, a residual
+    block's sum, one pass over memory fewer than the sum after the kernel and two fewer than
+    the sum and the ReLU.
 
     ``running_dtype`` is the dtype of the running statistics, read and written (None: the
     stats dtype). A model moved to bf16 keeps its buffers in bf16; a kernel that takes them
@@ -83,11 +87,12 @@ class BatchNormSignature(Signature):
     dtype: torch.dtype = torch.float32
     activation: str | None = None
     running_dtype: torch.dtype | None = None
+    residual: bool = False
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         set_("input_shape", tuple(int(d) for d in self.input_shape))
-        for name in ("spatial", "channels_last", "save", "running"):
+        for name in ("spatial", "channels_last", "save", "running", "residual"):
             set_(name, bool(getattr(self, name)))
         if self.mode == "infer":
             set_("save", False)  # inference saves no statistics: one signature, one name
@@ -112,6 +117,8 @@ class BatchNormSignature(Signature):
             raise ValueError("a per-activation running variance needs at least 2 samples (N >= 2)")
         if self.mode == "bwd" and self.running:
             raise ValueError("a backward kernel takes no running statistics")
+        if self.mode == "bwd" and self.residual:
+            raise ValueError("a backward kernel takes no residual (a forward adds it)")
         if self.activation not in (None, *ACTIVATIONS):
             raise UnsupportedError(f"bnorm activation {self.activation!r}: a forward may end in "
                                    f"{', '.join(ACTIVATIONS)} (or none), a backward start with its gradient")
@@ -177,6 +184,8 @@ class BatchNormSignature(Signature):
         if self.mode != "infer" and self.save:
             parts.append("save")
         parts.append("eps" + repr(self.eps).replace("-", "m").replace("+", "p").replace(".", "p"))
+        if self.residual:
+            parts.append("res")
         if self.activation:
             parts.append(self.activation)
         return "_".join(parts)
@@ -193,6 +202,8 @@ class BatchNormSignature(Signature):
                     *activated]
         running = [self._param(n, self.running_stats_dtype) for n in ("running_mean", "running_var")] \
             if self.running else []
+        if self.residual:
+            running.append(TensorSpec("residual", self.stored_shape, self.dtype, self.layout))
         if self.mode == "train" and self.running:
             running.append(TensorSpec("momentum", (1,), self.stats_dtype))
         return [x, self._param("weight"), self._param("bias"), *running]
@@ -232,12 +243,13 @@ class BatchNormSignature(Signature):
                 dy, x, weight, None, None, mean, invstd, True, self.eps, [True, True, True])
             return self._stored(dx), dw, db
         x = self._logical(args[0])
-        weight, bias, *running = args[1:]
-        running_mean, running_var = (t.clone() for t in running[:2]) if running else (None, None)
-        momentum = float(running[2]) if self.mode == "train" and running else 0.1
+        weight, bias, running, residual, momentum = self._forward_args(args[1:])
+        running_mean, running_var = (t.clone() for t in running) if running else (None, None)
         training = self.mode == "train" or not self.running
         y, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training,
-                                                           momentum, self.eps)
+                                                           0.1 if momentum is None else float(momentum), self.eps)
+        if residual is not None:
+            y = y + self._logical(residual)
         if self.activation:
             y = ACTIVATIONS[self.activation](y)
         if self.mode == "infer":
@@ -363,8 +375,20 @@ class BatchNormSignature(Signature):
         n_columns = math.prod(self.param_shape)
         return term(*(t if t.numel() > n_columns else self._broadcast(t) for t in tensors))
 
-    def _forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *running: torch.Tensor,
+    def _forward_args(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor],
+                                                                    torch.Tensor | None, torch.Tensor | None]:
+        """A forward's arguments after x: (weight, bias, [running mean, running variance] or
+        [], the residual or None, the momentum or None)."""
+        weight, bias, *rest = args
+        running = list(rest[:2]) if self.running else []
+        rest = rest[len(running):]
+        residual = rest.pop(0) if self.residual else None
+        momentum = rest.pop(0) if self.mode == "train" and self.running else None
+        return weight, bias, running, residual, momentum
+
+    def _forward(self, x: torch.Tensor, *args: torch.Tensor,
                  groups: int | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        weight, bias, running, residual, momentum = self._forward_args(args)
         acc = _accumulation_dtype(self, x)
         use_running = self.mode == "infer" and self.running
         if use_running:
@@ -375,15 +399,19 @@ class BatchNormSignature(Signature):
             mean = b_mean.reshape(self.param_shape)
             invstd = torch.rsqrt(var + self.eps).reshape(self.param_shape)
         activation = ACTIVATIONS[self.activation] if self.activation else (lambda t: t)
-        y = self._map(lambda a, m, s, b: activation((a.to(acc) - m) * s + b).to(x.dtype),
-                      x, mean, invstd * weight.to(acc), bias.to(acc))
+        if residual is None:
+            y = self._map(lambda a, m, s, b: activation((a.to(acc) - m) * s + b).to(x.dtype),
+                          x, mean, invstd * weight.to(acc), bias.to(acc))
+        else:
+            y = self._map(lambda a, m, s, b, r: activation((a.to(acc) - m) * s + b + r.to(acc)).to(x.dtype),
+                          x, mean, invstd * weight.to(acc), bias.to(acc), residual)
         if self.mode == "infer":
             return y
         outputs = [y] + ([mean, invstd] if self.save else [])
         if self.running:
             n = self.reduction_size
             unbiased = var.reshape(self.param_shape) * (n / max(n - 1, 1))
-            m = running[2].to(acc)
+            m = momentum.to(acc)
             # (1 - m) * old + m * new, written so that no scalar 1 - m is computed on its own
             updated = [running[0].to(acc) + m * (mean - running[0].to(acc)),
                        running[1].to(acc) + m * (unbiased - running[1].to(acc))]
@@ -424,8 +452,8 @@ class BatchNormSignature(Signature):
             return tuple(args)
         if self.mode != "bwd" and self.running:
             args[4] = args[4].abs() + 0.5
-        if self.mode == "train" and self.running:  # an update factor in [0, 1)
-            args[5] = (args[5].abs() / (1 + args[5].abs())).to(self.stats_dtype)
+        if self.mode == "train" and self.running:  # an update factor in [0, 1), the last input
+            args[-1] = (args[-1].abs() / (1 + args[-1].abs())).to(self.stats_dtype)
         if self.mode == "bwd" and self.save:
             mean, invstd = self._batch_stats(args[0].to(torch.float64))
             args[3], args[4] = mean.to(self.stats_dtype), invstd.to(self.stats_dtype)
@@ -436,8 +464,8 @@ class BatchNormSignature(Signature):
     @property
     def flops(self) -> int:
         """Per element: training forward 7 (two sums, subtract, square, scale, shift, and the
-        normalization), inference 2 (a fused scale and shift), backward 8."""
-        per_element = {"train": 7, "infer": 2 if self.running else 7, "bwd": 8}[self.mode]
+        normalization), inference 2 (a fused scale and shift), backward 8; a residual's sum 1 more."""
+        per_element = {"train": 7, "infer": 2 if self.running else 7, "bwd": 8}[self.mode] + self.residual
         return per_element * math.prod(self.input_shape)
 
     @property

@@ -93,7 +93,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if ok:
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
-            items = {applied: applied.args[0] for applied in match.applied}  # what reads their values after
+            items = dict(zip(match.applied, _applied_items(match)))  # what reads their values after
             holder = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
             if holder is not None:
                 replaced[match.root] = holder
@@ -254,7 +254,8 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     if taken.intersection(_claimed(match)):
         return "overlaps another BOO kernel"
     if not _applied_to_root_values(match):
-        return f"pattern {pattern.name} gave as applied a node that is not a function of one of the root's values alone"
+        return (f"pattern {pattern.name} gave as applied a node that is not a function of one of the root's values "
+                "(and of inputs made before the root)")
     if any(user not in nodes for n in inner for user in n.users):
         return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
     if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
@@ -266,23 +267,41 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
 
 
 def _applied_to_root_values(match: FusionMatch) -> bool:
-    """Whether each of ``match.applied`` is the only user of its own ``getitem(root, i)``, a
-    function of it alone, of its shape (see :class:`FusionMatch`)."""
+    """Whether ``match.applied`` is what :class:`FusionMatch` allows: each node the only user
+    of its source, a ``getitem(root, i)`` or an earlier applied node, of the source's shape,
+    its other node arguments inputs of the match made before the root."""
     applied = match.applied
-    if not isinstance(applied, tuple):
+    if not isinstance(applied, tuple) or not all(isinstance(n, torch.fx.Node) for n in applied):
         return False
-    items = set()
-    for node in applied:
-        item = node.args[0] if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args else None
-        if not (isinstance(item, torch.fx.Node) and item.target is operator.getitem and item.args[0] is match.root
-                and only_user(item) is node and item not in items):
+    inputs, sources = set(match.inputs), set()
+    for position, node in enumerate(applied):
+        source = _source(match, node, applied[:position])
+        if source is None or only_user(source) is not node or source in sources:
             return False
-        others = [n for n in node.all_input_nodes if n is not item]
-        value, before = tensor_value(node), tensor_value(item)
-        if others or value is None or before is None or value.shape != before.shape:
+        others = [n for n in node.all_input_nodes if n is not source]
+        value, before = tensor_value(node), tensor_value(source)
+        if any(n not in inputs or not n < match.root for n in others) or value is None or before is None \
+                or value.shape != before.shape:
             return False
-        items.add(item)
+        sources.add(source)
     return True
+
+
+def _source(match: FusionMatch, node: torch.fx.Node, earlier: Sequence[torch.fx.Node]) -> torch.fx.Node | None:
+    """The one argument of an applied ``node`` that is a ``getitem(root, i)`` or one of the
+    ``earlier`` applied nodes; None where there is not exactly one."""
+    found = [n for n in node.all_input_nodes
+             if n in earlier or (n.target is operator.getitem and n.args[0] is match.root)]
+    return found[0] if len(found) == 1 and node.op == "call_function" else None
+
+
+def _applied_items(match: FusionMatch) -> list[torch.fx.Node]:
+    """For each applied node, the ``getitem(root, i)`` its chain starts from."""
+    items: dict[torch.fx.Node, torch.fx.Node] = {}
+    for position, node in enumerate(match.applied):
+        source = _source(match, node, match.applied[:position])
+        items[node] = items.get(source, source)
+    return [items[node] for node in match.applied]
 
 
 def _static_value(node: torch.fx.Node) -> bool:
@@ -351,8 +370,8 @@ def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
     if single:
         return value, single, (value,)
     values = list(value)
-    for node in match.applied:
-        values[node.args[0].args[1]] = node.meta["val"]
+    for node, item in zip(match.applied, _applied_items(match)):  # a chain's last node gives the value
+        values[item.args[1]] = node.meta["val"]
     return type(value)(values), single, tuple(values)
 
 
@@ -375,6 +394,7 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
     """Put the kernel call in place of the match; the node that now holds the root's value."""
     root = match.root
     value, single, values = _root_values(match)
+    items = _applied_items(match)  # before the root's uses move to the call
     with graph.inserting_before(root):
         if not as_custom_op:
             new = graph.call_function(call, tuple(match.inputs))
@@ -395,8 +415,7 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
                 holder = new
                 for user in list(root.users):  # getitem(root, i) -> getitem(new, position[i])
                     user.args = (new, position[user.args[1]])
-    for node in match.applied:  # its getitem now reads the value from the kernel call
-        item = node.args[0]
+    for node, item in zip(match.applied, items):  # its getitem now reads the value from the kernel call
         item.meta["val"] = node.meta["val"]
         node.replace_all_uses_with(item)
         graph.erase_node(node)

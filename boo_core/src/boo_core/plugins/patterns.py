@@ -37,11 +37,13 @@ class FusionMatch:
     are the tensor arguments of the kernel call, in order; ``spec`` holds every other argument, JSON-able (ints, floats,
     strings, bools, None, lists and dicts of those).
 
-    ``applied`` are nodes the kernel applies to the root's values itself: each a function
-    of ``getitem(root, i)`` alone (a dtype conversion, an activation; no other node among its
-    arguments), that getitem's only user, of the same shape. The launch returns item ``i``
-    with it applied, and what read the node reads that (a training batch norm applies its
-    ReLU, and writes a bf16 model's running statistics in bf16: no kernels after it).
+    ``applied`` are nodes the kernel applies to the root's values itself, in order: each a
+    function of one ``getitem(root, i)`` or of one earlier applied node (its *source*, whose
+    only user it is), of the same shape, whose other node arguments, if any, are among
+    ``inputs`` and come before the root in the graph. The launch returns item ``i`` with
+    them applied, and what read the last of them reads that (a training batch norm adds a
+    residual and applies its ReLU, and writes a bf16 model's running statistics in bf16: no
+    kernels after it).
     """
 
     nodes: tuple[torch.fx.Node, ...]
