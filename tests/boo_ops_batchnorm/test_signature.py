@@ -199,3 +199,19 @@ def test_later_stages_sum_a_divisor_of_the_rows_where_one_is_near_the_group_size
     from boo_ops_batchnorm.signature import _stage_group
 
     assert _stage_group(rows, groups) == chosen
+
+
+def test_a_gpu_training_forward_writes_its_saved_statistics_where_the_caller_wants_them():
+    """Cross-compiled for CUDA (no GPU needed): the staged formulation's launch plan is its
+    dispatches alone. Returned as the same values the pass over y reads, the saved mean and
+    inverse deviation were kept in IREE's transient buffer and copied out: two copies a call."""
+    from boo_core import Target
+    from boo_core.kernels import launch_plan
+    from boo_core.kernels.request import KernelRequest
+
+    signature = S((32, 256, 14, 14), channels_last=True, save=True, running=True, dtype=torch.bfloat16,
+                  running_dtype=torch.bfloat16)
+    kernel = KernelRequest.create(signature, Target.parse("cuda:sm_80")).fetch()
+    plan = launch_plan.read_plan(kernel.directory, kernel.vmfb)
+    assert isinstance(plan, launch_plan.LaunchPlan), plan
+    assert [type(c).__name__ for c in plan.commands] == ["Dispatch"] * 5

@@ -407,7 +407,12 @@ class BatchNormSignature(Signature):
                           x, mean, invstd * weight.to(acc), bias.to(acc), residual)
         if self.mode == "infer":
             return y
-        outputs = [y] + ([mean, invstd] if self.save else [])
+        # On GPUs (staged sums) the saved statistics are returned as values of their own (+ 0.0,
+        # which IREE does not fold away; it only turns a -0.0 mean into +0.0): a value both
+        # returned and read by the pass that writes y is kept in IREE's transient buffer and
+        # copied out after, two copies per call (docs/gpu.md).
+        saved = [mean, invstd] if groups is None else [mean + 0.0, invstd + 0.0]
+        outputs = [y] + (saved if self.save else [])
         if self.running:
             n = self.reduction_size
             unbiased = var.reshape(self.param_shape) * (n / max(n - 1, 1))
