@@ -4,11 +4,13 @@ node writes into, never a copy into another layout."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
-from boo_core.dynamo.copies import drop_noop_clones
+from boo_core.dynamo.copies import drop_noop_clones, update_in_place
 
 aten = torch.ops.aten
 
@@ -62,3 +64,34 @@ def test_a_clone_inside_the_graph_is_replaced_by_its_source():
     module.recompile()
     x = torch.randn(3, 5)
     torch.testing.assert_close(module(x), f(x))
+
+
+def test_a_batch_norms_step_counter_is_counted_in_place():
+    """A training forward's ``copy_(count, add(count, 1))`` into the buffer is one ``add_``
+    under iree_boo; the counters (and the running statistics beside them) move as eager's."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), reference(x))
+    assert [g.updates_in_place for g in offload_summary().graphs if g.kind == "forward"] == [2]
+    for (name, got), want in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(got, want, msg=name)
+
+
+def test_only_an_update_read_by_its_copy_alone_and_laid_out_as_its_input_is_made_in_place():
+    def f(count, other, wide):
+        count.copy_(count + 1)  # in place
+        read = other + 1
+        other.copy_(read)  # its update is read again: kept
+        wide.copy_(wide * 2)  # in place
+        return read * 3
+
+    graph = make_fx(f, tracing_mode="fake")(torch.zeros((), dtype=torch.int64), torch.zeros(3), torch.ones(2, 2)).graph
+    assert update_in_place(graph) == 2
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert targets.count(aten.add_.Tensor) == 1 and targets.count(aten.mul_.Tensor) == 1
+    assert targets.count(aten.copy_.default) == 1

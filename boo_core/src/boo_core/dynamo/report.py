@@ -24,7 +24,8 @@ class GraphReport:
     plugins' graph rewrites applied before matching (``GraphRewrite``), by name;
     ``dropped_copies`` the clones removed that copied a tensor into its own layout (:mod:`.copies`),
     ``skipped_reorders`` the copies that only reordered elements and are no longer made
-    (:mod:`.reorders`).
+    (:mod:`.reorders`), ``updates_in_place`` the writes into graph inputs made in place
+    instead of computed and copied (:mod:`.copies`).
     """
 
     backend: str
@@ -40,6 +41,7 @@ class GraphReport:
     rewritten: Counter[str] = field(default_factory=Counter)
     dropped_copies: int = 0
     skipped_reorders: int = 0
+    updates_in_place: int = 0
 
     @property
     def offload_share(self) -> float | None:
@@ -62,6 +64,8 @@ class GraphReport:
             text += f"; {self.dropped_copies} copies of a tensor into its own layout dropped"
         if self.skipped_reorders:
             text += f"; {self.skipped_reorders} reordering copies read as views instead"
+        if self.updates_in_place:
+            text += f"; {self.updates_in_place} updates of graph inputs made in place"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:
