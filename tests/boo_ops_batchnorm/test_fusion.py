@@ -14,7 +14,7 @@ from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
 from boo_ops_batchnorm.fusion import BatchNormInference, BatchNormTraining
 
-from .recording import record_signatures
+from .recording import record_graphs, record_signatures
 
 
 def convnet() -> torch.nn.Module:
@@ -70,16 +70,7 @@ def test_a_training_forward_writes_the_running_statistics_into_the_buffers_itsel
     """AOTAutograd keeps the writes into the buffers in the graph, as under Inductor: the
     forward returns no new statistics for its wrapper to copy in afterwards (so that a CUDA
     graph's replay writes them where they are)."""
-    import boo_core.dynamo.backends as backends
-
-    graphs: dict[str, torch.fx.Graph] = {}
-    real = backends.rewrite
-
-    def recording(gm, **options):
-        graphs[options["kind"]] = gm.graph
-        return real(gm, **options)
-
-    monkeypatch.setattr(backends, "rewrite", recording)
+    graphs = record_graphs(monkeypatch)
     model = convnet().train()
     reference = copy.deepcopy(model)
     x = torch.randn(4, 3, 8, 8)
@@ -117,17 +108,8 @@ def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downs
     summed values (bn2 with the identity; the downsampling one, whose input is bn2's y) adds
     the other in its kernel. Outputs, gradients (BOO's backward kernels) and running statistics
     as eager's."""
-    import boo_core.dynamo.backends as backends
-
     compiled_for = record_signatures(monkeypatch, BatchNormTraining)
-    graphs: dict[str, torch.fx.Graph] = {}
-    real = backends.rewrite
-
-    def recording(gm, **options):
-        graphs[options["kind"]] = gm.graph
-        return real(gm, **options)
-
-    monkeypatch.setattr(backends, "rewrite", recording)
+    graphs = record_graphs(monkeypatch)
     model = ResidualBlock(downsample).train()
     reference = copy.deepcopy(model)
     x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
