@@ -67,8 +67,7 @@ class BatchNormSignature(Signature):
     (``dy`` where ``y > 0``, else 0: ``aten.threshold_backward``). A forward with ``residual``
     takes one more tensor like x (stored layout), after the running statistics, and adds it
     to the normalized value before the activation: ``y = relu(BN(x) + r)``, a residual
-    block's sum, one pass over memory fewer than the sum after the kernel and two fewer than
-    the sum and the ReLU.
+    block's sum, which then needs no kernel of its own (nor does the ReLU after it).
 
     ``running_dtype`` is the dtype of the running statistics, read and written (None: the
     stats dtype). A model moved to bf16 keeps its buffers in bf16; a kernel that takes them
