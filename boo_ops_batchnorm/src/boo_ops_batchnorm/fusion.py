@@ -108,6 +108,8 @@ def _direct(spec: Mapping[str, Any], kernel: Launchable, inputs: Sequence[torch.
     (without one, the traced op also returns statistics nothing reads). A
     training forward's momentum is made here, once, and bound as the kernel's last argument."""
     signature = kernel.signature
+    if inputs[0].device.type != "cuda":  # direct calls are CUDA launches (and a CPU build of
+        return None                       # torch has no stream to ask about capture)
     if not (spec["weight"] and spec["bias"]) or torch.cuda.is_current_stream_capturing():
         return None
     if any(t.dtype != signature.running_stats_dtype for t in inputs[3:5]):
