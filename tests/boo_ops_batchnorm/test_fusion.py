@@ -91,8 +91,9 @@ class ResidualBlock(torch.nn.Module):
     """A ResNet basic block: two conv + batch norms, the input (or a downsampling conv + batch
     norm of it) added, then a ReLU."""
 
-    def __init__(self, downsample: bool) -> None:
+    def __init__(self, downsample: bool, relu: bool = True) -> None:
         super().__init__()
+        self.relu = relu
         torch.manual_seed(0)
         self.conv1, self.bn1 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
         self.conv2, self.bn2 = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
@@ -100,18 +101,20 @@ class ResidualBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-        return torch.relu(out + (x if self.down is None else self.down(x)))
+        summed = out + (x if self.down is None else self.down(x))
+        return torch.relu(summed) if self.relu else summed  # without: MobileNetV2's inverted residual
 
 
-@pytest.mark.parametrize("downsample", [False, True], ids=["identity", "downsample"])
-def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downsample, monkeypatch):
-    """The block's sum and ReLU leave the forward graph: the batch norm made last of the two
-    summed values (bn2 with the identity; the downsampling one, whose input is bn2's y) adds
-    the other in its kernel. Outputs, gradients (BOO's backward kernels) and running statistics
-    as eager's."""
+@pytest.mark.parametrize("downsample, relu", [(False, True), (True, True), (False, False)],
+                         ids=["identity", "downsample", "identity_no_relu"])
+def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downsample, relu, monkeypatch):
+    """The block's sum (and the ReLU after it, where there is one) leave the forward graph:
+    the batch norm made last of the two summed values (bn2 with the identity; the downsampling
+    one, whose input is bn2's y) adds the other in its kernel. Outputs, gradients (BOO's
+    backward kernels) and running statistics as eager's."""
     compiled_for = record_signatures(monkeypatch, BatchNormTraining)
     graphs = record_graphs(monkeypatch)
-    model = ResidualBlock(downsample).train()
+    model = ResidualBlock(downsample, relu).train()
     reference = copy.deepcopy(model)
     x = torch.randn(2, 4, 6, 6).to(memory_format=torch.channels_last)
     probe = torch.randn(2, 4, 6, 6)
@@ -122,8 +125,8 @@ def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downs
     expected = reference(x)
     (expected * probe).sum().backward()
     # (residual, activation) of bn1, bn2 (and the downsampling batch norm), in graph order
-    expected_kernels = [(False, "relu"), (False, None), (True, "relu")] if downsample else \
-        [(False, "relu"), (True, "relu")]
+    last = (True, "relu" if relu else None)
+    expected_kernels = [(False, "relu"), (False, None), last] if downsample else [(False, "relu"), last]
     assert [(s.residual, s.activation) for s in compiled_for] == expected_kernels
     floating = [n for n in graphs["forward"].nodes if n.op == "call_function" and n.target in (
         torch.ops.aten.add.Tensor, torch.ops.aten.relu.default) and n.meta["val"].is_floating_point()]
