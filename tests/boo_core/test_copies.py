@@ -10,7 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
-from boo_core.dynamo.copies import drop_noop_clones, update_in_place
+from boo_core.dynamo.copies import batch_final_writes, drop_noop_clones, update_in_place
 
 aten = torch.ops.aten
 
@@ -77,7 +77,8 @@ def test_a_batch_norms_step_counter_is_counted_in_place():
     compiled = torch.compile(model, backend="iree_boo", dynamic=False)
     for _ in range(3):
         torch.testing.assert_close(compiled(x), reference(x))
-    assert [g.updates_in_place for g in offload_summary().graphs if g.kind == "forward"] == [2]
+    forwards = [g for g in offload_summary().graphs if g.kind == "forward"]
+    assert [(g.updates_in_place, g.batched_writes) for g in forwards] == [(2, 4)]  # the means and variances
     for (name, got), want in zip(model.named_buffers(), reference.buffers()):
         torch.testing.assert_close(got, want, msg=name)
 
@@ -95,3 +96,39 @@ def test_only_an_update_read_by_its_copy_alone_and_laid_out_as_its_input_is_made
     targets = [n.target for n in graph.nodes if n.op == "call_function"]
     assert targets.count(aten.add_.Tensor) == 1 and targets.count(aten.mul_.Tensor) == 1
     assert targets.count(aten.copy_.default) == 1
+
+
+def test_only_the_final_copies_into_distinct_inputs_are_batched():
+    def f(a, b, c, d):
+        early = a * 2
+        d.copy_(early)  # not at the end: kept
+        e = early + d
+        up, down = e + 1, e - 1
+        a.copy_(up)  # the final copies, where AOTAutograd puts them
+        b.copy_(down)
+        c.add_(1)  # an update of another input may stand among them
+        return e
+
+    def batched(fn, *shapes):
+        graph = make_fx(fn, tracing_mode="fake")(*(torch.zeros(s) for s in shapes)).graph
+        return batch_final_writes(graph), graph
+
+    count, graph = batched(f, (3,), (3,), (3,), (3,))
+    [foreach] = graph.find_nodes(op="call_function", target=aten._foreach_copy_.default)
+    assert count == 2 and [t.name for t in foreach.args[0]] == ["a_1", "b_1"]
+    assert len(graph.find_nodes(op="call_function", target=aten.copy_.default)) == 1  # d's
+
+    def twice(a, b):  # the same input written twice: not batched
+        one, two = b + 1, b + 2
+        a.copy_(one)
+        a.copy_(two)
+        return b
+
+    def other_shape(a, b):  # a copy that broadcasts: not batched
+        first, doubled = b[:1] + 1, b * 2
+        a.copy_(first)
+        b.copy_(doubled)
+        return b
+
+    assert batched(twice, (3,), (3,))[0] == 0
+    assert batched(other_shape, (3,), (3,))[0] == 0

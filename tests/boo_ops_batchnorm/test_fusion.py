@@ -78,11 +78,14 @@ def test_a_training_forward_writes_the_running_statistics_into_the_buffers_itsel
     torch._dynamo.reset()
     torch.compile(model, backend="iree_boo", dynamic=False)(x).sum().backward()
     reference(x).sum().backward()
-    # running mean and variance copied in, the step counter counted in place (boo_core.dynamo.copies)
-    copies = graphs["forward"].find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
-    counts = graphs["forward"].find_nodes(op="call_function", target=torch.ops.aten.add_.Tensor)
-    assert len(copies) == 4 and len(counts) == 2, (copies, counts)  # 2 batch norms
-    assert all(w.args[0].op == "placeholder" for w in (*copies, *counts)), (copies, counts)
+    # running means and variances copied in by one _foreach_copy_, each step counter counted
+    # in place (boo_core.dynamo.copies)
+    forward = graphs["forward"]
+    [copies] = forward.find_nodes(op="call_function", target=torch.ops.aten._foreach_copy_.default)
+    counts = forward.find_nodes(op="call_function", target=torch.ops.aten.add_.Tensor)
+    assert len(copies.args[0]) == 4 and len(counts) == 2, (copies, counts)  # 2 batch norms
+    assert all(t.op == "placeholder" for t in (*copies.args[0], *(c.args[0] for c in counts)))
+    assert not forward.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
     for (name, got), want in zip(model.named_buffers(), reference.buffers()):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=name)
 

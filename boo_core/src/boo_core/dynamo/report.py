@@ -25,7 +25,8 @@ class GraphReport:
     ``dropped_copies`` the clones removed that copied a tensor into its own layout (:mod:`.copies`),
     ``skipped_reorders`` the copies that only reordered elements and are no longer made
     (:mod:`.reorders`), ``updates_in_place`` the writes into graph inputs made in place
-    instead of computed and copied (:mod:`.copies`).
+    instead of computed and copied, ``batched_writes`` the copies into graph inputs made as
+    one ``_foreach_copy_`` (:mod:`.copies`).
     """
 
     backend: str
@@ -42,6 +43,7 @@ class GraphReport:
     dropped_copies: int = 0
     skipped_reorders: int = 0
     updates_in_place: int = 0
+    batched_writes: int = 0
 
     @property
     def offload_share(self) -> float | None:
@@ -66,6 +68,8 @@ class GraphReport:
             text += f"; {self.skipped_reorders} reordering copies read as views instead"
         if self.updates_in_place:
             text += f"; {self.updates_in_place} updates of graph inputs made in place"
+        if self.batched_writes:
+            text += f"; {self.batched_writes} copies into graph inputs made as one"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:

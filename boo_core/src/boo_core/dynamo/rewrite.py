@@ -33,7 +33,7 @@ from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
-from .copies import drop_noop_clones, update_in_place
+from .copies import batch_final_writes, drop_noop_clones, update_in_place
 from .flops import node_flops
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .reorders import skip_reordering_copies
@@ -69,8 +69,9 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if not as_custom_op:
             report.skipped_reorders = skip_reordering_copies(gm)
         report.dropped_copies = drop_noop_clones(gm.graph)
-        if not as_custom_op:  # Inductor fuses the update and its copy itself
+        if not as_custom_op:  # Inductor fuses the updates and their copies itself
             report.updates_in_place = update_in_place(gm.graph)
+            report.batched_writes = batch_final_writes(gm.graph)
     if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report,
                         spanned=_spanned(gm.graph, by_anchor, backend, kind))
