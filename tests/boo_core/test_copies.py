@@ -130,5 +130,12 @@ def test_only_the_final_copies_into_distinct_inputs_are_batched():
         b.copy_(doubled)
         return b
 
+    def viewed(a, b):  # b's new value is a view of a, which the batch also writes: not batched
+        new_a = b * 2
+        b.copy_(a.view(3))
+        a.copy_(new_a)
+        return b
+
     assert batched(twice, (3,), (3,))[0] == 0
+    assert batched(viewed, (3,), (3,))[0] == 0
     assert batched(other_shape, (3,), (3,))[0] == 0

@@ -117,8 +117,9 @@ def batch_final_writes(graph: torch.fx.Graph) -> int:
             break
         node = node.prev
     targets, sources = [c.args[0] for c in reversed(copies)], [c.args[1] for c in reversed(copies)]
+    bases = {_base(source) for source in sources}  # a view of a target would read it mid-batch
     if len(copies) < 2 or len(set(targets)) != len(targets) or set(targets) & updated or \
-            set(targets) & set(sources) or updated & set(sources):
+            set(targets) & bases or updated & bases:
         return 0
     for target, source in zip(targets, sources):
         before, after = target.meta.get("val"), source.meta.get("val") if isinstance(source, torch.fx.Node) else None
@@ -130,3 +131,14 @@ def batch_final_writes(graph: torch.fx.Graph) -> int:
     for copy in copies:
         graph.erase_node(copy)
     return len(copies)
+
+
+def _base(node: object) -> object:
+    """The node whose memory ``node`` views, through aten ops whose result aliases their first
+    argument (``view``, ``t``, ``slice``...); ``node`` itself where it is no such view."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.args:
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+            break
+        node = node.args[0]
+    return node
