@@ -122,19 +122,19 @@ def test_only_the_final_copies_into_distinct_inputs_are_batched():
         one, two = b + 1, b + 2
         a.copy_(one)
         a.copy_(two)
-        return b
+        return one
 
     def other_shape(a, b):  # a copy that broadcasts: not batched
         first, doubled = b[:1] + 1, b * 2
         a.copy_(first)
         b.copy_(doubled)
-        return b
+        return first  # (returning b would read the copy's result)
 
     def viewed(a, b):  # b's new value is a view of a, which the batch also writes: not batched
         new_a = b * 2
         b.copy_(a.view(3))
         a.copy_(new_a)
-        return b
+        return new_a
 
     assert batched(twice, (3,), (3,))[0] == 0
     assert batched(viewed, (3,), (3,))[0] == 0
