@@ -32,7 +32,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from boo_core import Launchable, conversion_of, launchable_for
-from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user, tensor_value
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, batch_norm_signature_for
@@ -62,11 +62,12 @@ def _kernel(spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
     return launchable_for(("bnorm", signature), lambda: signature, x.device)
 
 
-def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def _params(spec: Mapping[str, Any], signature: BatchNormSignature, x: torch.Tensor,
+            tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """weight, bias (ones and zeros where the module has none), running mean and variance
-    in the kernel's dtype for them, the residual (stored like x), then the momentum of a
-    training forward: what the kernel takes after x (a direct call binds its own momentum
-    once: see :func:`_direct`).
+    in the kernel's dtype for them, the residual (stored like x for the kernel of
+    ``signature``), then the momentum of a training forward: what the kernel takes after x
+    (a direct call binds its own momentum once: see :func:`_direct`).
     The tensors made here are made on every call, never kept: under CUDA graph trees a call
     allocates from the graph's memory pool, even while it warms up, and a pool tensor kept
     alive past the call is what they refuse ("not tracked as outputs")."""
@@ -78,7 +79,6 @@ def _params(spec: Mapping[str, Any], x: torch.Tensor, tensors: Sequence[torch.Te
     bias = tensors.pop(0) if spec["bias"] else constant(0.0, (x.shape[1],), x.dtype)
     stats = torch.promote_types(x.dtype, torch.float32)
     running = [t.to(_kernel_running_dtype(spec) or stats) for t in tensors[:2]]
-    signature = _forward_signature(spec, x)
     residual = [stored(t.contiguous(memory_format=memory_format_of(x)), signature) for t in tensors[2:3]]
     momentum = [constant(spec["momentum"], (1,), stats)] if spec["mode"] == "train" else []
     return [weight, bias, *running, *residual, *momentum]
@@ -150,7 +150,7 @@ class _BatchNormForward(FusionPattern):
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> Any:
         x, *rest = inputs
         kernel = _kernel(spec, x)
-        outputs = kernel(stored(x, kernel.signature), *_params(spec, x, rest))
+        outputs = kernel(stored(x, kernel.signature), *_params(spec, kernel.signature, x, rest))
         return _as_torch_returns(spec, kernel.signature, outputs)
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
@@ -158,7 +158,7 @@ class _BatchNormForward(FusionPattern):
         signature = kernel.signature
 
         def run(x: torch.Tensor, *rest: torch.Tensor) -> Any:
-            outputs = kernel.try_call(stored(x, signature), *_params(spec, x, rest))
+            outputs = kernel.try_call(stored(x, signature), *_params(spec, signature, x, rest))
             return None if outputs is None else _as_torch_returns(spec, signature, outputs)
 
         direct = _direct(spec, kernel, inputs)
@@ -250,9 +250,9 @@ def _residual_sum(node: torch.fx.Node, y: torch.fx.Node | None) -> tuple[torch.f
     r = add.args[1] if add.args[0] is y else add.args[0]
     if not isinstance(r, torch.fx.Node) or r is y or not r < node:
         return None
-    value, other = y.meta.get("val"), r.meta.get("val")
-    if not (isinstance(value, torch.Tensor) and isinstance(other, torch.Tensor) and other.shape == value.shape
-            and other.dtype == value.dtype and other.device == value.device):
+    value, other = tensor_value(y), tensor_value(r)
+    if value is None or other is None or (other.shape, other.dtype, other.device) != (value.shape, value.dtype,
+                                                                                       value.device):
         return None
     return add, r
 

@@ -25,6 +25,8 @@ import operator
 import torch
 import torch.fx
 
+from ..plugins.patterns import tensor_value
+
 aten = torch.ops.aten
 
 
@@ -85,9 +87,9 @@ def update_in_place(graph: torch.fx.Graph) -> int:
                 and update.op == "call_function" and update.target in IN_PLACE and update.args
                 and update.args[0] is target and list(update.users) == [copy] and not copy.kwargs):
             continue
-        before, after = target.meta.get("val"), update.meta.get("val")
-        if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and
-                (before.shape, before.stride(), before.dtype) == (after.shape, after.stride(), after.dtype)):
+        before, after = tensor_value(target), tensor_value(update)
+        if before is None or after is None or \
+                (before.shape, before.stride(), before.dtype) != (after.shape, after.stride(), after.dtype):
             continue
         with graph.inserting_before(copy):
             in_place = graph.call_function(IN_PLACE[update.target], update.args, update.kwargs)
@@ -122,9 +124,9 @@ def batch_final_writes(graph: torch.fx.Graph) -> int:
             set(targets) & bases or updated & bases:
         return 0
     for target, source in zip(targets, sources):
-        before, after = target.meta.get("val"), source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-        if not (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) and
-                (before.shape, before.dtype, before.device) == (after.shape, after.dtype, after.device)):
+        before, after = tensor_value(target), tensor_value(source) if isinstance(source, torch.fx.Node) else None
+        if before is None or after is None or \
+                (before.shape, before.dtype, before.device) != (after.shape, after.dtype, after.device):
             return 0
     with graph.inserting_before(graph.output_node()):
         graph.call_function(aten._foreach_copy_.default, (targets, sources))
