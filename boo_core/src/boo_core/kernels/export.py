@@ -20,6 +20,7 @@ import torch
 
 from ..errors import CompileError
 from ..signatures.signature import Signature
+from .decompositions import run_no_decompositions
 
 
 class _DestinationPassing(torch.nn.Module):
@@ -94,7 +95,7 @@ def _export(signature: Signature, computation: Callable[..., Any] | None) -> str
         from iree.compiler.extras.fx_importer import FxImporter
 
         warnings.simplefilter("ignore")  # torch.export's deprecation chatter is not ours to show
-        program = torch.export.export(_DestinationPassing(signature, computation), args).run_decompositions({})
+        program = run_no_decompositions(torch.export.export(_DestinationPassing(signature, computation), args))
         importer = FxImporter()
         importer.import_program(program, func_name=signature.func_name)
     module = importer.module

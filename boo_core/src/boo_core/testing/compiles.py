@@ -8,7 +8,7 @@ gave before for the same input:
 
 * the iree-compile process: its output depends on its binary, its input and its flags alone,
   which make the key (shared by the session's processes);
-* the export of a formulation (``torch.export`` and the import to MLIR, about 0.3 s, mostly
+* the export of a formulation (``torch.export`` and the import to MLIR, about 0.15 s, mostly
   torch's ``run_decompositions``): its text depends on the signature and the computation
   exported, which make the key, in this process only (a computation is a Python object).
   The process's ``export_count`` still counts each export asked for.
