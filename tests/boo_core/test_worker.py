@@ -88,6 +88,15 @@ def test_a_worker_that_exited_is_replaced_and_the_next_check_runs_there(private_
         assert worker._WORKER._process.pid != first.pid
 
 
+def test_a_worker_exits_after_boo_worker_idle_seconds_without_work(private_cache):
+    with settings_override(verify="all", worker_idle=0.5), isolated_registry({"scale": scale_op}):
+        assert get_launchable(scale_op.ScaleSignature(size=18)).verified
+        served = worker._WORKER._process
+        assert served.wait(timeout=60) == 0  # the wait after a check is the caller's setting
+        assert get_launchable(scale_op.ScaleSignature(size=19)).verified
+        assert worker._WORKER._process.pid != served.pid
+
+
 def test_a_worker_started_by_a_thread_outlives_that_thread(private_cache):
     """Linux ends a child when the thread that started it ends (the worker asks to die with
     its parent): a worker started from a short-lived thread must not die with it, in the

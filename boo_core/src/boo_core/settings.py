@@ -232,6 +232,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker_timeout", "BOO_WORKER_TIMEOUT", _seconds, _const(600.0), "`600`",
             "seconds the worker process may take over one kernel's check (and timing) before it is stopped and the "
             "kernel fails", selects_kernel=False),
+    Setting("worker_idle", "BOO_WORKER_IDLE", _seconds, _const(60.0), "`60`",
+            "seconds the worker process waits for the next kernel before it exits, freeing its GPU memory (it also "
+            "exits with its caller); a later check starts a new one", selects_kernel=False),
     Setting("trace_hooks", "BOO_TRACE_HOOKS", _boolean, _const(False), "`0`",
             "`1`: log every hook call (pluggy's tracing) at debug level on logger `boo_core.plugins`",
             selects_kernel=False),
@@ -251,6 +254,7 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "compile_timeout": float,
     "lock_timeout": float,
     "worker_timeout": float,
+    "worker_idle": float,
     "cache_owner": lambda v: _user(str(v)) if v is not None else None,
 }
 
@@ -283,6 +287,7 @@ class Settings:
     loaded_plugins: frozenset[str] | None = None
     worker: bool = True
     worker_timeout: float = 600.0
+    worker_idle: float = 60.0
     trace_hooks: bool = False
 
     @classmethod

@@ -12,8 +12,8 @@ worker. The caller's process, and its CUDA context, run only kernels that passed
 
 One worker serves a process (its threads take turns), started on first use. It exits when
 the caller closes its pipe (the caller ended), when the caller dies (Linux), or after
-:data:`IDLE_SECONDS` without work, so that its CUDA context does not hold GPU memory for the
-rest of a training run. A kernel the worker cannot take (its signature's class cannot be
+``BOO_WORKER_IDLE`` seconds without work (60), so that its CUDA context does not hold GPU
+memory for the rest of a training run. A kernel the worker cannot take (its signature's class cannot be
 imported there: one defined in a ``__main__`` script), or a process that cannot start one, is
 checked in the calling process, with a log line saying so. ``BOO_WORKER=0`` checks every
 kernel in the calling process (no start-up cost; a faulting kernel then ends the caller).
@@ -46,10 +46,8 @@ from .timing import timer_for
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IDLE_SECONDS", "WorkerVerdict", "checker", "close_worker", "verify_and_time"]
+__all__ = ["WorkerVerdict", "checker", "close_worker", "verify_and_time"]
 
-#: Seconds a worker waits for the next kernel before it exits.
-IDLE_SECONDS = 60.0
 #: Seconds a new worker may take to import what it needs and say it is ready.
 STARTUP_SECONDS = 300.0
 _READY = b"ready"
@@ -352,7 +350,8 @@ def main() -> int:
     requests = sys.stdin.buffer
     _send(answers, _READY)
     while True:
-        ready, _, _ = select.select([requests.fileno()], [], [], IDLE_SECONDS)
+        # this process's setting, then the caller's, which each message brings
+        ready, _, _ = select.select([requests.fileno()], [], [], get_settings().worker_idle)
         if not ready:
             return 0
         try:

@@ -12,6 +12,10 @@ installed; ``-p no:boo`` turns it off).
   in a process; ``BOO_TEST_COMPILE_ONCE=0`` turns both off.
 * pytest-xdist workers that occupy every core compile on one thread each
   (``BOO_COMPILE_THREADING=0``, unless set), as ``boo preload -j`` does.
+* A process's verification worker (:mod:`boo_core.runtime.worker`) waits an hour for work
+  (``BOO_WORKER_IDLE=3600``, unless set), not a minute: it still exits with its caller, and
+  a session no longer starts a new one (a Python importing torch, about 2 s of a core) after
+  each minute without a kernel to check (33 were started in one CI run of the suite).
 * The ``kernel`` mark, given to tests that built or loaded a kernel when they last ran
   (:mod:`.kernel_marker`): ``pytest -m "not kernel and not slow"`` is the fast loop.
 """
@@ -44,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     cache_dir = os.environ.get("BOO_TEST_CACHE_DIR") or inherited or tempfile.mkdtemp(prefix="boo-test-cache-")
     os.environ["BOO_CACHE_DIR"] = cache_dir
     os.environ.pop("BOO_CACHE_ON", None)
+    os.environ.setdefault("BOO_WORKER_IDLE", "3600")
     if is_xdist_worker(config) and fills_the_cores(int(config.workerinput.get("workercount", 1))):  # type: ignore[attr-defined]
         os.environ.setdefault("BOO_COMPILE_THREADING", "0")
     reload_from_environment()
