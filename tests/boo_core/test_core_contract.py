@@ -114,7 +114,7 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
               "BOO_USE_BACKWARD_KERNELS": "1", "BOO_GRAPH_REWRITES": "1",
               "BOO_VERIFY": "0", "BOO_USE_TUNED": "0", "BOO_COMPILE_STRICT": "1", "BOO_STRICT_PLUGINS": "1",
               "BOO_DISABLE_PLUGIN_AUTOLOAD": "1", "BOO_DISABLE_PLUGINS": "a,b", "BOO_LOAD_PLUGINS": "c",
-              "BOO_TRACE_HOOKS": "1", "BOO_WORKER": "0", "BOO_WORKER_TIMEOUT": "30",
+              "BOO_TRACE_HOOKS": "1", "BOO_WORKER": "0", "BOO_WORKER_TIMEOUT": "30", "BOO_WORKER_IDLE": "5",
               "BOO_SUBSTITUTIONS": "/tmp/substitutions", "BOO_CACHE_OWNER": "0", "BOO_COMPILE_THREADING": "0"}
     assert set(values) == {s.env for s in SETTINGS}
     from_env = boo_env(**values)
