@@ -13,9 +13,9 @@ worker. The caller's process, and its CUDA context, run only kernels that passed
 One worker serves a process (its threads take turns), started on first use. It exits when
 the caller closes its pipe (the caller ended), when the caller dies (Linux), or after
 ``BOO_WORKER_IDLE`` seconds without work (60), so that its CUDA context does not hold GPU
-memory for the rest of a training run. A kernel the worker cannot take (its signature's class cannot be
-imported there: one defined in a ``__main__`` script), or a process that cannot start one, is
-checked in the calling process, with a log line saying so. ``BOO_WORKER=0`` checks every
+memory for the rest of a training run. A kernel the worker cannot take (its signature's
+class cannot be imported there: one defined in a ``__main__`` script), or a process that
+cannot start one, is checked in the calling process, with a log line saying so. ``BOO_WORKER=0`` checks every
 kernel in the calling process (no start-up cost; a faulting kernel then ends the caller).
 """
 
