@@ -46,8 +46,8 @@ def drop_noop_clones(graph: torch.fx.Graph) -> int:
 
 
 def _is_noop(clone: torch.fx.Node, source: torch.fx.Node) -> bool:
-    before, after = source.meta.get("val"), clone.meta.get("val")
-    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+    before, after = tensor_value(source), tensor_value(clone)
+    if before is None or after is None:
         return False
     if (before.shape, before.stride(), before.dtype, before.device) != (after.shape, after.stride(), after.dtype,
                                                                          after.device):
