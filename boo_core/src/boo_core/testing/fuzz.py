@@ -24,6 +24,7 @@ or, ready made, with a fixed seed (the same commands every run)::
 from __future__ import annotations
 
 import collections
+import functools
 import shlex
 import time
 from collections.abc import Sequence
@@ -60,11 +61,18 @@ JUNK_TOKENS = ("-", "--", "---", "-=", "--=", "--=3", "-h", "--help", "-ü", "--
                '"', "'", "\\", "\"open", "a'b", "-1", "--1", "%s", "{}", "\t")
 
 
+# Each strategy is built once per argument and reused (functools caches): hypothesis validates
+# a strategy object and computes its labels on first use, which cost more than the draws
+# themselves when the composite built new ones for every draw. The draws are the same.
+
+
+@functools.cache
 def _integers(small: int) -> st.SearchStrategy[int]:
     return st.one_of(st.integers(1, small), st.integers(-2, small), st.sampled_from(BOUNDARY_INTEGERS),
                      st.integers(-(2**70), 2**70))
 
 
+@functools.cache
 def _typed_values(flag: Flag, small: int) -> st.SearchStrategy[str]:
     """Well-formed texts for ``flag``'s value type (any type: the default's text at least)."""
     convert = flag.convert
@@ -93,12 +101,15 @@ def _typed_values(flag: Flag, small: int) -> st.SearchStrategy[str]:
 def values(flag: Flag, *, small: int = 8, hostile: bool = True) -> st.SearchStrategy[str]:
     """Value texts for one flag: well formed and small (``hostile=False``: only those), or
     an integer anywhere up to 2**70, or a text that is not a plain number at all."""
-    typed = _typed_values(flag, small)
-    if not hostile:
-        return typed
+    return _typed_values(flag, small) if not hostile else _hostile_values(small)
+
+
+@functools.cache
+def _hostile_values(small: int) -> st.SearchStrategy[str]:
     return st.one_of(_integers(small).map(str), st.sampled_from(HOSTILE_TEXTS), st.text(max_size=6))
 
 
+@functools.cache
 def large_values(flag: Flag) -> st.SearchStrategy[str]:
     """Well-formed values at the top of an integer flag's range (two of them make a tensor
     too large to allocate, or to count in int64)."""
@@ -107,15 +118,28 @@ def large_values(flag: Flag) -> st.SearchStrategy[str]:
     return st.sampled_from((top, top - 1, 2**16 + 1, 2**20, 46341)).map(str)
 
 
+@functools.lru_cache(maxsize=4096)  # per value too: most values drawn recur (defaults, small sizes)
 def _flag_token(flag: Flag, value: str) -> st.SearchStrategy[list[str]]:
+    # lists, as before the cache (their labels steer hypothesis's choices); only ever read
     forms = [st.just([f"--{flag.long}", value]), st.just([f"--{flag.long}={value}"])]
     if flag.short is not None:
         forms += [st.just([f"-{flag.short}", value]), st.just([f"-{flag.short}={value}"])]
     return st.one_of(*forms)
 
 
+@functools.cache
+def _command_parts(keywords: tuple[str, ...], flags: tuple[Flag, ...], max_flags: int) -> tuple[st.SearchStrategy, ...]:
+    """The strategies of :func:`commands` that depend only on the op: its base arguments, the
+    number of flags, and which flag."""
+    return (st.sampled_from(keywords), st.integers(0, max_flags), st.sampled_from(flags))
+
+
 #: Dtype suffixes drawn for base arguments: the common ones more often.
 _SUFFIXES = ("", "", "fp16", "bfp16", *sorted(SUFFIX_TO_DTYPE))
+_SUFFIX = st.sampled_from(_SUFFIXES)
+_ROLL = st.integers(0, 29)
+_JUNK = st.sampled_from(JUNK_TOKENS) | st.text(max_size=4)
+_UNQUOTED = st.integers(0, 19)
 
 
 @st.composite
@@ -126,15 +150,16 @@ def commands(draw: st.DrawFn, entry: OpEntry, *, small: int = 8, hostile: bool =
     gets a large value (:func:`large_values`; with ``large=False``, a small one instead),
     one in six a hostile one (:func:`values`), and one token in thirty is junk. Returned as one
     string (quoted as a shell would need, or now and then not) or as a token list."""
-    flags: Sequence[Flag] = entry.spec.parser.flags
-    base = draw(st.sampled_from(entry.spec.keywords)) + draw(st.sampled_from(_SUFFIXES))
+    keywords, count, which_flag = _command_parts(tuple(entry.spec.keywords), tuple(entry.spec.parser.flags),
+                                                 max_flags)
+    base = draw(keywords) + draw(_SUFFIX)
     tokens: list[str] = []
-    for _ in range(draw(st.integers(0, max_flags))):
-        roll = draw(st.integers(0, 29)) if hostile else 0  # hypothesis favours 0: keep it the plain case
+    for _ in range(draw(count)):
+        roll = draw(_ROLL) if hostile else 0  # hypothesis favours 0: keep it the plain case
         if roll == 29:
-            tokens.append(draw(st.sampled_from(JUNK_TOKENS) | st.text(max_size=4)))
+            tokens.append(draw(_JUNK))
             continue
-        flag = draw(st.sampled_from(flags))
+        flag = draw(which_flag)
         if 20 <= roll < 24 and large:
             value = draw(large_values(flag))
         else:
@@ -144,7 +169,7 @@ def commands(draw: st.DrawFn, entry: OpEntry, *, small: int = 8, hostile: bool =
         as_text = draw(st.booleans())
     if not as_text:
         return [base, *tokens]
-    if hostile and draw(st.integers(0, 19)) == 19:
+    if hostile and draw(_UNQUOTED) == 19:
         return " ".join([base, *tokens])  # unquoted: spaces split values, quotes may stay open
     return shlex.join([base, *tokens])
 
