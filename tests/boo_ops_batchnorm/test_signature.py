@@ -128,7 +128,9 @@ def test_gpu_formulation_sums_in_stages_to_the_same_values(signature):
     from boo_ops_batchnorm.hooks import formulations
 
     *staged, default = formulations(signature, Target.parse("cuda:sm_80"))
-    assert [f.name for f in (*staged, default)] == ["staged_sums", "staged_sums_64", "default"]
+    # short channels-last reductions (here 54 rows: 6 partial sums of 9) in two stages first
+    two_stages = ["staged_sums_two_stages"] if signature.channels_last and signature.reduction_size == 54 else []
+    assert [f.name for f in (*staged, default)] == [*two_stages, "staged_sums", "staged_sums_64", "default"]
     args = [a.double() for a in signature.get_sample_args()]
     expected = signature.reference(*args)
     expected = (expected,) if isinstance(expected, torch.Tensor) else expected
@@ -137,6 +139,22 @@ def test_gpu_formulation_sums_in_stages_to_the_same_values(signature):
         got = (got,) if isinstance(got, torch.Tensor) else got
         for g, e in zip(got, expected, strict=True):
             torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12, msg=formulation.name)
+
+
+def test_short_reductions_sum_in_two_stages_first():
+    """ResNet-50's 7x7 maps at batch 32 (1,568 rows): 32 partial sums of 49 rows, then each
+    term's last stage; at 14x14 (6,272 rows) the first stage would have too few threads."""
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import formulations, two_stage_groups
+
+    gpu = Target.parse("cuda:sm_90")
+    short = S((32, 2048, 7, 7), mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
+    assert two_stage_groups(short) == 49 and short.first_stage_parts(49) == 32
+    assert [f.name for f in formulations(short, gpu)][:2] == ["staged_sums_two_stages", "staged_sums"]
+    assert [f.name for f in formulations(S((32, 2048, 7, 7), mode="bwd", save=True), gpu)][0] == "staged_sums"
+    longer = S((32, 512, 14, 14), mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
+    assert two_stage_groups(longer) is None  # it would be 196
+    assert "staged_sums_two_stages" not in [f.name for f in formulations(longer, gpu)]
 
 
 def test_inference_with_running_statistics_has_no_sums_to_stage():
