@@ -60,8 +60,8 @@ def two_stage_groups(signature: BatchNormSignature) -> int | None:
     column, and no more than it sums, so that the sums take two stages (the first, and each
     term's last) instead of three or more: the smallest such divisor of the reduction where
     it is at most ``SECOND_GROUPS`` (ResNet-50's 7x7 maps at batch 32: 49 rows), else None.
-    One dispatch fewer measured 9-15% faster there on an H100 (docs/gpu.md); with more rows
-    per thread the first stage has too few threads (3-20x slower at 14x14 and above)."""
+    One dispatch fewer measured 10-15% faster there on an H100 (docs/gpu.md); with more rows
+    per thread the first stage has too few threads (1.5-16x slower at 14x14 and above)."""
     if not (signature.spatial and signature.channels_last):
         return None
     rows = signature.reduction_size
