@@ -212,11 +212,21 @@ def test_staged_statistics_shift_by_the_first_element_and_do_not_cancel():
 
 
 @pytest.mark.parametrize(("rows", "groups", "chosen"), [(196, 32, 28), (98, 32, 14), (49, 32, 32), (97, 32, 32),
-                                                        (3136, 32, 32), (7, 64, 64)])
+                                                        (3136, 32, 32), (7, 64, 64), (27, 2, 2), (27, 4, 3)])
 def test_later_stages_sum_a_divisor_of_the_rows_where_one_is_near_the_group_size(rows, groups, chosen):
     from boo_ops_batchnorm.signature import _stage_group
 
     assert _stage_group(rows, groups) == chosen
+
+
+def test_stages_of_two_rows_sum_an_odd_count_of_rows():
+    """Groups of 2 over 27 rows: 14 partial sums (the last padded), then 7, 4, 2, 1; never a
+    stage of single rows, which would leave the count where it was forever."""
+    s = S((27, 3), save=True, spatial=False)
+    x = torch.randn(27, 3, dtype=torch.float64)
+    mean, var = s._mean_var(x, groups=2)
+    torch.testing.assert_close(mean.reshape(3), x.mean(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(var.reshape(3), x.var(0, unbiased=False), rtol=1e-12, atol=1e-12)
 
 
 def test_a_gpu_training_forward_writes_its_saved_statistics_where_the_caller_wants_them():

@@ -27,10 +27,11 @@ def _accumulation_dtype(signature: BatchNormSignature, x: torch.Tensor) -> torch
 
 def _stage_group(rows: int, groups: int) -> int:
     """Rows per thread in a later stage of staged sums: the largest divisor of ``rows`` up to
-    ``groups`` where one of at least a quarter of ``groups`` exists (no padded copy of the
-    partial sums, which costs a fill), else ``groups`` (the last group padded)."""
+    ``groups`` where one of at least a quarter of ``groups`` (and at least 2, so that every
+    stage sums) exists (no padded copy of the partial sums, which costs a fill), else
+    ``groups`` (the last group padded)."""
     divisor = max(d for d in range(1, groups + 1) if rows % d == 0)
-    return divisor if 4 * divisor >= groups else groups
+    return divisor if 4 * divisor >= groups and divisor > 1 else groups
 
 
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
