@@ -220,8 +220,9 @@ def test_later_stages_sum_a_divisor_of_the_rows_where_one_is_near_the_group_size
 
 
 def test_stages_of_two_rows_sum_an_odd_count_of_rows():
-    """Groups of 2 over 27 rows: 14 partial sums (the last padded), then 7, 4, 2, 1; never a
-    stage of single rows, which would leave the count where it was forever."""
+    """Groups of 2 over 27 rows (no divisor of 2): a first stage of 27 single-row partial
+    sums, then stages of 2 leaving 14 (the last padded), 7, 4 and 2, then the last sum; never
+    a later stage of single rows, which would leave the count where it was forever."""
     s = S((27, 3), save=True, spatial=False)
     x = torch.randn(27, 3, dtype=torch.float64)
     mean, var = s._mean_var(x, groups=2)

@@ -15,8 +15,9 @@ the caller closes its pipe (the caller ended), when the caller dies (Linux), or 
 ``BOO_WORKER_IDLE`` seconds without work (60), so that its CUDA context does not hold GPU
 memory for the rest of a training run. A kernel the worker cannot take (its signature's
 class cannot be imported there: one defined in a ``__main__`` script), or a process that
-cannot start one, is checked in the calling process, with a log line saying so. ``BOO_WORKER=0`` checks every
-kernel in the calling process (no start-up cost; a faulting kernel then ends the caller).
+cannot start one, is checked in the calling process, with a log line saying so.
+``BOO_WORKER=0`` checks every kernel in the calling process (no start-up cost; a faulting
+kernel then ends the caller).
 """
 
 from __future__ import annotations
