@@ -4,7 +4,9 @@ of every node (BOO's calls, and the aten ops left to eager PyTorch) to its kind'
 
 The interpreter adds a few microseconds to every node, so read the table for where the time
 goes and how many nodes of each kind a step runs, and the plain ``iree_boo`` step time for
-what a user sees (printed first, without the interpreter).
+what a user sees (printed first, without the interpreter). The same graphs without BOO's
+rewrite (the aten ops BOO's nodes replace, run eagerly) are timed the same way first: the
+first table, the host time each aten op costs, to hold BOO's nodes against.
 
 With ``--train`` a step is a forward and a backward (``model.train()``; the gradient of
 the output's sum), and the table has the backward graph's nodes too. The step time not in
@@ -97,39 +99,49 @@ def main() -> None:
         plain = torch.compile(model, backend="iree_boo", dynamic=False)
         boo = step_ms(stepper(plain), args.steps, sync)
 
-        totals: dict[str, float] = collections.defaultdict(float)
-        counts: collections.Counter = collections.Counter()
-        rewrite = backends.rewrite
-
-        def timed_rewrite(gm: torch.fx.GraphModule, **kwargs):
-            report = rewrite(gm, **kwargs)
-            gm.forward = lambda *inputs: TimingInterpreter(gm, totals, counts).run(*inputs)
-            return report
-
-        backends.rewrite = timed_rewrite
-        try:
-            torch._dynamo.reset()
-            timed = torch.compile(model, backend="iree_boo", dynamic=False)
-            step = stepper(timed)
-            step_ms(step, 1, sync)
-            totals.clear()
-            counts.clear()
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            sync()
-            interpreted = (time.perf_counter() - start) / args.steps * 1e3
-        finally:
-            backends.rewrite = rewrite
-    steps = args.steps
+        aten = interpreted_step(model, stepper, args.steps, sync, with_boo=False)
+        boo_nodes = interpreted_step(model, stepper, args.steps, sync, with_boo=True)
     what = "training" if args.train else "inference"
-    print(f"{args.model} {what}, {args.device}, batch {args.batch}: eager {eager:.2f} ms/step, iree_boo {boo:.2f}, "
-          f"iree_boo interpreted {interpreted:.2f} (nodes' own host time {sum(totals.values()) / steps * 1e3:.2f})")
-    print("| node kind | per step | host us per step | us each |")
-    print("| --- | ---: | ---: | ---: |")
-    for kind, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
-        print(f"| {kind[:70]} | {counts[kind] // steps} | {seconds / steps * 1e6:.0f} | "
-              f"{seconds / counts[kind] * 1e6:.1f} |")
+    print(f"{args.model} {what}, {args.device}, batch {args.batch}: eager {eager:.2f} ms/step, iree_boo {boo:.2f}")
+    for title, (interpreted, totals, counts) in (("without BOO (the graphs' aten ops)", aten),
+                                                  ("iree_boo", boo_nodes)):
+        print(f"\n{title}: {interpreted:.2f} ms/step interpreted, the nodes' own host time "
+              f"{sum(totals.values()) / args.steps * 1e3:.2f} ms")
+        print("| node kind | per step | host us per step | us each |")
+        print("| --- | ---: | ---: | ---: |")
+        for kind, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
+            print(f"| {kind[:70]} | {counts[kind] // args.steps} | {seconds / args.steps * 1e6:.0f} | "
+                  f"{seconds / counts[kind] * 1e6:.1f} |")
+
+
+def interpreted_step(model: torch.nn.Module, stepper: Callable, steps: int, sync: Callable[[], None], *,
+                     with_boo: bool) -> tuple[float, dict[str, float], collections.Counter]:
+    """ms per step of ``model`` under ``iree_boo`` with every graph run by a
+    :class:`TimingInterpreter` (``with_boo=False``: the graphs as AOTAutograd gave them, BOO's
+    rewrite skipped), and the interpreter's totals and counts over ``steps`` steps."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    counts: collections.Counter = collections.Counter()
+    rewrite = backends.rewrite
+
+    def timed_rewrite(gm: torch.fx.GraphModule, **kwargs):
+        report = rewrite(gm, **kwargs) if with_boo else None
+        gm.forward = lambda *inputs: TimingInterpreter(gm, totals, counts).run(*inputs)
+        return report
+
+    backends.rewrite = timed_rewrite
+    try:
+        torch._dynamo.reset()
+        step = stepper(torch.compile(model, backend="iree_boo", dynamic=False))
+        step_ms(step, 1, sync)
+        totals.clear()
+        counts.clear()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        return (time.perf_counter() - start) / steps * 1e3, totals, counts
+    finally:
+        backends.rewrite = rewrite
 
 
 if __name__ == "__main__":

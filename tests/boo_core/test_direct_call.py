@@ -105,3 +105,16 @@ def test_a_call_bound_before_a_fork_declines(monkeypatch):
     call = bind([spec(2, 5, 7, 8)], [spec(2, 5, 7, 16)], [x], [nchw_to_nhwc])
     monkeypatch.setattr(hal, "generation", hal.generation + 1)
     assert call.try_launch(x) is None
+
+
+def test_discarded_outputs_keep_their_metadata_and_survive_or_else():
+    """A call that discards outputs still describes every output (the graph's check of what
+    it returns compares them all), and its fallback-taking copy discards the same ones."""
+    x = torch.empty(4, 6, dtype=bf16, device=META)
+    outputs = [spec(4, 6), spec(4, dtype=torch.float32), spec(4, dtype=torch.float32)]
+    call = settle(Recorder(), [spec(4, 6)], outputs, [x], (), (), META, hal.generation, discarded=(2, 1))
+    assert call.discarded == (1, 2)
+    assert [m[0] for m in call.outputs] == [(4, 6), (4,), (4,)]
+    assert call.or_else(lambda *t: None).discarded == (1, 2)
+    with pytest.raises(ValueError, match="out of range"):
+        settle(Recorder(), [spec(4, 6)], outputs, [x], (), (), META, hal.generation, discarded=(3,))

@@ -33,6 +33,34 @@ def test_inference_offloads_native_layer_norm(fresh_compile):
     assert compare("y", got, expected, accumulation_length=16).passed
 
 
+@pytest.fixture
+def bound_specs(monkeypatch):
+    """The spec of every layer-norm forward call the test's compiled graphs bind."""
+    from boo_core.dynamo.kernel_call import KernelCall
+
+    specs: list[dict] = []
+    original = KernelCall.bind
+
+    def remember(self, inputs):
+        if self.pattern.name == "layernorm.forward":
+            specs.append(self.spec)
+        return original(self, inputs)
+
+    monkeypatch.setattr(KernelCall, "bind", remember)
+    return specs
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_the_match_says_whether_the_graph_reads_the_statistics(fresh_compile, bound_specs, training):
+    """An inference graph reads only y (a direct call then allocates nothing else); a training
+    forward saves mean and rstd for its backward."""
+    model = nn.LayerNorm(16).train(training)
+    x = torch.randn(4, 7, 16)
+    with torch.set_grad_enabled(training):
+        torch.compile(model, backend="iree_boo", dynamic=False)(x)
+    assert [spec["stats_read"] for spec in bound_specs] == [training]
+
+
 def test_training_offloads_the_backward_under_backward_kernels(fresh_compile):
     model = nn.LayerNorm(16, bias=False)
     x = torch.randn(4, 7, 16, requires_grad=True)

@@ -311,6 +311,9 @@ def test_compiled_nodes_reach_their_kernels_through_direct_calls(bound_calls):
     assert names == ["conv.forward", "layernorm.forward", "matmul.addmm"], names
     assert all(isinstance(c._bound, DirectCall) and c._exact for c in bound_calls), \
         [(c.pattern.name, type(c._bound).__name__, c._exact) for c in bound_calls]
+    # The graph reads only the layer norm's y: its statistics go to memory the call keeps.
+    [layer_norm] = [c for c in bound_calls if c.pattern.name == "layernorm.forward"]
+    assert layer_norm._bound.discarded == (1, 2)
     [conv] = [c for c in bound_calls if c.pattern.name == "conv.forward"]
     conv_module = model[0]
     nchw = x.contiguous()  # strides it was not bound for
@@ -320,6 +323,33 @@ def test_compiled_nodes_reach_their_kernels_through_direct_calls(bound_calls):
                                                      conv_module.bias.float(), padding=1))
     assert y.stride() == conv.outputs[0].stride  # given the graph's layout all the same
     torch.testing.assert_close(y.float(), want, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_an_inference_layer_norm_writes_its_statistics_aside_and_y_is_right(backend, bound_calls):
+    """Layer norms whose statistics nothing reads: their direct calls write the statistics into
+    memory of their own and return y alone, right at every call (each y is poisoned and freed,
+    so the allocator hands its memory to the next), through Inductor too (which takes BOO's
+    call as an operator with every output: the discarded ones come back unwritten)."""
+    from boo_core.runtime.direct_call import DirectCall
+
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(768), torch.nn.GELU(), torch.nn.LayerNorm(768))
+    model = model.to(DEVICE, bf16).eval()
+    reference = copy.deepcopy(model).float()
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    x = torch.randn(197, 768, device=DEVICE, dtype=bf16)
+    with torch.no_grad():
+        for _ in range(4):
+            x.normal_()
+            got = compiled(x)
+            torch.testing.assert_close(got.float(), reference(x.float()), rtol=3e-2, atol=3e-2)
+            got.fill_(float("nan"))
+            del got
+    calls = [c for c in bound_calls if c.pattern.name == "layernorm.forward"]
+    assert len(calls) == 2 and all(isinstance(c._bound, DirectCall) and c._bound.discarded == (1, 2)
+                                   for c in calls), [(type(c._bound).__name__, c.spec) for c in calls]
 
 
 def test_compiled_training_with_backward_kernels_through_direct_calls_is_right():

@@ -9,6 +9,7 @@ CPU, have x's dtype; BOO's have shape ``dims[:o]`` and float32. The patterns con
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -48,6 +49,11 @@ def _reshaping(shape: Sequence[int]) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda t: t.reshape(shape)
 
 
+def _reads_statistics(node: torch.fx.Node) -> bool:
+    """Whether the graph reads ``native_layer_norm``'s mean or rstd (anything but ``y = out[0]``)."""
+    return any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users)
+
+
 class LayerNormForward(FusionPattern):
     """``aten.native_layer_norm(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd)``."""
 
@@ -64,7 +70,8 @@ class LayerNormForward(FusionPattern):
         if not isinstance(value, (tuple, list)) or not isinstance(value[1], torch.Tensor):
             return None
         spec = {"normalized_shape": normalized, "eps": float(eps), "weight": weight is not None,
-                "bias": bias is not None, "stats_dtype": short_name(value[1].dtype)}
+                "bias": bias is not None, "stats_dtype": short_name(value[1].dtype),
+                "stats_read": _reads_statistics(node)}
         return FusionMatch((node,), tuple(t for t in (x, weight, bias) if t is not None), spec)
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[LayerNormSignature]:
@@ -88,7 +95,9 @@ class LayerNormForward(FusionPattern):
         keep = _keepdim(forward.signature)
         if dtype_from_name(spec["stats_dtype"]) != forward.signature.output_specs()[1].dtype:
             return run
-        direct = forward.bind(inputs, (), (None, _reshaping(keep), _reshaping(keep)))
+        # An inference graph reads only y: the kernel writes the statistics where no one allocates them.
+        discarded = () if spec.get("stats_read", True) else (1, 2)
+        direct = forward.bind(inputs, (), (None, _reshaping(keep), _reshaping(keep)), discarded=discarded)
         return run if direct is None else direct.or_else(run)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

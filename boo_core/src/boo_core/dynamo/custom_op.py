@@ -40,10 +40,13 @@ def kernel_call(pattern_name: str, payload: str) -> KernelCall:
 
 
 def _fused(pattern: str, payload: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run one fused BOO kernel call (see the module docstring)."""
-    result = kernel_call(pattern, payload)(*inputs)
+    """Run one fused BOO kernel call (see the module docstring). An output the call discarded
+    (one the graph does not read) is returned as an unwritten tensor: the op's schema has it."""
+    call = kernel_call(pattern, payload)
+    result = call(*inputs)
     values = (result,) if isinstance(result, torch.Tensor) else result
-    return [v for v in values if v is not None]
+    return [v if v is not None else torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=inputs[0].device)
+            for v, m in zip(values, call.outputs) if m is not None]
 
 
 def _fused_fake(pattern: str, payload: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -95,7 +95,7 @@ class KernelCall:
                     return result
                 result = bound(*inputs)
                 if result is not None:
-                    return self._conformed(result)
+                    return self._conformed(result, getattr(bound, "discarded", ()))
             return self._conformed(self.pattern.launch(self.spec, inputs))
         except BaseException as e:  # BooError, or a pattern's bug (sys.exit() too): PyTorch computes it instead
             raise_unless_absorbed(e, self.pattern)
@@ -105,13 +105,15 @@ class KernelCall:
                 self._warned = True
         return self._conformed(self.pattern.reference(self.spec, inputs))
 
-    def _conformed(self, result: Any) -> Any:
-        """``result`` checked against the outputs the graph expects, with their strides."""
+    def _conformed(self, result: Any, discarded: Sequence[int] = ()) -> Any:
+        """``result`` checked against the outputs the graph expects, with their strides (None
+        at the ``discarded`` positions of a bound call, which the graph does not read)."""
         values = (result,) if self.single else tuple(result)
         if len(values) != len(self.outputs):
             raise BooError(f"pattern {self.pattern.name} returned {len(values)} values, the graph expects "
                            f"{len(self.outputs)}")
-        conformed = tuple(_conform(v, meta, self.pattern.name) for v, meta in zip(values, self.outputs))
+        conformed = tuple(None if v is None and i in discarded else _conform(v, meta, self.pattern.name)
+                          for i, (v, meta) in enumerate(zip(values, self.outputs)))
         return conformed[0] if self.single else conformed
 
     def payload(self) -> str:

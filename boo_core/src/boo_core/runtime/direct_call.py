@@ -8,7 +8,10 @@ give each output the caller's view of the kernel's dense result. A :class:`Direc
 compares each tensor's metadata with what was bound, allocates the outputs with those
 strides and enqueues the kernel: no view, no copy, no allocation but the outputs'. Trailing
 arguments the graph does not pass (a batch norm's momentum) may be bound as constants: tensors
-made once, which the call keeps and passes after the caller's.
+made once, which the call keeps and passes after the caller's. Outputs nothing reads (an
+inference graph's layer-norm statistics) may be bound as discarded: the kernel writes them
+into memory the call made once, and the call returns None in their place, so it allocates
+only what the graph uses.
 """
 
 from __future__ import annotations
@@ -41,15 +44,18 @@ current_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStr
 class DirectCall:
     """``launchable(*tensors)`` for tensors exactly like the bound ones, enqueued on torch's
     current stream, followed by the bound ``constants``. Returns the output (a tuple where the
-    kernel has several) laid out as :attr:`outputs` says, or, for any other tensors or in a
-    process forked since binding, ``fallback(*tensors)`` (None, launching nothing, without one)."""
+    kernel has several) laid out as :attr:`outputs` says, None in place of each ``discarded``
+    output (written into memory made on the first launch and kept), or, for any other tensors
+    or in a process forked since binding, ``fallback(*tensors)`` (None, launching nothing,
+    without one)."""
 
     __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback",
-                 "_constants", "_constant_pointers")
+                 "_constants", "_constant_pointers", "discarded", "_allocated", "_sinks")
 
     def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
                  outputs: Sequence[Metadata], device: torch.device, generation: int,
-                 fallback: Callable[..., Any] | None = None, constants: Sequence[torch.Tensor] = ()) -> None:
+                 fallback: Callable[..., Any] | None = None, constants: Sequence[torch.Tensor] = (),
+                 discarded: Sequence[int] = ()) -> None:
         self._launcher = launcher
         self._expected = tuple(expected)
         self._constants = tuple(constants)  # kept alive for as long as the call is
@@ -61,11 +67,17 @@ class DirectCall:
         self._generation = generation
         self._single = len(self.outputs) == 1
         self._fallback = fallback
+        #: Positions of the outputs the call writes into memory of its own and returns as None.
+        self.discarded: tuple[int, ...] = tuple(sorted(set(discarded)))
+        if any(not 0 <= i < len(self.outputs) for i in self.discarded):
+            raise ValueError(f"discarded outputs {self.discarded} out of range for {len(self.outputs)} outputs")
+        self._allocated = tuple(m for i, m in enumerate(self.outputs) if i not in self.discarded)
+        self._sinks: tuple[torch.Tensor, ...] | None = None  # the discarded outputs' memory, made on first launch
 
     def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
         """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
         return DirectCall(self._launcher, self._expected, self.outputs, self._device, self._generation, fallback,
-                          self._constants)
+                          self._constants, self.discarded)
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
         result = self.try_launch(*tensors)
@@ -89,15 +101,35 @@ class DirectCall:
         pointers.extend(self._constant_pointers)
         device = self._device
         outputs = [torch.empty_strided(shape, stride, dtype=dtype, device=device)
-                   for shape, stride, dtype in self.outputs]
+                   for shape, stride, dtype in self._allocated]
+        if self.discarded:
+            return self._launch_discarding(pointers, outputs, index)
         pointers.extend(output.data_ptr() for output in outputs)
         self._launcher(pointers, current_stream(index))
         return outputs[0] if self._single else tuple(outputs)
 
+    def _launch_discarding(self, pointers: list[int], outputs: list[torch.Tensor], index: int) -> tuple:
+        """Launch with the discarded outputs in the call's own memory; None in their places."""
+        if self._sinks is None:  # no reader, so every launch may overwrite the same memory
+            self._sinks = tuple(torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2],
+                                                    device=self._device) for i in self.discarded)
+        kept, sinks, returned = iter(outputs), iter(self._sinks), []
+        for position in range(len(self.outputs)):
+            if position in self.discarded:
+                pointers.append(next(sinks).data_ptr())
+                returned.append(None)
+            else:
+                output = next(kept)
+                pointers.append(output.data_ptr())
+                returned.append(output)
+        self._launcher(pointers, current_stream(index))
+        return tuple(returned)
+
 
 def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
            examples: Sequence[torch.Tensor], views: Sequence[View | None], output_views: Sequence[View | None],
-           device: torch.device, generation: int, constants: Sequence[torch.Tensor] = ()) -> DirectCall | None:
+           device: torch.device, generation: int, constants: Sequence[torch.Tensor] = (),
+           discarded: Sequence[int] = ()) -> DirectCall | None:
     """A :class:`DirectCall` for tensors like ``examples``, or None where one of them is not
     the kernel's argument in memory (see :meth:`Launchable.bind <boo_core.Launchable.bind>`)."""
     if len(examples) + len(constants) != len(inputs) or len(views) > len(examples) or len(output_views) > len(outputs):
@@ -127,7 +159,7 @@ def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSp
                 and _dense(result)):
             return None
         results.append((tuple(result.shape), tuple(result.stride()), spec.dtype))
-    return DirectCall(launcher, expected, results, device, generation, constants=constants)
+    return DirectCall(launcher, expected, results, device, generation, constants=constants, discarded=discarded)
 
 
 def _dense(tensor: torch.Tensor) -> bool:

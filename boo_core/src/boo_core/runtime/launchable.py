@@ -174,7 +174,8 @@ class Launchable:
         return self._run(args, self._new_outputs())
 
     def bind(self, examples: Sequence[torch.Tensor], views: Sequence[View | None] = (),
-             output_views: Sequence[View | None] = (), constants: Sequence[torch.Tensor] = ()) -> DirectCall | None:
+             output_views: Sequence[View | None] = (), constants: Sequence[torch.Tensor] = (),
+             discarded: Sequence[int] = ()) -> DirectCall | None:
         """The call settled for tensors like ``examples`` (fake ones will do): a
         :class:`~boo_core.runtime.direct_call.DirectCall`, or None where calls cannot skip
         :meth:`try_call`'s work (no direct launch: a CPU kernel, or one IREE's runtime runs).
@@ -186,12 +187,14 @@ class Launchable:
         dense i-th output to what the call returns, likewise; the call allocates it with
         the resulting strides. ``constants`` are the kernel's last arguments, real tensors
         exactly as it takes them, which every call passes after the caller's tensors.
+        ``discarded`` lists outputs nobody reads: the call returns None for them, the kernel
+        writing them into memory the call keeps.
         """
         launcher = getattr(self, "_launcher", None)
         if launcher is None or self.stale:
             return None
         return settle(launcher, self._inputs, self._outputs, examples, views, output_views, self._torch_device,
-                      self._generation, constants)
+                      self._generation, constants, discarded)
 
     def _run(self, args: Sequence[torch.Tensor], outputs: tuple[torch.Tensor, ...]):
         """Launch on checked arguments: directly where the kernel has a plan, else through IREE."""

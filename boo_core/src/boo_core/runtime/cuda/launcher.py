@@ -23,7 +23,8 @@ TRANSIENT_ALIGNMENT = 256
 
 @dataclass
 class _Launch:
-    head: tuple[Any, ...]  # cuLaunchKernel's arguments before the stream: function, grid, block, shared memory
+    head: tuple[Any, ...]  # cuLaunchKernel's arguments before the stream as ctypes objects: function, grid,
+    # block, shared memory
     pointers: ctypes.Array  # the binding parameters' values (c_uint64), set per call
     sources: tuple[tuple[int, int], ...]  # per binding: (slot, byte offset in the slot)
     parameters: ctypes.Array  # void*[]: where each parameter's value is
@@ -85,8 +86,8 @@ class PlanLauncher:
                 addresses += [ctypes.addressof(constants) + 4 * i for i in range(len(command.constants))]
             parameters = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
             sources = tuple((b.slot, b.offset) for b in command.bindings)
-            return _Launch((functions[command.kernel], *command.grid, *kernel.block, kernel.shared_memory), pointers,
-                           sources, parameters, constants)
+            sizes = (ctypes.c_uint(n) for n in (*command.grid, *kernel.block, kernel.shared_memory))
+            return _Launch((functions[command.kernel], *sizes), pointers, sources, parameters, constants)
         return command
 
     @property
@@ -115,7 +116,7 @@ class PlanLauncher:
             with self._lock:
                 for index, arg, offset in sources:
                     values[index] = pointers[arg] + offset
-                code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
+                code = api.cuLaunchKernel_prepared(*step.head, ctypes.c_void_p(stream), step.parameters, None)
             if code in WRONG_CONTEXT_CODES:
                 raise _WrongContext(api.error(code))
             if code:
@@ -140,7 +141,7 @@ class PlanLauncher:
                 values = step.pointers
                 for index, (slot, offset) in enumerate(step.sources):
                     values[index] = bases[slot] + offset
-                code = api.cuLaunchKernel(*step.head, stream, step.parameters, None)
+                code = api.cuLaunchKernel_prepared(*step.head, ctypes.c_void_p(stream), step.parameters, None)
             elif isinstance(step, Fill):
                 code = _fill(api, bases[step.slot] + step.offset, step, stream)
             else:
