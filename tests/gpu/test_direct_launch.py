@@ -352,9 +352,12 @@ def test_an_inference_layer_norm_writes_its_statistics_aside_and_y_is_right(back
                                    for c in calls), [(type(c._bound).__name__, c.spec) for c in calls]
 
 
-def test_compiled_training_with_backward_kernels_through_direct_calls_is_right():
+def test_compiled_training_with_backward_kernels_through_direct_calls_is_right(bound_calls):
     """The same layers in training, their gradients on BOO's kernels (conv data and weight
-    gradients, layer-norm backward, matmuls): outputs and gradients match PyTorch."""
+    gradients, layer-norm backward, matmuls): outputs and gradients match PyTorch. The
+    layer norm's backward, whose three gradients are the node's values, is a direct call."""
+    from boo_core.runtime.direct_call import DirectCall
+
     torch._dynamo.reset()
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1, bias=False), torch.nn.ReLU(),
@@ -372,6 +375,8 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right()
                 scale = q.grad.abs().max().item()
                 torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
                 p.grad = q.grad = None
+    [backward] = [c for c in bound_calls if c.pattern.name == "layernorm.backward"]
+    assert isinstance(backward._bound, DirectCall) and backward._exact
 
 
 @pytest.mark.parametrize("buffers", [f32, bf16], ids=["f32_buffers", "bf16_buffers"])

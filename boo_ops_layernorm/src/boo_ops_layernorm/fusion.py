@@ -107,7 +107,9 @@ class LayerNormForward(FusionPattern):
 
 class LayerNormBackward(FusionPattern):
     """``aten.native_layer_norm_backward(dy, x, normalized_shape, mean, rstd, weight, bias,
-    output_mask) -> (dx, dw, db)``, None where the mask is off."""
+    output_mask) -> (dx, dw, db)``, None where the mask is off. The kernel call takes
+    ``(dy, x, mean, rstd[, weight])``: the bias only says that db exists, and a call that
+    passed it to the kernel's direct call would be refused there (it takes what the kernel reads)."""
 
     name = "layernorm.backward"
     anchors = (aten.native_layer_norm_backward.default,)
@@ -120,7 +122,7 @@ class LayerNormBackward(FusionPattern):
             return None
         spec = {"normalized_shape": normalized, "weight": weight is not None, "bias": bias is not None,
                 "mask": [bool(m) for m in mask]}
-        return FusionMatch((node,), tuple(t for t in (dy, x, mean, rstd, weight, bias) if t is not None), spec)
+        return FusionMatch((node,), tuple(t for t in (dy, x, mean, rstd, weight) if t is not None), spec)
 
     def _forward(self, spec: Mapping[str, Any], x: torch.Tensor) -> LayerNormSignature:
         # eps does not enter the backward (rstd carries it): the default names the kernel.
@@ -141,7 +143,7 @@ class LayerNormBackward(FusionPattern):
         if not gradients:
             return (None, None, None)
         forward = self._forward(spec, x)
-        weight, _ = _split(spec, params)
+        weight = params[0] if params else None
         stats = [t.reshape(forward.stats_shape).to(forward.stats_dtype).contiguous() for t in (mean, rstd)]
         outputs = backward_launchable(forward, gradients, x.device)(
             dy.contiguous(), x.contiguous(), *stats, *(() if weight is None else (weight.contiguous(),)))
@@ -154,29 +156,29 @@ class LayerNormBackward(FusionPattern):
             return None
         forward = self._forward(spec, inputs[1])
         kernel = backward_launchable(forward, gradients, inputs[1].device)
-        stats_shape, stats_dtype, takes_weight = forward.stats_shape, forward.stats_dtype, spec["weight"]
+        stats_shape, stats_dtype = forward.stats_shape, forward.stats_dtype
 
         def run(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                 *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
             stats = (mean.reshape(stats_shape).to(stats_dtype), rstd.reshape(stats_shape).to(stats_dtype))
-            outputs = kernel.try_call(dy, x, *stats, *params[:1] if takes_weight else ())
+            outputs = kernel.try_call(dy, x, *stats, *params)
             if outputs is None:
                 return None
             found = by_gradient(gradients, outputs)
             return tuple(found.get(g) for g in GRADIENTS)
 
         # On a GPU, tensors laid out as bound go to the kernel as they are (the statistics' reshapes are views).
-        dy, x, mean, rstd, *params = inputs
-        if mean.dtype != stats_dtype or rstd.dtype != stats_dtype:
+        if inputs[2].dtype != stats_dtype or inputs[3].dtype != stats_dtype:
             return run
-        direct = kernel.bind((dy, x, mean, rstd, *(params[:1] if takes_weight else ())),
-                             (None, None, _reshaping(stats_shape), _reshaping(stats_shape)))
+        direct = kernel.bind(inputs, (None, None, _reshaping(stats_shape), _reshaping(stats_shape)))
         if direct is None:
             return run
+        if gradients == GRADIENTS:  # the kernel returns (dx, dw, db): the node's values as they are
+            return direct.or_else(run)
 
         def run_direct(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                        *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
-            outputs = direct.try_launch(dy, x, mean, rstd, *params[:1] if takes_weight else ())
+            outputs = direct.try_launch(dy, x, mean, rstd, *params)
             if outputs is None:
                 return run(dy, x, mean, rstd, *params)
             found = by_gradient(gradients, outputs)
@@ -186,7 +188,10 @@ class LayerNormBackward(FusionPattern):
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         dy, x, mean, rstd, *params = inputs
-        return aten.native_layer_norm_backward(dy, x, spec["normalized_shape"], mean, rstd, *_split(spec, params),
+        weight = params[0] if params else None
+        # torch's kernels read only the bias's metadata (db's shape and dtype): a stand-in has it.
+        bias = torch.empty(spec["normalized_shape"], dtype=dy.dtype, device=dy.device) if spec["bias"] else None
+        return aten.native_layer_norm_backward(dy, x, spec["normalized_shape"], mean, rstd, weight, bias,
                                                spec["mask"])
 
 

@@ -25,6 +25,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from ..signatures.signature import TensorSpec
 from . import hal
 
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # a torch without Dynamo's C++ guards
+    _TensorGuards = None
+
 #: A function from a tensor to the view of it the kernel takes (or gives).
 View = Callable[[torch.Tensor], torch.Tensor]
 #: Shape, strides and dtype of one tensor, as bound.
@@ -50,7 +55,7 @@ class DirectCall:
     without one)."""
 
     __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback",
-                 "_constants", "_constant_pointers", "discarded", "_allocated", "_sinks")
+                 "_constants", "_constant_pointers", "discarded", "_allocated", "_sinks", "_guards")
 
     def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
                  outputs: Sequence[Metadata], device: torch.device, generation: int,
@@ -73,6 +78,8 @@ class DirectCall:
             raise ValueError(f"discarded outputs {self.discarded} out of range for {len(self.outputs)} outputs")
         self._allocated = tuple(m for i, m in enumerate(self.outputs) if i not in self.discarded)
         self._sinks: tuple[torch.Tensor, ...] | None = None  # the discarded outputs' memory, made on first launch
+        # The metadata checks in one C++ call, made from the first tensors launched (False: none to make).
+        self._guards: Any = None
 
     def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
         """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
@@ -88,16 +95,16 @@ class DirectCall:
         if len(tensors) != len(self._expected) or hal.generation != self._generation:
             return None
         index = self._index
-        pointers = []
-        for tensor, (shape, stride, dtype) in zip(tensors, self._expected):
-            if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and tensor.dtype is dtype
-                    and tensor.shape == shape and tensor.stride() == stride and tensor.is_cuda
-                    and tensor.get_device() == index and not tensor.is_neg()):
+        guards = self._guards
+        if guards is None or guards is False or not guards.check(*tensors):
+            if not self._as_bound(tensors):
                 return None
-            pointer = tensor.data_ptr()
+            if guards is None:
+                self._guards = _metadata_guards(tensors)
+        pointers = [tensor.data_ptr() for tensor in tensors]
+        for pointer in pointers:
             if pointer % IMPORT_ALIGNMENT:  # a view at an odd offset: the general path copies it
                 return None
-            pointers.append(pointer)
         pointers.extend(self._constant_pointers)
         device = self._device
         outputs = [torch.empty_strided(shape, stride, dtype=dtype, device=device)
@@ -107,6 +114,16 @@ class DirectCall:
         pointers.extend(output.data_ptr() for output in outputs)
         self._launcher(pointers, current_stream(index))
         return outputs[0] if self._single else tuple(outputs)
+
+    def _as_bound(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether ``tensors`` are strided tensors on the bound GPU with the bound metadata."""
+        index = self._index
+        for tensor, (shape, stride, dtype) in zip(tensors, self._expected):
+            if not (isinstance(tensor, torch.Tensor) and tensor.layout is torch.strided and tensor.dtype is dtype
+                    and tensor.shape == shape and tensor.stride() == stride and tensor.is_cuda
+                    and tensor.get_device() == index and not tensor.is_neg()):
+                return False
+        return True
 
     def _launch_discarding(self, pointers: list[int], outputs: list[torch.Tensor], index: int) -> tuple:
         """Launch with the discarded outputs in the call's own memory; None in their places."""
@@ -124,6 +141,21 @@ class DirectCall:
                 returned.append(output)
         self._launcher(pointers, current_stream(index))
         return tuple(returned)
+
+
+def _metadata_guards(tensors: Sequence[torch.Tensor]) -> Any:
+    """Dynamo's C++ check that tensors have exactly these tensors' metadata (dispatch keys,
+    so device type, layout and negation too; dtype, device index, requires_grad, sizes and
+    strides), or False where this torch lacks it. Passing it implies :meth:`DirectCall._as_bound`;
+    failing it (a tensor that differs only in requires_grad, say) sends a call to that check."""
+    if _TensorGuards is None:
+        return False
+    try:
+        guards = _TensorGuards(*tensors, dynamic_dims_sizes=[list(t.shape) for t in tensors],
+                               dynamic_dims_strides=[list(t.stride()) for t in tensors])
+        return guards if guards.check(*tensors) else False
+    except Exception:  # another torch's signature: the Python checks serve
+        return False
 
 
 def settle(launcher: Callable[[list[int], int], None], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
