@@ -311,6 +311,12 @@ def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return _store(s, y.to(s.dtype))
 
 
+def im2col_forward(s: ConvSignature, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``s``'s forward convolution of logical (NC[D]HW) ``x``, ``w`` and ``b`` through
+    ``im2col``, for ``s`` in logical layouts (CBAInfer's conv stage on the CPU)."""
+    return _im2col(s, (x, w) if b is None else (x, w, b))
+
+
 def _split(pixels: int, splits: int) -> int:
     """Rows per part of a reduction over ``pixels`` rows cut into about ``splits`` parts
     (a multiple of 64)."""
