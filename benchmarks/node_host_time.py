@@ -56,7 +56,7 @@ def replaced_ops(match: FusionMatch) -> Callable[[tuple], object]:
             if node in values:
                 return values[node]
             # A value the kernel does not take (a bias only db's shape needs, running statistics
-            # the rewrite hands the kernel in another form): a tensor of its metadata times the same.
+            # the rewrite hands the kernel in another form): a tensor of its metadata costs the host the same.
             meta = node.meta["val"]
             if not isinstance(meta, torch.Tensor):
                 return meta

@@ -5,19 +5,21 @@ channels, per-activation batch norm and logistic: every element off; docs/gpu.md
 conv op's class). Verification refuses any formulation that comes out wrong, and the next
 one serves. On CUDA an NHWC padded convolution also has the conv op's ``channels_last``
 (formulations.py: one executable, the padding fused into the convolution), last: the Hopper
-kernel library substitutes into it. On the CPU, an ungrouped channels-last or strided
-convolution stage is the conv op's ``im2col`` first, as the conv op's own kernels are: IREE's
-convolution took 9-10x its time there (formulations.py), and CBAInfer's reference export had
-it."""
+kernel library substitutes into it. On the CPU, a conv stage that the conv op builds
+through ``im2col`` first (ungrouped, channels-last or strided: ``im2col_first_on_the_cpu``)
+is built that way here too: IREE's own convolution took 9-10x its time there, and CBAInfer's
+reference export had it."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
 from boo_core import Formulation, Target
 
 from .cba_signature import ConvBatchNormActivationSignature
-from .formulations import channels_last_formulation, im2col_forward
+from .formulations import channels_last_formulation, im2col_first_on_the_cpu, im2col_forward
 from .signature import ConvSignature
 
 
@@ -30,24 +32,20 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
                 Formulation("default"))
     if target.backend == "cuda" and s.has_conv and s.layout == "NHWC" and any(s.padding):
         return (Formulation("default"), channels_last_formulation())
-    if target.backend == "llvm-cpu" and s.has_conv and s.groups == 1 and \
-            (s.layout != "NCHW" or s.stride_h > 1 or s.stride_w > 1):
-        conv = conv_stage(s)
-
-        def im2col_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-            return im2col_forward(conv, x, w, b)
-
-        return (Formulation("im2col", computation=lambda *a: s.compute(a, im2col_conv),
+    if s.has_conv and im2col_first_on_the_cpu(conv_stage(s, s.layout), target):
+        conv = functools.partial(im2col_forward, conv_stage(s))
+        return (Formulation("im2col", computation=lambda *a: s.compute(a, conv),
                             description="the conv stage as the conv op's im2col (unfolded windows times the filter)"),
                 Formulation("default"))
     return (Formulation("default"),)
 
 
-def conv_stage(s: ConvBatchNormActivationSignature) -> ConvSignature:
-    """The conv op's signature of ``s``'s convolution, on logical (NCHW) tensors."""
+def conv_stage(s: ConvBatchNormActivationSignature, layout: str = "NCHW") -> ConvSignature:
+    """The conv op's signature of ``s``'s convolution with its tensors in ``layout`` (by
+    default logical, what :meth:`~.ConvBatchNormActivationSignature.compute` hands over)."""
     return ConvSignature((s.n, s.c, s.h, s.w), (s.k, s.c // s.groups, s.fil_h, s.fil_w),
                          stride=(s.stride_h, s.stride_w), padding=s.padding, dilation=(s.dilation_h, s.dilation_w),
-                         groups=s.groups, dtype=s.dtype, bias=s.has_bias)
+                         groups=s.groups, dtype=s.dtype, bias=s.has_bias, shared_layout=layout)
 
 
 def is_plain_1x1(s: ConvBatchNormActivationSignature) -> bool:

@@ -44,7 +44,7 @@ matmul), ``im2col_split32``. Verification (on by default on GPUs) refuses any fo
 that comes out wrong, and the next one serves.
 
 CPU: ``im2col`` comes first for ungrouped channels-last or strided forwards, where IREE's own
-convolution is about 9x slower (``_im2col_first_on_the_cpu``).
+convolution is about 9x slower (``im2col_first_on_the_cpu``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         if half_padded_forward:
             first[:0] = [im2col, Formulation("f32_compute", computation=lambda *a: _in_float32(s, *a),
                                              description="computed in float32, rounded once")]
-        elif _im2col_first_on_the_cpu(s, target):
+        elif im2col_first_on_the_cpu(s, target):
             first.insert(0, im2col)
         else:
             later.append(im2col)
@@ -154,7 +154,7 @@ def _is_unpadded_nchw_1x1(s: ConvSignature) -> bool:
             and not any(s.padding) and s.groups == 1)
 
 
-def _im2col_first_on_the_cpu(s: ConvSignature, target: Target) -> bool:
+def im2col_first_on_the_cpu(s: ConvSignature, target: Target) -> bool:
     """Ungrouped channels-last or strided forwards on the CPU: IREE's own convolution took
     9-10x im2col's time there (2-core CPU, f32, batch 32: 3x3 64->64 @16 NHWC 63.5 against
     7.0 ms, 3x3/2 128->256 @8 NCHW 21.0 against 3.4, the 7x7/2 stem NHWC 93.1 against 10.6;
