@@ -1,7 +1,7 @@
 """A compiled step with one change off and on, alternating in one process.
 
 The host time a change saves is easily hidden by a shared machine's noise, so this script
-compiles the model under ``iree_boo`` (backward kernels on for training) once per state and
+compiles the model under ``iree_boo`` (or ``--backend``; backward kernels on for training) once per state and
 alternates the two ``--pairs`` times. Per row: the median of per-step times (each step
 synchronized), the time per step of ``--steps`` steps run back to back, how many launches of
 several-command plans went out as one CUDA graph launch, and how many graphs were recorded
@@ -12,13 +12,17 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
   no direct call and leave the running statistics' conversions to the graph (the behaviour
   before they were added); the backward's direct call stays;
 * ``residual``: a training batch norm taking a residual block's sum (and the ReLU after it)
-  into its kernel. Off, the sum and the ReLU stay in the graph.
+  into its kernel. Off, the sum and the ReLU stay in the graph;
+* ``guard-remakes``: a direct call making its C++ metadata check again where a miss was the
+  thread's dispatch state alone (``direct_call.GUARD_REMAKES``). Off, the check made at the
+  first call stays, and calls it misses take the Python check.
 
 ``--graphs`` compiles with ``mode="reduce-overhead"`` (BOO's CUDA graphs), where a step's
-device time, not its host time, decides.
+device time, not its host time, decides. ``--backend iree_boo_inductor`` compiles with that
+backend instead.
 
-    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual] [--model resnet50] [--inference]
-                                     [--graphs] [--pairs 3] [--steps 10]
+    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|guard-remakes] [--model resnet50]
+                                     [--backend iree_boo] [--inference] [--graphs] [--pairs 3] [--steps 10]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from boo_core.runtime import direct_call
 from boo_core.runtime.cuda import replay
 from boo_core.settings import settings_override
 from boo_core.testing.models import workload
@@ -65,18 +70,31 @@ def _residual(on: bool) -> Iterator[None]:
         fusion._residual_sum = saved
 
 
+@contextlib.contextmanager
+def _guard_remakes(on: bool) -> Iterator[None]:
+    """Direct calls remaking their C++ metadata check after a miss (on), or never (off)."""
+    saved = direct_call.GUARD_REMAKES
+    direct_call.GUARD_REMAKES = saved if on else 0
+    try:
+        yield
+    finally:
+        direct_call.GUARD_REMAKES = saved
+
+
 def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
     if toggle == "replay":
         return settings_override(cuda_graph_replay=on, use_backward_kernels=True)
     stack = contextlib.ExitStack()
     stack.enter_context(settings_override(use_backward_kernels=True))
-    stack.enter_context(_bnorm_direct(on) if toggle == "bnorm-direct" else _residual(on))
+    toggled = {"bnorm-direct": _bnorm_direct, "residual": _residual, "guard-remakes": _guard_remakes}[toggle]
+    stack.enter_context(toggled(on))
     return stack
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual"])
+    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual", "guard-remakes"])
+    parser.add_argument("--backend", default="iree_boo", choices=["iree_boo", "iree_boo_inductor"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")
     parser.add_argument("--batch", type=int, default=32)
@@ -105,7 +123,7 @@ def main() -> None:
         return record(self, *call)
 
     replay.GraphReplays.launch, replay.GraphReplays._record = counted, recorded
-    print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, "
+    print(f"{args.model} {'inference' if args.inference else 'training'}, batch {args.batch}, {args.backend}, "
           f"{'CUDA graphs, ' if args.graphs else ''}{torch.cuda.get_device_name()}")
     print(f"| {args.toggle} | median ms/step (synchronized) | ms/step back to back | graph launches | "
           "recordings per step |")
@@ -113,7 +131,7 @@ def main() -> None:
     for on in [False, True] * args.pairs:
         with _state(args.toggle, on):
             torch._dynamo.reset()
-            compiled = torch.compile(model, backend="iree_boo", dynamic=False,
+            compiled = torch.compile(model, backend=args.backend, dynamic=False,
                                      mode="reduce-overhead" if args.graphs else None)
             step = _step(compiled, model, x, args.inference)
             for _ in range(3):

@@ -379,6 +379,50 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right(b
     assert isinstance(backward._bound, DirectCall) and backward._exact
 
 
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_every_later_call_of_a_compiled_step_passes_the_direct_calls_cpp_check(backend, monkeypatch):
+    """Under Inductor a node's first call ran under another thread dispatch state than the
+    later ones, and the C++ metadata check made there missed them all: each went on to the
+    slower Python check. Made again where the calls run, after the first steps no call of a
+    training step (conv, batch norm + ReLU with a residual sum, linear; their gradients)
+    takes the Python check, and gradients match PyTorch's."""
+    from boo_core.runtime.direct_call import DirectCall
+
+    checked: list[DirectCall] = []
+    python_check = DirectCall._as_bound
+    monkeypatch.setattr(DirectCall, "_as_bound", lambda self, tensors: checked.append(self) or
+                        python_check(self, tensors))
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
+            self.norm = torch.nn.BatchNorm2d(64)
+            self.head = torch.nn.Linear(64, 128)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.relu(self.norm(self.conv(x)) + x).mean((2, 3)))
+
+    model = Block().to(DEVICE, bf16).to(memory_format=torch.channels_last)
+    reference = copy.deepcopy(model).float()
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+        for step in range(5):
+            if step == 2:
+                checked.clear()
+            x = torch.randn(16, 64, 14, 14, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
+            probe = torch.randn(16, 128, device=DEVICE)
+            (compiled(x).float() * probe).sum().backward()
+            (reference(x.float()) * probe).sum().backward()
+            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                scale = q.grad.abs().max().item()
+                torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
+                p.grad = q.grad = None
+    assert checked == [], f"{len(checked)} calls took the Python check in steps 3 to 5"
+
+
 @pytest.mark.parametrize("buffers", [f32, bf16], ids=["f32_buffers", "bf16_buffers"])
 def test_compiled_batch_norm_training_and_its_gradient_are_direct_calls_and_right(buffers, bound_calls):
     """A training batch norm (its momentum bound once, its running statistics read and

@@ -40,6 +40,15 @@ Metadata = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
 #: leaves it to the general path), an ``out=`` view at one is refused.
 IMPORT_ALIGNMENT = 64
 
+#: How many times a direct call makes its C++ metadata check again after it missed tensors
+#: that the Python check then found exactly as bound. Dynamo's check compares dispatch keys
+#: under the thread's dispatch state, and a node's first call may run in another: under
+#: ``iree_boo_inductor`` the first calls ran with ``Fake``, ``Functionalize`` and other keys
+#: excluded, and a check made there missed every later call (107 calls per ResNet-50
+#: training step took the Python check). A bound keeps calls that alternate between states
+#: from remaking it at every call.
+GUARD_REMAKES = 4
+
 #: The handle of torch's current stream on cuda:<index> (torch's raw accessor when it has one:
 #: no Stream object made, a few microseconds less per call).
 current_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
@@ -55,7 +64,7 @@ class DirectCall:
     without one)."""
 
     __slots__ = ("_launcher", "_expected", "outputs", "_device", "_index", "_generation", "_single", "_fallback",
-                 "_constants", "_constant_pointers", "discarded", "_allocated", "_sinks", "_guards")
+                 "_constants", "_constant_pointers", "discarded", "_allocated", "_sinks", "_guards", "_remakes")
 
     def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
                  outputs: Sequence[Metadata], device: torch.device, generation: int,
@@ -80,6 +89,7 @@ class DirectCall:
         self._sinks: tuple[torch.Tensor, ...] | None = None  # the discarded outputs' memory, made on first launch
         # The metadata checks in one C++ call, made from the first tensors launched (False: none to make).
         self._guards: Any = None
+        self._remakes = 0  # times the checks were made again after a miss by tensors as bound
 
     def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
         """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
@@ -99,7 +109,10 @@ class DirectCall:
         if guards is None or guards is False or not guards.check(*tensors):
             if not self._as_bound(tensors):
                 return None
-            if guards is None:
+            if guards is None or (guards is not False and self._remakes < GUARD_REMAKES):
+                # A miss by tensors as bound: the check was made under another dispatch state
+                # (GUARD_REMAKES). It is made again here, where the calls run, a few times at most.
+                self._remakes += guards is not None
                 self._guards = _metadata_guards(tensors)
         pointers = [tensor.data_ptr() for tensor in tensors]
         for pointer in pointers:
