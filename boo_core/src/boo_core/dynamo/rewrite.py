@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import operator
 import os
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -42,6 +43,24 @@ from .report import GraphReport, logger, new_report
 T = TypeVar("T")
 
 _module_logger = logging.getLogger(__name__)
+
+#: Open :func:`collecting_signatures` blocks' records, the innermost last.
+_collectors: list[dict[str, Signature]] = []
+
+
+@contextlib.contextmanager
+def collecting_signatures() -> Iterator[dict[str, Signature]]:
+    """While open, :func:`rewrite` builds no kernel and replaces no node: it records the
+    signatures each graph's matches would launch (by ``func_name``, in the order first met)
+    into the dict this yields. Graphs compiled meanwhile keep their ops and run them on the
+    nested backend. Every graph compiled in the process records, whatever its thread (the
+    backward graph compiles on autograd's); open one block at a time."""
+    found: dict[str, Signature] = {}
+    _collectors.append(found)
+    try:
+        yield found
+    finally:
+        _collectors.remove(found)
 
 
 def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
@@ -80,6 +99,12 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     # Kernels compile in parallel (iree-compile runs as a process of its own); a match whose
     # kernels fail leaves its node to the next pattern that matches it, if any.
     signatures = [_signatures_ahead(pattern, match, report) for _, _, pattern, match in claims]
+    if _collectors:
+        for signature in (s for found in signatures for s in found or ()):
+            _collectors[-1].setdefault(signature.func_name, signature)
+        gm.graph.lint()
+        gm.recompile()
+        return report
     with ThreadPoolExecutor(max_workers=max(1, min(len(claims), os.cpu_count() or 1))) as pool:
         compiled = list(pool.map(lambda claim, found: _compile_ahead(claim[2], claim[3], found, report),
                                  claims, signatures))
