@@ -352,6 +352,18 @@ def test_an_inference_layer_norm_writes_its_statistics_aside_and_y_is_right(back
                                    for c in calls), [(type(c._bound).__name__, c.spec) for c in calls]
 
 
+def _gradients_match(compiled, model: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor,
+                     probe: torch.Tensor) -> None:
+    """One training step of ``compiled`` (``model`` compiled) and of its float32 copy
+    ``reference`` on ``x``: the parameters' gradients agree within bf16's tolerance (then cleared)."""
+    (compiled(x).float() * probe).sum().backward()
+    (reference(x.float()) * probe).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        scale = q.grad.abs().max().item()
+        torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
+        p.grad = q.grad = None
+
+
 def test_compiled_training_with_backward_kernels_through_direct_calls_is_right(bound_calls):
     """The same layers in training, their gradients on BOO's kernels (conv data and weight
     gradients, layer-norm backward, matmuls): outputs and gradients match PyTorch. The
@@ -369,12 +381,7 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right(b
         for _ in range(3):
             x = torch.randn(32, 64, 8, 8, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
             probe = torch.randn(32, 256, device=DEVICE)
-            (compiled(x).float() * probe).sum().backward()
-            (reference(x.float()) * probe).sum().backward()
-            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-                scale = q.grad.abs().max().item()
-                torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
-                p.grad = q.grad = None
+            _gradients_match(compiled, model, reference, x, probe)
     [backward] = [c for c in bound_calls if c.pattern.name == "layernorm.backward"]
     assert isinstance(backward._bound, DirectCall) and backward._exact
 
@@ -414,12 +421,7 @@ def test_every_later_call_of_a_compiled_step_passes_the_direct_calls_cpp_check(b
                 checked.clear()
             x = torch.randn(16, 64, 14, 14, device=DEVICE, dtype=bf16).contiguous(memory_format=torch.channels_last)
             probe = torch.randn(16, 128, device=DEVICE)
-            (compiled(x).float() * probe).sum().backward()
-            (reference(x.float()) * probe).sum().backward()
-            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-                scale = q.grad.abs().max().item()
-                torch.testing.assert_close(p.grad.float(), q.grad, rtol=5e-2, atol=5e-2 * scale, msg=name)
-                p.grad = q.grad = None
+            _gradients_match(compiled, model, reference, x, probe)
     assert checked == [], f"{len(checked)} calls took the Python check in steps 3 to 5"
 
 
