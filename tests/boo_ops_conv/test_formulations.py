@@ -105,7 +105,9 @@ def test_which_formulations_each_kind_of_convolution_gets():
     nchw = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1)
     assert names(nchw) == ["default", "im2col", "explicit_pad"]
     weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, mode="wrw")
-    assert names(weight_gradient) == ["default", "im2col_split32", "im2col_split128", "im2col", "explicit_pad"]
+    # On the CPU a weight gradient's sums of partial products first (IREE's own kernel measured 8-22x slower)
+    assert names(weight_gradient) == ["im2col_split128", "default", "im2col_split32", "im2col", "explicit_pad"]
+    assert names(weight_gradient, CUDA) == ["default", "im2col_split32", "im2col_split128", "im2col", "explicit_pad"]
     half_1x1_weight_gradient = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), dtype=bf16, mode="wrw")
     assert names(half_1x1_weight_gradient, CUDA) == ["im2col_split32", "default", "im2col_split128", "im2col",
                                                      "explicit_pad"]
