@@ -69,7 +69,7 @@ _HALF = (torch.bfloat16, torch.float16)
 #: 6.5 (3.3); 1x1/2 64->128 @16 NHWC 6.95 against 0.32 (0.24); the 7x7/2 stem, 3 channels @64
 #: NHWC, 110.7 against 13.7 (2.3); 3x3 64->64 in 4 groups @32 NHWC batch 8 49.2 against 4.7
 #: (0.76)). ``im2col_split32`` and ``im2col`` each won some of these by up to 13% and lost
-#: others by up to 50%; ``boo tune`` times them all.
+#: others by 1.5x and 2.1x; ``boo tune`` times them all.
 WEIGHT_GRADIENT_FIRST_ON_THE_CPU = "im2col_split128"
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
