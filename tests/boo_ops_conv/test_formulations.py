@@ -88,6 +88,9 @@ CASES = [
     ConvSignature((2, 4, 7, 7), (4, 4, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", mode="bwd"),
     ConvSignature((2, 6, 9, 7), (4, 3, 3, 2), padding=(2, 1), dilation=(2, 1), groups=2, dtype=f32, mode="bwd"),
     ConvSignature((3, 4, 30, 30), (8, 4, 3, 3), padding=1, dtype=f32, mode="wrw"),
+    # strided 1x1 data gradients (matmul_scatter), the zero-spread axes cut back to the input's extent
+    ConvSignature((2, 6, 9, 8), (4, 6, 1, 1), stride=(2, 3), dtype=bf16, shared_layout="NHWC", mode="bwd"),
+    ConvSignature((2, 6, 11), (4, 6, 1), stride=3, dtype=f32, mode="bwd"),
     ConvSignature((2, 6, 7, 6), (6, 2, 3, 2), stride=(3, 2), padding=(1, 0), dilation=(1, 2), groups=2,
                   transposed=True, output_padding=(2, 1), dtype=f32, mode="bwd"),
     ConvSignature((2, 6, 7, 6), (6, 2, 3, 2), stride=(3, 2), padding=(1, 0), dilation=(1, 2), groups=2,
@@ -115,6 +118,13 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert names(nhwc_bwd) == ["default", "im2col", "logical_layout"]
     strided_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")
     assert names(strided_bwd) == ["default"]
+    # An unpadded strided 1x1 data gradient: dY @ W with zeros put between, first on the CPU
+    # (IREE's zero-inserted route measured 3-11x slower there), a tuning candidate elsewhere.
+    strided_1x1_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), stride=2, mode="bwd")
+    assert names(strided_1x1_bwd) == ["matmul_scatter", "default"]
+    assert names(strided_1x1_bwd, CUDA) == ["default", "matmul_scatter"]
+    assert "matmul_scatter" not in names(dataclasses.replace(strided_1x1_bwd, padding=(1, 1))) + \
+        names(dataclasses.replace(strided_1x1_bwd, stride=(1, 1)))
     transposed = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, transposed=True)
     assert names(transposed) == ["default"]
     output_padded = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), stride=2, transposed=True, output_padding=1, mode="wrw")

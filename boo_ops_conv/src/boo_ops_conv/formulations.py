@@ -23,6 +23,10 @@ and ``boo tune`` times them all.
   ``dY^T (K x N*P) @ columns``, also as ``im2col_split32``/``im2col_split128``, the long sum
   over N*P cut into that many partial products that run in parallel; data gradient of a
   stride-1 convolution, the forward im2col of dY with the filter flipped.
+* ``matmul_scatter`` (the data gradient of an unpadded, ungrouped, strided 1x1
+  convolution): dY (channels minor) times the filter gives dX at the pixels the windows
+  read, and zeros are put between them by pads and reshapes: no convolution over a
+  zero-inserted dY (``default``'s route, stride-product times the work).
 * ``logical_layout``: a channels-last convolution computed on NC[D]HW copies of its
   tensors, then stored back in its layout.
 * ``channels_last`` (CUDA, a padded 2-D channels-last forward, last): the reference's
@@ -44,8 +48,10 @@ matmul), ``im2col_split32``. Verification (on by default on GPUs) refuses any fo
 that comes out wrong, and the next one serves.
 
 CPU: ``im2col`` comes first for ungrouped channels-last or strided forwards, where IREE's own
-convolution is about 9x slower (``im2col_first_on_the_cpu``), and ``im2col_split128`` for
-every weight gradient, where it is 8-22x faster (``WEIGHT_GRADIENT_FIRST_ON_THE_CPU``).
+convolution is about 9x slower (``im2col_first_on_the_cpu``), ``im2col_split128`` for
+every weight gradient, where it is 8-22x faster (``WEIGHT_GRADIENT_FIRST_ON_THE_CPU``), and
+``matmul_scatter`` for the strided 1x1 data gradients it serves (``SCATTER_FIRST_ON_THE_CPU``).
+Elsewhere it comes after ``default``, for ``boo tune`` to time.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ _HALF = (torch.bfloat16, torch.float16)
 #: (0.76)). ``im2col_split32`` and ``im2col`` each won some of these by up to 13% and lost
 #: others by 1.5x and 2.1x; ``boo tune`` times them all.
 WEIGHT_GRADIENT_FIRST_ON_THE_CPU = "im2col_split128"
+#: Whether ``matmul_scatter`` comes first for the strided 1x1 data gradients it serves on the CPU.
+SCATTER_FIRST_ON_THE_CPU = True
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -132,6 +140,10 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
+    if _scatters(s):
+        scatter = Formulation("matmul_scatter", computation=lambda *a: _strided_1x1_data_gradient(s, a),
+                              description="dY @ W at the strided pixels, zeros between them")
+        (first if target.backend == "llvm-cpu" and SCATTER_FIRST_ON_THE_CPU else later).append(scatter)
     if ((s.mode == "bwd" and not s.transposed) or (s.mode == "fwd" and s.transposed)) and _beyond_the_window(s):
         first.insert(0, Formulation("explicit_pad", computation=lambda *a: _padded_then_cropped(s, a),
                                     description="computed without padding, then cut back by it"))
@@ -368,6 +380,31 @@ def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...]) 
     forward = _logical_signature(s, input_shape=tuple(dy.shape), kernel_shape=tuple(flipped.shape), padding=padding,
                                  mode="fwd", bias=False, activation=None)
     return _store(s, _im2col(forward, (dy, flipped)))
+
+
+def _scatters(s: ConvSignature) -> bool:
+    """Whether ``matmul_scatter`` serves ``s``: the data gradient of an unpadded, ungrouped,
+    strided 1x1 convolution."""
+    return (s.mode == "bwd" and not s.transposed and s.groups == 1 and all(f == 1 for f in s.window)
+            and not any(s.padding) and any(st > 1 for st in s.stride))
+
+
+def _strided_1x1_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``matmul_scatter``: dX of an unpadded strided 1x1 convolution. dY (channels minor)
+    times the filter is dX at the pixels ``o * stride``; along each spatial axis the values
+    get ``stride - 1`` zeros after each (a pad of a new axis, merged), then the axis is cut
+    to the input's extent (``outputs * stride`` is never short of it). 16-bit operands
+    accumulate in float32, rounded once."""
+    dy, w = _to_logical(s, args)
+    n, k, c = s.input_shape[0], s.output_channels, s.input_shape[1]
+    values = torch.matmul(_channels_last(dy).reshape(-1, k).float(), w.reshape(k, c).float())
+    dx = values.reshape(n, *s.output_spatial, c)  # channels-last, at the strided pixels
+    for axis, (stride, extent) in enumerate(zip(s.stride, s.input_shape[2:]), start=1):
+        if stride > 1:
+            spread = F.pad(dx.unsqueeze(axis + 1), (0, 0) * (dx.dim() - axis - 1) + (0, stride - 1))
+            dx = spread.flatten(axis, axis + 1).narrow(axis, 0, extent)  # each value, then stride - 1 zeros
+    dx = dx.permute(0, dx.dim() - 1, *range(1, dx.dim() - 1))  # logical (N, C, *input)
+    return _store(s, dx.to(s.dtype))
 
 
 def _in_float32(s: ConvSignature, *args: torch.Tensor) -> torch.Tensor:
