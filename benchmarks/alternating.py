@@ -38,7 +38,7 @@ import torch
 from boo_core.runtime import direct_call
 from boo_core.runtime.cuda import replay
 from boo_core.settings import settings_override
-from boo_core.testing.models import workload
+from boo_core.testing.models import workload_on
 
 
 @contextlib.contextmanager
@@ -104,11 +104,8 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("alternating.py: needs a CUDA GPU (direct calls and replays are CUDA launch features)")
-    model, shape, channels_last = workload(args.model, args.batch)
-    model = model.cuda().to(torch.bfloat16).train(not args.inference)
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    model, x = workload_on(args.model, args.batch, "cuda", torch.bfloat16)
+    model.train(not args.inference)
 
     counts = {True: 0, False: 0}
     launch, record = replay.GraphReplays.launch, replay.GraphReplays._record

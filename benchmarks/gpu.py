@@ -118,28 +118,19 @@ def batch_norm_rows(batch: int) -> list[tuple[str, Signature]]:
 TRACED = "traced"
 
 
-def traced_models(batch: int) -> list[tuple[str, torch.nn.Module, tuple[int, ...], bool]]:
-    """(name, model with random weights, input shape, channels-last) of each traced network."""
-    from boo_core.testing.models import import_torchvision, workload
-
-    tv = import_torchvision().models
-    found = [(name, *workload(name, batch)) for name in ("resnet50", "vit_b_16", "decoder")]
-    found.append(("resnext50_32x4d", tv.resnext50_32x4d(weights=None), (batch, 3, 224, 224), True))
-    found.append(("convnext_tiny", tv.convnext_tiny(weights=None), (batch, 3, 224, 224), True))
-    return found
+#: The networks of the second table (--traced): boo_core.testing.models' workloads.
+TRACED_MODELS = ("resnet50", "vit_b_16", "decoder", "resnext50_32x4d", "convnext_tiny")
 
 
 def traced_rows(batch: int, device: str, known: set[str]) -> list[tuple[str, Signature]]:
     """The second table: every kernel the traced networks give torch.compile, in inference
     and in training (bf16), each once, leaving out the signatures in ``known``."""
     from boo_core.dynamo import kernel_signatures
+    from boo_core.testing.models import workload_on
 
     out, seen = [], set(known)
-    for name, model, shape, channels_last in traced_models(batch):
-        model = model.to(device, BF16)
-        x = torch.randn(shape, device=device, dtype=BF16)
-        if channels_last:
-            model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    for name in TRACED_MODELS:
+        model, x = workload_on(name, batch, device, BF16)
         for training in (False, True):
             for signature in kernel_signatures(model.train(training), x, backward=training):
                 if signature.func_name not in seen:

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 import boo_core.dynamo.backends as backends
-from boo_core.testing.models import workload
+from boo_core.testing.models import workload_on
 
 
 class TimingInterpreter(torch.fx.Interpreter):
@@ -78,11 +78,9 @@ def main() -> None:
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    model, shape, channels_last = workload(args.model, args.batch, small=args.small)
-    model = model.to(args.device, torch.bfloat16 if cuda else torch.float32).train(args.train)
-    x = torch.randn(shape).to(args.device, next(model.parameters()).dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    model, x = workload_on(args.model, args.batch, args.device, torch.bfloat16 if cuda else torch.float32,
+                           small=args.small)
+    model.train(args.train)
 
     def stepper(run: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
         if not args.train:

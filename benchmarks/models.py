@@ -48,7 +48,7 @@ import torch
 
 from boo_core.dynamo import cuda_graphs, offload_summary, reorders, reset_offload_summary, rewrite
 from boo_core.settings import settings_override
-from boo_core.testing.models import workload
+from boo_core.testing.models import workload_on
 
 
 @dataclass
@@ -64,12 +64,8 @@ def workloads(names: list[str], device: str, dtype: torch.dtype, batch: int, sma
         if name not in ("resnet50", "vit_b_16", "decoder"):
             raise SystemExit(f"--models: unknown model {name!r} (resnet50, vit_b_16, decoder)")
         # The decoder block runs 8 sequences of 1,024 tokens whatever --batch says (the shape).
-        model, shape, channels_last = workload(name, 8 if name == "decoder" and not small else batch, small=small)
-        model = model.to(device, dtype)
-        generator = torch.Generator().manual_seed(1)
-        example = torch.randn(shape, generator=generator).to(device, dtype)
-        if channels_last:
-            example = example.contiguous(memory_format=torch.channels_last)
+        model, example = workload_on(name, 8 if name == "decoder" and not small else batch, device, dtype,
+                                     small=small, generator=torch.Generator().manual_seed(1))
         found.append(Workload(name, model, lambda example=example: example))
     return found
 

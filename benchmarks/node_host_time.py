@@ -31,7 +31,7 @@ import boo_core.dynamo.rewrite as rewrite
 from boo_core.dynamo.kernel_call import KernelCall
 from boo_core.plugins.patterns import FusionMatch
 from boo_core.settings import settings_override
-from boo_core.testing.models import workload
+from boo_core.testing.models import workload_on
 
 
 def replaced_ops(match: FusionMatch) -> Callable[[tuple], object]:
@@ -118,11 +118,8 @@ def main() -> None:
     print("| model | BOO node | nodes | BOO us | aten us | BOO - aten |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for name in args.models.split(","):
-        model, shape, channels_last = workload(name, args.batch, small=args.small)
-        model = model.to(args.device, dtype).train(args.train)
-        x = torch.randn(shape, device=args.device, dtype=dtype)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        model, x = workload_on(name, args.batch, args.device, dtype, small=args.small)
+        model.train(args.train)
         with settings_override(use_backward_kernels=args.train):
             nodes = caught_nodes(model, x, args.train)
         times: dict[str, list[tuple[float, float]]] = defaultdict(list)

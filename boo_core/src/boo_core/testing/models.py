@@ -128,7 +128,7 @@ class TinyConvNet(nn.Module):
 
 
 #: The networks :func:`workload` builds.
-WORKLOADS = ("resnet50", "vit_b_16", "decoder", "tiny_convnet")
+WORKLOADS = ("resnet50", "vit_b_16", "decoder", "tiny_convnet", "resnext50_32x4d", "convnext_tiny")
 
 
 def workload(name: str, batch: int, *, small: bool = False) -> tuple[nn.Module, tuple[int, ...], bool]:
@@ -148,4 +148,17 @@ def workload(name: str, batch: int, *, small: bool = False) -> tuple[nn.Module, 
         return DecoderBlock(width, 4 if small else 16), (batch, 64 if small else 1024, width), False
     if name == "tiny_convnet":
         return TinyConvNet(), (batch, 3, 16, 16), False
+    if name in ("resnext50_32x4d", "convnext_tiny"):  # grouped convolutions; 7x7 depthwise ones
+        model = getattr(import_torchvision().models, name)(weights=None)
+        return model.to(memory_format=torch.channels_last), (batch, 3, 224, 224), True
     raise BooError(f"unknown network {name!r} (expected one of {', '.join(WORKLOADS)})")
+
+
+def workload_on(name: str, batch: int, device: str | torch.device, dtype: torch.dtype, *, small: bool = False,
+                generator: torch.Generator | None = None) -> tuple[nn.Module, torch.Tensor]:
+    """:func:`workload`'s network moved to ``device`` in ``dtype``, and a random input batch
+    for it there (drawn on the CPU, from ``generator`` if given), channels-last where the
+    network takes it so."""
+    model, shape, channels_last = workload(name, batch, small=small)
+    x = torch.randn(shape, generator=generator).to(device, dtype)
+    return model.to(device, dtype), x.contiguous(memory_format=torch.channels_last) if channels_last else x
