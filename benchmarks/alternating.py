@@ -16,13 +16,17 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
 * ``guard-remakes``: a direct call making its C++ metadata check again where a miss was the
   thread's dispatch state alone (``direct_call.GUARD_REMAKES``). Off, the check made at the
   first call stays, and calls it misses take the Python check.
+* ``inductor-direct``: Inductor's generated code calling BOO's kernel calls directly
+  (``boo_core.dynamo.inductor_calls``; use with ``--backend iree_boo_inductor``). Off, they
+  go through ``torch.ops.boo.fused``'s dispatcher.
 
 ``--graphs`` compiles with ``mode="reduce-overhead"`` (BOO's CUDA graphs), where a step's
 device time, not its host time, decides. ``--backend iree_boo_inductor`` compiles with that
 backend instead.
 
-    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|guard-remakes] [--model resnet50]
-                                     [--backend iree_boo] [--inference] [--graphs] [--pairs 3] [--steps 10]
+    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|guard-remakes|inductor-direct]
+                                     [--model resnet50] [--backend iree_boo] [--inference] [--graphs]
+                                     [--pairs 3] [--steps 10]
 """
 
 from __future__ import annotations
@@ -81,19 +85,40 @@ def _guard_remakes(on: bool) -> Iterator[None]:
         direct_call.GUARD_REMAKES = saved
 
 
+@contextlib.contextmanager
+def _inductor_direct(on: bool) -> Iterator[None]:
+    """Inductor's generated code calling BOO's kernel calls directly (on), or through the
+    dispatcher (off: Inductor's implicit fallback for the op, as before the direct lowering)."""
+    from torch._inductor import lowering
+
+    from boo_core.dynamo import custom_op, inductor_calls  # noqa: F401  (custom_op registers the op)
+
+    saved = inductor_calls.install
+    if not on:
+        lowering.lowerings.pop(torch.ops.boo.fused.default, None)
+        inductor_calls._installed = None  # installed again by the next state that is on
+        inductor_calls.install = lambda: False
+    try:
+        yield
+    finally:
+        inductor_calls.install = saved
+
+
 def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
     if toggle == "replay":
         return settings_override(cuda_graph_replay=on, use_backward_kernels=True)
     stack = contextlib.ExitStack()
     stack.enter_context(settings_override(use_backward_kernels=True))
-    toggled = {"bnorm-direct": _bnorm_direct, "residual": _residual, "guard-remakes": _guard_remakes}[toggle]
+    toggled = {"bnorm-direct": _bnorm_direct, "residual": _residual, "guard-remakes": _guard_remakes,
+               "inductor-direct": _inductor_direct}[toggle]
     stack.enter_context(toggled(on))
     return stack
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual", "guard-remakes"])
+    parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual", "guard-remakes",
+                                                                  "inductor-direct"])
     parser.add_argument("--backend", default="iree_boo", choices=["iree_boo", "iree_boo_inductor"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")

@@ -358,6 +358,23 @@ def test_a_third_party_plugin_adds_its_own_pattern(nested):
         assert torch.ops.boo.fused.default in seen[0]
 
 
+def test_inductors_generated_code_calls_boo_kernels_without_the_dispatcher():
+    from torch._inductor.utils import run_and_get_code
+
+    from ..boo_core.fake_plugins.scale_op import ScalePlugin
+
+    with isolated_registry({"scale": ScalePlugin(fusion_patterns=(ScaleByThree(),))}):
+        torch._dynamo.reset()
+        x = torch.randn(2, 5)
+        got, codes = run_and_get_code(torch.compile(lambda t: torch.sin(t * 3.0), backend="iree_boo_inductor"), x)
+        again = torch.compile(lambda t: torch.cos(t * 3.0), backend="iree_boo_inductor")(x)  # a second graph
+    torch.testing.assert_close(got, torch.sin(x * 3.0))
+    torch.testing.assert_close(again, torch.cos(x * 3.0))
+    code = "\n".join(codes)
+    assert "extern_kernels.boo_fused('scale.mul', " in code
+    assert "torch.ops.boo.fused.default(" not in code
+
+
 def test_backends_are_found_through_entry_points_without_importing_boo():
     code = ("import sys, torch\n"
             "from torch._dynamo import list_backends\n"

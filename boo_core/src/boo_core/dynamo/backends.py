@@ -95,6 +95,9 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
 
+    from .inductor_calls import install
+
+    install()  # the generated code calls BOO's kernel calls without the dispatcher
     table = select_decomp_table()
     anchors = {anchor for pattern in BooOpRegistry.default().fusion_patterns() for anchor in pattern.anchors}
     # Inductor would decompose some anchors (layer norm, say) before BOO's pass could see them;

@@ -39,9 +39,11 @@ def kernel_call(pattern_name: str, payload: str) -> KernelCall:
     raise BooError(f"no installed plugin provides the fusion pattern {pattern_name!r}")
 
 
-def _fused(pattern: str, payload: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Run one fused BOO kernel call (see the module docstring). An output the call discarded
-    (one the graph does not read) is returned as an unwritten tensor: the op's schema has it."""
+def fused_call(pattern: str, payload: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run one fused BOO kernel call (see the module docstring): the op's implementation, and
+    what Inductor's generated code calls in its place (:mod:`.inductor_calls`). An output the
+    call discarded (one the graph does not read) is returned as an unwritten tensor: the op's
+    schema has it."""
     call = kernel_call(pattern, payload)
     result = call(*inputs)
     values = (result,) if isinstance(result, torch.Tensor) else result
@@ -57,5 +59,5 @@ def _fused_fake(pattern: str, payload: str, inputs: list[torch.Tensor]) -> list[
 
 _library = torch.library.Library("boo", "FRAGMENT")
 _library.define("fused(str pattern, str payload, Tensor[] inputs) -> Tensor[]")
-_library.impl("fused", _fused, "CompositeExplicitAutograd")
+_library.impl("fused", fused_call, "CompositeExplicitAutograd")
 torch.library.register_fake("boo::fused", _fused_fake, lib=_library)
