@@ -14,6 +14,7 @@ profiler: the FLOPs torch's own ops executed in one step (the nested backend's s
 a fraction of the step's total.
 
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
+                                (--models also takes resnext50_32x4d and convnext_tiny, on the GPU)
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
                                 [--graph-replay 0,1] [--reorders 0,1] [--profile N] [--host-profile N]
 
@@ -58,11 +59,16 @@ class Workload:
     make_input: Callable[[], torch.Tensor]
 
 
+#: The networks --models takes: the issue's three, and two more (grouped convolutions; 7x7
+#: depthwise ones and channels-last layer norms) that measure the same way on the GPU.
+MODELS = ("resnet50", "vit_b_16", "decoder", "resnext50_32x4d", "convnext_tiny")
+
+
 def workloads(names: list[str], device: str, dtype: torch.dtype, batch: int, small: bool) -> list[Workload]:
     found = []
     for name in names:
-        if name not in ("resnet50", "vit_b_16", "decoder"):
-            raise SystemExit(f"--models: unknown model {name!r} (resnet50, vit_b_16, decoder)")
+        if name not in MODELS:
+            raise SystemExit(f"--models: unknown model {name!r} ({', '.join(MODELS)})")
         # The decoder block runs 8 sequences of 1,024 tokens whatever --batch says (the shape).
         model, example = workload_on(name, 8 if name == "decoder" and not small else batch, device, dtype,
                                      small=small, generator=torch.Generator().manual_seed(1))

@@ -23,11 +23,11 @@ import torch.fx
 import torch.nn.functional as F
 
 from boo_core import get_launchable
-from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
 
 from . import layouts
 from .cba_signature import DTYPES, ConvBatchNormActivationSignature
-from .fusion import _options
+from .fusion import _options, declined_on_cuda
 
 aten = torch.ops.aten
 
@@ -56,11 +56,13 @@ class ConvBatchNormInference(FusionPattern):
     name = "cbainfer.conv_batch_norm"
     anchors = (aten.convolution.default,)
 
-    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
         chain = _conv_batch_norm(node)
         if chain is None:
             return None
         nodes, tensors, spec = chain
+        if (declined := declined_on_cuda(tensors[0], spec["groups"])) is not None:
+            return declined
         user = only_user(nodes[-1])
         residual = _residual(user, nodes[-1]) if user is not None else None
         if residual is not None:

@@ -1,5 +1,11 @@
 """Fusion patterns for the torch.compile backends: convolutions (with a following activation)
-and their gradients (which the backends offer only under BOO_USE_BACKWARD_KERNELS=1)."""
+and their gradients (which the backends offer only under BOO_USE_BACKWARD_KERNELS=1).
+
+A grouped convolution on a CUDA device is left to PyTorch (cuDNN), with the reason in the
+offload summary: BOO has no kernel near cuDNN's for grouped or depthwise convolutions
+(:data:`GROUPED_ON_CUDA`), so offloading them would make a network slower, not faster.
+``boo_conv`` and the driver still run them on BOO's kernels, and so does torch.compile where
+:data:`OFFLOAD_GROUPED_ON_CUDA` is set (``benchmarks/gpu.py --traced`` sets it to list them)."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user
+from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user
 
 from .eager import boo_conv, boo_conv_backward, bound_conv, bound_conv_backward, conv_signature_for
 from .signature import ACTIVATIONS, ConvSignature
@@ -19,6 +25,26 @@ aten = torch.ops.aten
 
 _ACTIVATION_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.silu.default: "silu",
                    aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh"}
+
+
+#: Why torch.compile leaves a grouped convolution on a CUDA device to PyTorch.
+GROUPED_ON_CUDA = ("a grouped convolution on CUDA: BOO's kernels for these (IREE's own) took 3-130x the time of "
+                   "cuDNN's on ResNeXt-50's and ConvNeXt-T's layers (H100, docs/gpu.md)")
+
+
+#: Whether torch.compile offloads grouped convolutions on CUDA all the same.
+OFFLOAD_GROUPED_ON_CUDA = False
+
+
+def declined_on_cuda(x: object, groups: int) -> Decline | None:
+    """The decline of a grouped convolution whose input ``x`` (a graph node) is on a CUDA
+    device (module docstring); None for any other."""
+    if OFFLOAD_GROUPED_ON_CUDA:
+        return None
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if groups > 1 and isinstance(value, torch.Tensor) and value.device.type == "cuda":
+        return Decline(GROUPED_ON_CUDA)
+    return None
 
 
 def _options(node: torch.fx.Node) -> dict[str, Any] | None:
@@ -48,11 +74,13 @@ class ConvForward(FusionPattern):
     name = "conv.forward"
     anchors = (aten.convolution.default,)
 
-    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
         options = _options(node)
         if options is None:
             return None
         x, w, b = node.args[:3]
+        if (declined := declined_on_cuda(x, options["groups"])) is not None:
+            return declined
         nodes = [node]
         user = only_user(node)
         activation = _activation(user, node) if user is not None else None
@@ -87,11 +115,13 @@ class ConvBackward(FusionPattern):
     name = "conv.backward"
     anchors = (aten.convolution_backward.default,)
 
-    def match(self, node: torch.fx.Node) -> FusionMatch | None:
+    def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
         options = _options(node)
         if options is None:
             return None
         dy, x, w = node.args[:3]
+        if (declined := declined_on_cuda(x, options["groups"])) is not None:
+            return declined
         return FusionMatch((node,), (dy, x, w), {**options, "mask": [bool(m) for m in node.args[10]]})
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[ConvSignature]:
