@@ -124,38 +124,47 @@ TRACED_MODELS = ("resnet50", "vit_b_16", "decoder", "resnext50_32x4d", "convnext
 
 def traced_rows(batch: int, device: str, known: set[str]) -> list[tuple[str, Signature]]:
     """The second table: every kernel the traced networks give torch.compile, in inference
-    and in training (bf16), each once, leaving out the signatures in ``known``."""
+    and in training (bf16), each once, leaving out the signatures in ``known``. Grouped
+    convolutions, which torch.compile leaves to cuDNN on CUDA (boo_ops_conv.fusion), are listed
+    as if offloaded: they are kernels BOO has yet to make competitive."""
     from boo_core.dynamo import kernel_signatures
     from boo_core.testing.models import workload_on
+    from boo_ops_conv import fusion
 
     out, seen = [], set(known)
-    for name in TRACED_MODELS:
-        model, x = workload_on(name, batch, device, BF16)
-        for training in (False, True):
-            for signature in kernel_signatures(model.train(training), x, backward=training):
-                if signature.func_name not in seen:
-                    seen.add(signature.func_name)
-                    out.append((f"{TRACED} {name} {signature.func_name}", signature))
-        del model
+    fusion.OFFLOAD_GROUPED_ON_CUDA = True
+    try:
+        for name in TRACED_MODELS:
+            model, x = workload_on(name, batch, device, BF16)
+            for training in (False, True):
+                for signature in kernel_signatures(model.train(training), x, backward=training):
+                    if signature.func_name not in seen:
+                        seen.add(signature.func_name)
+                        out.append((f"{TRACED} {name} {signature.func_name}", signature))
+            del model
+    finally:
+        fusion.OFFLOAD_GROUPED_ON_CUDA = False
     return out
 
 
 def torch_baseline(name: str, signature: Signature, device: str) -> Callable[..., object]:
-    """What PyTorch runs for a row: the signature's eager computation, except that a conv +
-    bn (+ add) + relu row (BOO: one CBAInfer kernel, the batch norm and the residual in the
-    conv's epilogue, as torch.compile gives it) runs cuDNN's convolution on the channels-last
-    tensors, then PyTorch's inference batch norm, the add and the ReLU."""
-    if not isinstance(signature, ConvBatchNormActivationSignature):
-        return signature.eager
+    """What PyTorch runs for a row: the signature's eager computation, except that a channels-last
+    conv + bn (+ add) (+ relu) row (BOO: one CBAInfer kernel, the batch norm and the residual in
+    the conv's epilogue, as torch.compile gives it) runs cuDNN's convolution on the channels-last
+    tensors, then PyTorch's inference batch norm, the add and the ReLU where the row has them."""
     s = signature
+    if not (isinstance(s, ConvBatchNormActivationSignature) and s.fusion in ("cn", "cna") and s.layout == "NHWC"
+            and s.bn_mode == "spatial" and s.activation == "relu"):
+        return signature.eager
 
     def eager(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, mean: torch.Tensor,
               var: torch.Tensor, *residual: torch.Tensor) -> torch.Tensor:
         # stored NHWC: the logical NCHW views are channels-last, which cuDNN runs as such
         y = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), None,
-                                       (s.stride_h, s.stride_w), s.padding)
+                                       (s.stride_h, s.stride_w), s.padding, (s.dilation_h, s.dilation_w), s.groups)
         y = torch.nn.functional.batch_norm(y, mean, var, scale, shift, training=False, eps=s.eps)
-        return torch.relu(y + residual[0].permute(0, 3, 1, 2) if residual else y)
+        y = y + residual[0].permute(0, 3, 1, 2) if residual else y
+        return torch.relu(y) if s.has_activation else y
 
     return eager
 
