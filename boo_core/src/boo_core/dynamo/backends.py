@@ -20,6 +20,7 @@ from ..plugins.registry import BooOpRegistry
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .cuda_graphs import graphed
 from .decompose import decompose_remaining
+from .inductor_calls import install
 from .rewrite import rewrite
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -94,8 +95,6 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                      cuda_graphs: bool = False, autotune: bool = False) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
-
-    from .inductor_calls import install
 
     install()  # the generated code calls BOO's kernel calls without the dispatcher
     table = select_decomp_table()
