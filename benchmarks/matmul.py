@@ -3,8 +3,9 @@ in float32, float16 and bfloat16.
 
 BOO and torch calls alternate in one loop on the same inputs, so both see the same machine
 load; each time is the median of single calls after a warm-up call. The first BOO call per
-shape compiles (or loads from the kernel cache); that time is reported apart. bf16 kernels
-are data-tiled (boo_ops_matmul.compile_flags); rel.err is max|BOO - torch| / max|torch|.
+shape compiles (or loads from the kernel cache); that time is reported apart. bf16 kernels,
+and float32 ones with M and N of 512 or more, are data-tiled (boo_ops_matmul.compile_flags);
+rel.err is max|BOO - torch| / max|torch|.
 
     python benchmarks/matmul.py [--budget 1.0] [--dtypes f32,f16,bf16]
 """

@@ -22,7 +22,7 @@ def test_the_entry_point_registers_the_matmul_op():
     assert not [c for c in registry.conflicts() if "gemm" in c or "matmul" in c]
 
 
-def test_bf16_kernels_on_the_cpu_are_data_tiled():
+def test_bf16_kernels_and_large_f32_ones_on_the_cpu_are_data_tiled():
     cpu, cuda = Target.parse("cpu"), Target.parse("cuda:sm_80")
     bf16 = MatmulSignature(m=7, n=5, k=3, dtype=torch.bfloat16)
     assert "--iree-opt-data-tiling" in KernelRequest.create(bf16, cpu).flags
@@ -30,3 +30,9 @@ def test_bf16_kernels_on_the_cpu_are_data_tiled():
     for dtype in (torch.float32, torch.float16):
         signature = MatmulSignature(m=7, n=5, k=3, dtype=dtype)
         assert "--iree-opt-data-tiling" not in KernelRequest.create(signature, cpu).flags
+    large = MatmulSignature(m=512, n=1024, k=16)  # f32: where M and N are both at least 512
+    assert "--iree-opt-data-tiling" in KernelRequest.create(large, cpu).flags
+    assert "--iree-opt-data-tiling" not in KernelRequest.create(large, cuda).flags
+    for m, n, dtype in ((8192, 16, torch.float32), (511, 4096, torch.float32), (1024, 1024, torch.float16)):
+        signature = MatmulSignature(m=m, n=n, k=1024, dtype=dtype)
+        assert "--iree-opt-data-tiling" not in KernelRequest.create(signature, cpu).flags, signature
