@@ -51,3 +51,31 @@ def test_every_cuda_formulation_cross_compiles(private_cache):
     signature = MatmulSignature(m=17, n=33, k=9, batch=3, trans_a=True, dtype=torch.bfloat16)
     outcome = compile_plan(signature, CUDA, signature_plan(signature, CUDA), every=True)
     assert outcome.failed == [] and sorted(outcome.compiled) == ["default", "f32_compute", "padded"]
+
+
+def test_a_long_k_float32_product_on_the_cpu_is_split_first():
+    cpu = Target.parse("cpu")
+    weight_gradient = MatmulSignature(m=192, n=768, k=25088, trans_a=True)  # a linear layer's, K = the tokens
+    assert [f.name for f in formulations(weight_gradient, cpu)] == ["split_k", "default"]
+    assert "split_k" not in [f.name for f in formulations(weight_gradient)]  # CUDA: not measured there
+    for other in (MatmulSignature(m=768, n=768, k=6304, trans_a=True),  # K only 8x max(M, N)
+                  MatmulSignature(m=64, n=64, k=4096),  # long, but small
+                  MatmulSignature(m=192, n=768, k=25088, trans_a=True, dtype=torch.bfloat16)):  # data-tiled
+        assert [f.name for f in formulations(other, cpu)] == ["default"], other
+
+
+@pytest.mark.parametrize("command", [
+    "gemm -m 5 -n 7 -k 37 -u 1 -v 0 -b 2",
+    "gemmbfp16 -m 6 -n 3 -k 64 -v 1 -C 1 -A 0.5 -B 1 --bias 1 --activation gelu",
+])
+def test_split_k_computes_the_reference(command):
+    """Parts of K that do not divide it are zero-padded; the epilogue follows the sum."""
+    from boo_ops_matmul.formulations import _split_k
+
+    signature = BooOpRegistry.parse_command(command)
+    args = signature.get_sample_args()
+    expected = signature.reference(*(a.double() for a in args))
+    for parts in (1, 4, 5):
+        result = compare(f"split_k {parts}", _split_k(signature, parts, *args), expected,
+                         accumulation_length=signature.accumulation_length)
+        assert result.passed, str(result)
