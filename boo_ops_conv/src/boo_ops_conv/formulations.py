@@ -311,10 +311,16 @@ def _bias_gradient_in_parts(s: ConvSignature, args: tuple[torch.Tensor, ...], ro
     dy = _to_logical(s, args)[0]
     accumulate = torch.promote_types(dy.dtype, torch.float32)
     flat = _channels_last(dy).reshape(-1, dy.shape[1])
-    parts = -(-flat.shape[0] // rows)
-    if parts * rows != flat.shape[0]:
-        flat = F.pad(flat, (0, 0, 0, parts * rows - flat.shape[0]))
-    return flat.reshape(parts, rows, -1).sum(1, dtype=accumulate).sum(0).to(dy.dtype)
+    return _in_parts(flat, rows).sum(1, dtype=accumulate).sum(0).to(dy.dtype)
+
+
+def _in_parts(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t`` (..., R, C) as (..., parts, rows, C): its R rows cut into parts of ``rows``, the
+    last part padded with zero rows (which add nothing to the sums taken over them)."""
+    parts = -(-t.shape[-2] // rows)
+    if parts * rows != t.shape[-2]:
+        t = F.pad(t, (0, 0, 0, parts * rows - t.shape[-2]))
+    return t.reshape(*t.shape[:-2], parts, rows, t.shape[-1])
 
 
 def _channels_last(x: torch.Tensor) -> torch.Tensor:
@@ -383,12 +389,7 @@ def _im2col_weight_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], sp
     g, pixels = s.groups, columns.shape[1]
     grads = _channels_last(dy).reshape(pixels, g, -1).permute(1, 0, 2)  # (G, N*P, K/G)
     rows = _split(pixels, splits) if splits > 1 else pixels
-    parts = -(-pixels // rows)
-    if parts * rows != pixels:  # zero rows add nothing to the sums
-        columns = F.pad(columns, (0, 0, 0, parts * rows - pixels))
-        grads = F.pad(grads, (0, 0, 0, parts * rows - pixels))
-    columns = columns.reshape(g, parts, rows, -1)
-    grads = grads.reshape(g, parts, rows, -1)
+    columns, grads = _in_parts(columns, rows), _in_parts(grads, rows)
     dw = torch.matmul(grads.transpose(-1, -2).float(), columns.float()).sum(dim=1)  # (G, K/G, T*C/G)
     k, cg = s.output_channels, s.kernel_shape[1]
     dw = dw.reshape(g, k // g, math.prod(s.window), cg).permute(0, 1, 3, 2)  # (G, K/G, C/G, T)
