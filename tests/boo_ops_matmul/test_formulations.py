@@ -3,6 +3,8 @@ class IREE gets wrong (16-bit, batched, sizes not multiples of 16) is padded fir
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from boo_core.kernels.chain import compile_plan
 from boo_core.substitute.candidates import signature_plan
 from boo_core.verify.numerics import compare
 from boo_ops_matmul import MatmulSignature
+from boo_ops_matmul.formulations import _split_k
 
 CUDA = Target.parse("cuda:sm_80")
 
@@ -25,16 +28,20 @@ def formulations(signature, target=CUDA):
     "gemmfp16 -m 64 -n 128 -k 32 -v 1 --bias 1 --activation relu",
 ])
 def test_every_cuda_formulation_computes_the_reference(command):
-    # In the signature's dtype, as the kernels compute, against the reference in float64
-    # within BOO's dtype-aware tolerance.
     signature = BooOpRegistry.parse_command(command)
+    assert_each_computes_the_reference(signature, {f.name: f.computation for f in formulations(signature)
+                                                   if f.computation is not None})
+
+
+def assert_each_computes_the_reference(signature, computations):
+    """Each of ``computations`` (name -> function of the signature's inputs), run in the
+    signature's dtype as the kernels compute, matches the reference in float64 within BOO's
+    dtype-aware tolerance."""
     args = signature.get_sample_args()
     expected = signature.reference(*(a.double() for a in args))
-    for formulation in formulations(signature):
-        if formulation.computation is not None:
-            result = compare(formulation.name, formulation.computation(*args), expected,
-                             accumulation_length=signature.accumulation_length)
-            assert result.passed, str(result)
+    for name, compute in computations.items():
+        result = compare(name, compute(*args), expected, accumulation_length=signature.accumulation_length)
+        assert result.passed, str(result)
 
 
 def test_the_racy_class_gets_the_padded_formulation_first():
@@ -70,12 +77,6 @@ def test_a_long_k_float32_product_on_the_cpu_is_split_first():
 ])
 def test_split_k_computes_the_reference(command):
     """Parts of K that do not divide it are zero-padded; the epilogue follows the sum."""
-    from boo_ops_matmul.formulations import _split_k
-
     signature = BooOpRegistry.parse_command(command)
-    args = signature.get_sample_args()
-    expected = signature.reference(*(a.double() for a in args))
-    for parts in (1, 4, 5):
-        result = compare(f"split_k {parts}", _split_k(signature, parts, *args), expected,
-                         accumulation_length=signature.accumulation_length)
-        assert result.passed, str(result)
+    assert_each_computes_the_reference(signature, {
+        f"split_k {parts}": functools.partial(_split_k, signature, parts) for parts in (1, 4, 5)})
