@@ -98,6 +98,8 @@ CASES = [
     # channels-last bias gradients (staged_sums), of a pixel count that is no multiple of the parts'
     ConvSignature((3, 4, 7, 5), (6, 4, 3, 3), padding=1, dtype=f32, shared_layout="NHWC", mode="bwd_bias"),
     ConvSignature((2, 4, 5, 6, 3), (5, 4, 1, 1, 1), dtype=bf16, shared_layout="NDHWC", mode="bwd_bias"),
+    # channels-first bias gradients (image_sums)
+    ConvSignature((3, 4, 7, 5), (6, 4, 3, 3), padding=1, dtype=bf16, mode="bwd_bias"),
 ]
 
 
@@ -152,12 +154,15 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert names(nhwc) == ["im2col", "default", "explicit_pad", "logical_layout"]
     grouped_nhwc = ConvSignature((2, 4, 8, 8), (4, 2, 3, 3), padding=1, groups=2, shared_layout="NHWC")
     assert names(grouped_nhwc)[0] == "default"
-    # Bias gradients of a channels-last dY: sums over parts of pixels first on the CPU (IREE's
-    # one long sum per channel measured 1.6-3.6x slower there), a tuning candidate elsewhere.
+    # Bias gradients of a channels-last dY: sums over parts of pixels first (IREE's one long sum
+    # per channel measured 1.6-3.6x slower on the CPU, 3.6-22x on an H100); of a channels-first
+    # dY, each image's sums first on CUDA, a tuning candidate on the CPU.
     nhwc_bias = dataclasses.replace(nhwc, mode="bwd_bias")
     assert names(nhwc_bias) == ["staged_sums", "default"]
-    assert names(nhwc_bias, CUDA) == ["default", "staged_sums"]
-    assert names(dataclasses.replace(nchw, mode="bwd_bias")) == ["default"]
+    assert names(nhwc_bias, CUDA) == ["staged_sums", "default"]
+    nchw_bias = dataclasses.replace(nchw, mode="bwd_bias")
+    assert names(nchw_bias) == ["default", "image_sums"]
+    assert names(nchw_bias, CUDA) == ["image_sums", "default"]
 
 
 @pytest.mark.parametrize("command", [

@@ -27,9 +27,11 @@ and ``boo tune`` times them all.
   convolution): dY (channels minor) times the filter gives dX at the pixels the windows
   read, and zeros are put between them by pads and reshapes: no convolution over a
   zero-inserted dY (``default``'s route, stride-product times the work).
-* ``staged_sums`` (the bias gradient of a channels-last dY): dY as (pixels, channels) summed
-  over parts of :data:`BIAS_GRADIENT_ROWS` pixels, then over the parts. IREE's kernel of the
-  reference's one long sum per channel is serial along the pixels.
+* ``staged_sums`` (the bias gradient of a channels-last dY, first): dY as (pixels, channels)
+  summed over parts of :data:`BIAS_GRADIENT_ROWS` pixels, then over the parts. IREE's kernel
+  of the reference's one long sum per channel is serial along the pixels.
+* ``image_sums`` (the bias gradient of a channels-first dY; first on CUDA): each image's
+  channel summed over its pixels (contiguous), then the images' sums added.
 * ``logical_layout``: a channels-last convolution computed on NC[D]HW copies of its
   tensors, then stored back in its layout.
 * ``channels_last`` (CUDA, a padded 2-D channels-last forward, last): the reference's
@@ -54,8 +56,8 @@ CPU: ``im2col`` comes first for ungrouped channels-last or strided forwards, whe
 convolution is about 9x slower (``im2col_first_on_the_cpu``), ``im2col_split128`` for
 every weight gradient, where it is 8-22x faster (``WEIGHT_GRADIENT_FIRST_ON_THE_CPU``), and
 ``matmul_scatter`` for the strided 1x1 data gradients it serves (``SCATTER_FIRST_ON_THE_CPU``),
-and ``staged_sums`` for channels-last bias gradients (:data:`BIAS_GRADIENT_ROWS`).
-Elsewhere each comes after ``default``, for ``boo tune`` to time.
+and ``staged_sums`` for channels-last bias gradients (:data:`BIAS_GRADIENT_ROWS`; on CUDA
+too). Elsewhere each comes after ``default``, for ``boo tune`` to time.
 """
 
 from __future__ import annotations
@@ -89,8 +91,13 @@ SCATTER_FIRST_ON_THE_CPU = True
 #: (1500); 384 @14 757 -> 481, 431, 443 (221); 768 @7 354 -> 216, 216, 1025 (88); 64 @16 at
 #: batch 8 32 -> 23, 23, 22 (14); bf16 96 @56, parts of 32: 4582 -> 1052 (torch 13422). An NCHW dY is read
 #: across its strides and loses (128 @32: 1266 -> 3203 with parts of 64): it keeps ``default``.
-#: Not measured on a GPU: there it comes after ``default``.
+#: H100, bf16, batch 32, µs from the profiler (benchmarks/gpu.py --traced, ConvNeXt-T's eight
+#: channels-last rows), IREE's default -> staged_sums (torch): 96 @56 722.8 -> 29.2 (32.6),
+#: 192 @28 179.5 -> 9.9 (28.6), 384 @14 45.6 -> 8.4 (12.6), 768 @7 88.5 -> 4.6 (8.8);
+#: compiled with IREE's reduction vector distribution, 3.0-6.4x torch's time instead of 0.34-0.90.
 BIAS_GRADIENT_ROWS = 32
+#: On CUDA, ``staged_sums`` compiles without IREE's reduction vector distribution (above).
+NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -164,9 +171,14 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a),
                                  description="the forward im2col of dY with the filter flipped"))
     if s.mode == "bwd_bias" and s.output_layout == layouts.channels_last(s.spatial_rank):
-        staged = Formulation("staged_sums", computation=lambda *a: _bias_gradient_in_parts(s, a, BIAS_GRADIENT_ROWS),
-                             description=f"sums over parts of {BIAS_GRADIENT_ROWS} pixels, then over the parts")
-        (first if target.backend == "llvm-cpu" else later).append(staged)
+        first.append(Formulation(
+            "staged_sums", computation=lambda *a: _bias_gradient_in_parts(s, a, BIAS_GRADIENT_ROWS),
+            description=f"sums over parts of {BIAS_GRADIENT_ROWS} pixels, then over the parts",
+            flags=NO_REDUCTION_VECTOR_DISTRIBUTION if cuda else ()))
+    elif s.mode == "bwd_bias" and s.output_layout == layouts.LOGICAL[s.spatial_rank]:
+        (first if cuda else later).append(Formulation(
+            "image_sums", computation=lambda *a: _bias_gradient_per_image(s, a),
+            description="each image's pixels summed, then the images"))
     if not _all_logical(s) and s.mode != "bwd_bias":
         later.append(Formulation("logical_layout", computation=lambda *a: _in_logical_layout(s, a),
                                  description="computed on NC[D]HW copies of the tensors"))
@@ -312,6 +324,14 @@ def _bias_gradient_in_parts(s: ConvSignature, args: tuple[torch.Tensor, ...], ro
     accumulate = torch.promote_types(dy.dtype, torch.float32)
     flat = _channels_last(dy).reshape(-1, dy.shape[1])
     return _in_parts(flat, rows).sum(1, dtype=accumulate).sum(0).to(dy.dtype)
+
+
+def _bias_gradient_per_image(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The bias gradient of a channels-first dY: each image's channel summed over its pixels,
+    then the images."""
+    dy = _to_logical(s, args)[0]
+    accumulate = torch.promote_types(dy.dtype, torch.float32)
+    return dy.flatten(2).sum(2, dtype=accumulate).sum(0).to(dy.dtype)
 
 
 def _in_parts(t: torch.Tensor, rows: int) -> torch.Tensor:
