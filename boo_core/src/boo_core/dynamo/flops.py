@@ -3,7 +3,9 @@
 The offload summary weighs what ran on BOO kernels by these counts, so that "90% offloaded"
 means 90% of the work, not of the nodes. Convolutions, matmuls and attention are counted
 with torch's own formulas (``torch.utils.flop_counter``: 2 per multiply-add, gradients
-included); normalizations, which torch does not count, at a few operations per element.
+included), except a grouped convolution's gradients, which torch counts as if ungrouped (a
+96-channel depthwise 7x7's 97 times over, torch 2.11 to 2.13): each gradient is counted as its
+forward; normalizations, which torch does not count, at a few operations per element.
 Every other op counts zero: it is memory traffic, not arithmetic.
 """
 
@@ -44,9 +46,23 @@ def node_flops(node: torch.fx.Node) -> int:
         return 0
     args, kwargs = tree_map(_value, (node.args, node.kwargs))
     try:
+        if target is aten.convolution_backward.default and args[9] != 1:
+            return _grouped_convolution_backward(*args)
         return int(formula(*args, out_val=node.meta.get("val"), **kwargs))
     except Exception:  # a formula that cannot read these arguments (symbolic shapes): not counted
         return 0
+
+
+def _grouped_convolution_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                                  _bias_sizes: object, _stride: object, _padding: object, _dilation: object,
+                                  transposed: bool, _output_padding: object, _groups: int,
+                                  output_mask: list[bool]) -> int:
+    """The data and weight gradients a grouped ``convolution_backward`` computes, each counted
+    as the forward's multiply-adds (the weight's shape holds the channels per group)."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    forward = conv_flop_count(list(x.shape), list(weight.shape), list(grad_out.shape), transposed)
+    return int(forward * (bool(output_mask[0]) + bool(output_mask[1])))
 
 
 def _formula(target: object):
