@@ -1,11 +1,12 @@
 """Measure the library's matmuls on a Hopper GPU: Triton's own launch of every tile
 configuration on the shapes real models give (``--sweep``); BOO's kernel on those shapes
 against torch's; then the routes through BOO (get_launchable, boo_matmul, BooLinear,
-torch.compile(backend="iree_boo")) on three large shapes. Each result is checked against
+torch.compile(backend="iree_boo")) on three large shapes. ``--long-k`` instead times long-K
+weight gradients with and without the split-K candidates. Each result is checked against
 float64 and timed as benchmarks/gpu.py times (device time from the profiler, median of 5
 batches of 5 calls).
 
-    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape]
+    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape] [--long-k]
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ ANY_SHAPE = (
     MatmulSignature(m=8192, n=1024, k=4096, trans_b=True, bias=True, dtype=torch.float16),
     MatmulSignature(m=1000, n=1000, k=1000, dtype=BF16),
 )
+#: Weight gradients with a long K (the tokens) and few output tiles, from benchmarks/gpu.py's
+#: traced networks (batch 32): ConvNeXt-T's linear layers by stage, ViT-B/16's attention output,
+#: the decoder block's; the matmul op offers them ``split_k`` (and, for comparison, three it does not).
+LONG_K = tuple(MatmulSignature(m=m, n=n, k=k, trans_a=True, dtype=BF16) for m, n, k in (
+    (96, 384, 100352), (384, 96, 100352), (192, 768, 25088), (768, 192, 25088), (384, 1536, 6272),
+    (1536, 384, 6272), (768, 768, 6304), (1024, 1024, 32768), (768, 3072, 6304), (3072, 768, 6304),
+    (3072, 1024, 32768)))
 
 
 def error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -107,6 +115,43 @@ def any_shape(device: str) -> None:
     print(f"geometric mean BOO/torch over {len(ratios)} shapes: {statistics.geometric_mean(ratios):.2f}")
 
 
+def long_k(device: str) -> None:
+    """Each LONG_K weight gradient: torch's (cuBLAS), BOO's first verified kernel (split-K
+    where the op offers it), and BOO's without the split-K candidates, device time."""
+    from boo_kernels_hopper import hooks
+
+    from boo_core import clear_launchables
+
+    peak, _ = peaks(device)
+    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
+    print(f"{'signature':<52} {'torch us':>9} {'BOO us':>8} {'no split':>9} {'BOO/torch':>9} {'unsplit/torch':>13} "
+          f"{'torch %':>8} {'BOO %':>6} {'error':>8}  served by")
+    ratios = {"split": [], "unsplit": []}
+    for signature in LONG_K:
+        args = signature.get_sample_args(device=device)
+        ref = signature.reference(*(t.double() for t in args))
+        found = {}
+        for offered in (True, False):
+            hooks.OFFER_SPLIT_K = offered
+            clear_launchables()
+            found[offered] = get_launchable(signature, device)
+        hooks.OFFER_SPLIT_K = True
+        with torch.no_grad():
+            torch_us = device_us(signature.eager, args)
+            split_us, unsplit_us = (device_us(found[o], args) for o in (True, False))
+            err = max(error(found[o](*args), ref) for o in (True, False))
+        ratios["split"].append(split_us / torch_us)
+        ratios["unsplit"].append(unsplit_us / torch_us)
+        sub = found[True].substitution
+        served = f"{found[True].formulation}{' + ' + sub.label if sub else ''}, verified={found[True].verified}"
+        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, split_us)]
+        print(f"{signature.func_name:<52} {torch_us:>9.1f} {split_us:>8.1f} {unsplit_us:>9.1f} "
+              f"{split_us / torch_us:>9.2f} {unsplit_us / torch_us:>13.2f} {share[0]:>7.1f}% {share[1]:>5.1f}% "
+              f"{err:>8.1e}  {served}", flush=True)
+    print("geometric mean BOO/torch over {} shapes: {:.2f} (without split-K {:.2f})".format(
+        len(LONG_K), statistics.geometric_mean(ratios["split"]), statistics.geometric_mean(ratios["unsplit"])))
+
+
 def routes(device: str) -> None:
     peak, _ = peaks(device)
     print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
@@ -138,7 +183,11 @@ if __name__ == "__main__":
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--sweep", action="store_true", help="every tile configuration through Triton's launcher")
     parser.add_argument("--any-shape", action="store_true", help="the shapes real models give (ANY_SHAPE) only")
+    parser.add_argument("--long-k", action="store_true", help="long-K weight gradients (LONG_K), split or not, only")
     args = parser.parse_args()
+    if args.long_k:
+        long_k(args.device)
+        raise SystemExit(0)
     if args.sweep:
         sweep(args.device)
     any_shape(args.device)

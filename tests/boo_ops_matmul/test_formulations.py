@@ -13,7 +13,7 @@ from boo_core.kernels.chain import compile_plan
 from boo_core.substitute.candidates import signature_plan
 from boo_core.verify.numerics import compare
 from boo_ops_matmul import MatmulSignature
-from boo_ops_matmul.formulations import _split_k
+from boo_ops_matmul.formulations import _split_k, cuda_split_k_parts
 
 CUDA = Target.parse("cuda:sm_80")
 
@@ -64,11 +64,31 @@ def test_a_long_k_float32_product_on_the_cpu_is_split_first():
     cpu = Target.parse("cpu")
     weight_gradient = MatmulSignature(m=192, n=768, k=25088, trans_a=True)  # a linear layer's, K = the tokens
     assert [f.name for f in formulations(weight_gradient, cpu)] == ["split_k", "default"]
-    assert "split_k" not in [f.name for f in formulations(weight_gradient)]  # CUDA: not measured there
+    assert "split_k" not in [f.name for f in formulations(weight_gradient)]  # CUDA: 16-bit only
     for other in (MatmulSignature(m=768, n=768, k=6304, trans_a=True),  # K only 8x max(M, N)
                   MatmulSignature(m=64, n=64, k=4096),  # long, but small
                   MatmulSignature(m=192, n=768, k=25088, trans_a=True, dtype=torch.bfloat16)):  # data-tiled
         assert [f.name for f in formulations(other, cpu)] == ["default"], other
+
+
+@pytest.mark.parametrize(("m", "n", "k", "parts"), [
+    (96, 384, 100352, 49),  # ConvNeXt-T's first linear layers' weight gradients: 3 tiles, 49 slices of 2,048
+    (192, 768, 25088, 8),  # its second stage's: 12 tiles; 8 slices divide K (11 would pad)
+    (1024, 1024, 32768, 2),  # a decoder block's, 32 x 1,024 tokens: 64 tiles, 2 slices of 16,384
+])
+def test_a_long_k_16_bit_product_on_cuda_may_be_split(m, n, k, parts):
+    signature = MatmulSignature(m=m, n=n, k=k, trans_a=True, dtype=torch.bfloat16)
+    assert cuda_split_k_parts(signature) == parts
+    assert [f.name for f in formulations(signature)] == ["default", "split_k", "padded", "f32_compute"]
+
+
+def test_a_product_that_fills_the_gpu_or_has_a_short_k_is_not_split_on_cuda():
+    for other in (MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=torch.bfloat16),  # 144 tiles
+                  MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=torch.bfloat16),  # 2 short slices
+                  MatmulSignature(m=64, n=64, k=2048, dtype=torch.bfloat16),  # K short
+                  MatmulSignature(m=96, n=384, k=100352, col_major=True, dtype=torch.bfloat16)):
+        assert cuda_split_k_parts(other) is None
+        assert "split_k" not in [f.name for f in formulations(other)]
 
 
 @pytest.mark.parametrize("command", [

@@ -74,10 +74,30 @@ ANY_SHAPE = [
 
 @pytest.mark.parametrize("signature", ANY_SHAPE, ids=lambda s: s.func_name)
 def test_a_matmul_of_any_shape_is_served_and_right(private_cache, signature):
+    assert_served_and_right(signature, "hopper_")
+
+
+def assert_served_and_right(signature: MatmulSignature, substitution: str) -> None:
+    """The library's substitution named ``substitution...`` serves ``signature``, verified,
+    launched directly, and right against float64 on fresh inputs."""
     launchable = get_launchable(signature, DEVICE)
-    assert launchable.substitution is not None and launchable.substitution.name.startswith("hopper_gemm")
+    assert launchable.substitution is not None and launchable.substitution.name.startswith(substitution)
     assert launchable.verified and launchable.launch == "direct"
     for _ in range(2):  # fresh inputs each time
         args = signature.get_sample_args(device=DEVICE)
         ref = signature.reference(*(a.double() for a in args))
         assert relative_error(launchable(*args), ref) < 1e-2
+
+
+# Long K, few output tiles: the matmul op's split_k, its partial products the library's kernel.
+SPLIT_K = [
+    MatmulSignature(m=96, n=384, k=100352, trans_a=True, dtype=BF16),  # ConvNeXt-T's stage 1 weight gradient
+    MatmulSignature(m=192, n=768, k=25088, trans_a=True, alpha=0.5, bias=True, activation="gelu",
+                    dtype=torch.float16),  # the epilogue in IREE's sum of the slices
+    MatmulSignature(m=1024, n=1024, k=32768, trans_a=True, dtype=BF16),  # a decoder block's weight gradient
+]
+
+
+@pytest.mark.parametrize("signature", SPLIT_K, ids=lambda s: s.func_name)
+def test_a_long_k_weight_gradient_is_split_and_right(private_cache, signature):
+    assert_served_and_right(signature, "hopper_split_k")

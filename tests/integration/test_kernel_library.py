@@ -80,6 +80,24 @@ def test_it_finds_the_product_in_the_modules_iree_makes(private_cache, signature
         gemm.plan(gemm.problem_of(dataclasses.replace(signature, n=signature.n + 1)), found.executables)
 
 
+@pytest.mark.parametrize(("signature", "parts"), [
+    (MatmulSignature(m=96, n=384, k=100352, trans_a=True, dtype=torch.bfloat16), 49),
+    (MatmulSignature(m=1024, n=1024, k=32768, trans_a=True, alpha=2.0, bias=True, activation="gelu",
+                     dtype=torch.float16), 2)])
+def test_it_finds_the_batched_product_of_slices_of_k_in_the_split_k_module(private_cache, signature, parts):
+    problem = gemm.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", hooks.SPLIT_K_FORMULATION)  # cross-compiled: no GPU needed
+    assert len(found.executables) == 2  # the partial products, then IREE's sum with the epilogue
+    product, split = gemm.split_k_plan(problem, found.executables)
+    assert product.name == found.names[0]
+    assert (split.batch, split.k * split.batch, split.trans_a, split.out_dtype) == (parts, signature.k, True, "f32")
+    assert (split.bias, split.activation, split.alpha) == (False, None, 1.0)  # the epilogue stays in the sum
+    with pytest.raises(ValueError):  # the default module has no partial products
+        gemm.split_k_plan(problem, executables_of(signature, "cuda:sm_80", hooks.GEMM_FORMULATION).executables)
+    with pytest.raises(ValueError):  # served only with A transposed and B not
+        gemm.split_k_plan(dataclasses.replace(problem, trans_b=True), found.executables)
+
+
 @pytest.mark.skipif(ptx.unavailable_reason() is None, reason="this machine can build the library's kernels")
 def test_without_triton_or_a_hopper_gpu_it_supplies_nothing(private_cache):
     assert hooks.boo_kernel_substitutions(SERVED, Target.parse("cuda:sm_80")) is None

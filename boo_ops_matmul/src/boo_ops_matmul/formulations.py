@@ -10,6 +10,12 @@
   product as :data:`SPLIT_K_PARTS` products over slices of K (zero-padded to a multiple),
   summed. IREE's CPU kernel parallelizes over M and N only, so a long K with a small M x N
   (a linear layer's weight gradient, K = the tokens) leaves most of the machine idle.
+* ``split_k`` (CUDA, 16-bit, K long and M x N too small to fill the GPU:
+  :func:`cuda_split_k_parts`, after ``default``): the same, float32 partial products of
+  slices of K summed in a second dispatch. Where A is stored transposed and B is not (a
+  linear layer's weight gradient), each slice is a view of the stored operands, so the
+  partial products are one batched product of the inputs as they are: the module a kernel
+  library's split-K kernel replaces (the Hopper library's ``split_k`` substitution).
 
 On an H100 (sm_80 PTX, IREE 3.13; benchmarks/gpu_scan.py) ``default`` came out wrong for
 16-bit *batched* matmuls whose M, N or K is not a multiple of 16, and only some of the
@@ -37,6 +43,20 @@ PAD_TO = 16
 #: product (0.4 -> 0.5), nor bf16 (data-tiled: 54.3 at 192x768, K 25,088 -> 56.0 with 16 parts).
 SPLIT_K_FROM = 16
 SPLIT_K_PARTS = 64
+#: On CUDA: output tiles (of :data:`CUDA_TILE` x :data:`CUDA_TILE`) a product must leave to
+#: fewer than half of :data:`CUDA_SMS` streaming multiprocessors, and K at least
+#: :data:`CUDA_SPLIT_K_FROM`, for ``split_k`` to be offered; each slice of K is at least
+#: :data:`CUDA_MIN_SLICE` long, and a split in fewer than 4 slices leaves slices at least
+#: :data:`CUDA_LONG_SLICE` long (an H100 SXM has 132 SMs). Weight gradients on an H100 with the
+#: Hopper library's split-K kernel (examples/boo_kernels_hopper/bench.py --long-k), µs,
+#: unsplit -> split (cuBLAS): 96x384, K 100,352, 49 slices 351.0 -> 43.2 (39.1); 192x768,
+#: K 25,088, 8 slices 91.0 -> 27.5 (23.9); 1024x1024, K 32,768, 2 slices 138.8 -> 102.2 (93.8);
+#: but 768x768, K 6,304, and 384x1536, K 6,272, in 2 slices 23.2 -> 23.5 and 21.5 -> 22.6.
+CUDA_SMS = 132
+CUDA_TILE = 128
+CUDA_SPLIT_K_FROM = 4096
+CUDA_MIN_SLICE = 512
+CUDA_LONG_SLICE = 8192
 
 
 def matmul_formulations(signature: MatmulSignature, target: Target) -> tuple[Formulation, ...]:
@@ -51,9 +71,30 @@ def matmul_formulations(signature: MatmulSignature, target: Target) -> tuple[For
                          description=f"M, N, K padded with zeros to multiples of {PAD_TO}")
     in_float32 = Formulation("f32_compute", computation=lambda *a: s.reference(*(t.float() for t in a)).to(s.dtype),
                              description="the operands in float32, a float32 contraction")
+    parts = cuda_split_k_parts(s)
+    split = () if parts is None else (
+        Formulation("split_k", computation=lambda *a: _split_k(s, parts, *a),
+                    description=f"{parts} float32 products over slices of K, summed"),)
     if racy_class(s):
-        return (padded, default, in_float32)
-    return (default, padded, in_float32)
+        return (padded, default, *split, in_float32)
+    return (default, *split, padded, in_float32)
+
+
+def cuda_split_k_parts(signature: MatmulSignature) -> int | None:
+    """How many slices of K ``split_k`` cuts a 16-bit CUDA product into: enough that the
+    output tiles of all slices fill the SMs about once, a divisor of K where one is near
+    (no padded slice), each at least :data:`CUDA_MIN_SLICE` long; None where the tiles
+    alone fill half the SMs, K is short (:data:`CUDA_SPLIT_K_FROM`), or fewer than 4 slices
+    would be shorter than :data:`CUDA_LONG_SLICE` (the sum's dispatch then costs what the
+    split gains)."""
+    s = signature
+    tiles = s.batch * -(-s.m // CUDA_TILE) * -(-s.n // CUDA_TILE)
+    if s.dtype == torch.float32 or s.col_major or s.k < CUDA_SPLIT_K_FROM or 2 * tiles >= CUDA_SMS:
+        return None
+    wanted = max(2, min(CUDA_SMS // tiles, s.k // CUDA_MIN_SLICE))
+    divisors = [p for p in range(2, s.k // CUDA_MIN_SLICE + 1) if s.k % p == 0 and wanted / 2 <= p <= 1.25 * wanted]
+    parts = min(divisors, key=lambda p: abs(p - wanted)) if divisors else wanted
+    return parts if parts >= 4 or s.k // parts >= CUDA_LONG_SLICE else None
 
 
 def splits_k_on_the_cpu(signature: MatmulSignature) -> bool:
@@ -87,8 +128,10 @@ def _split_k(s: MatmulSignature, parts: int, a: torch.Tensor, b: torch.Tensor, *
     """The product as ``parts`` products over slices of K (zero-padded to a multiple), summed."""
     accumulate = torch.promote_types(a.dtype, torch.float32)
     chunk = -(-s.k // parts)
-    left = F.pad(s._logical(a, s.trans_a), (0, parts * chunk - s.k))  # (.., M, parts*chunk)
-    right = F.pad(s._logical(b, s.trans_b), (0, 0, 0, parts * chunk - s.k))  # (.., parts*chunk, N)
+    left, right = s._logical(a, s.trans_a), s._logical(b, s.trans_b)  # (.., M, K), (.., K, N)
+    if parts * chunk != s.k:
+        left = F.pad(left, (0, parts * chunk - s.k))
+        right = F.pad(right, (0, 0, 0, parts * chunk - s.k))
     left = left.reshape(*left.shape[:-1], parts, chunk).movedim(-2, -3)  # (.., parts, M, chunk)
     right = right.reshape(*right.shape[:-2], parts, chunk, right.shape[-1])  # (.., parts, chunk, N)
     y = torch.matmul(left.to(accumulate), right.to(accumulate)).sum(-3)

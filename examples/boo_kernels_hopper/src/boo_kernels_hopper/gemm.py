@@ -8,11 +8,19 @@ executable computing the whole op on the op's tensors (A, B, [C], [bias], out), 
 where both operands are transposed: IREE then writes A transposed into a transient first
 and the product reads that (:func:`plan` finds the product either way; the transpose stays
 IREE's). Everything here but :func:`generate` runs without Triton or a GPU.
+
+Split K (:func:`split_k_plan`): where the matmul op offers its ``split_k`` formulation (K long,
+M x N too small to fill the GPU) for a product with A stored transposed and B not (a linear
+layer's weight gradient), IREE's module is one batched product of views of the stored
+operands, P slices of K each, into a float32 transient, then IREE's sum over the slices with
+the epilogue. The library replaces the batched product: a batch of P products with A
+transposed and a float32 output.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +30,8 @@ from .ptx import Kernel, compile_for_iree
 
 #: The element types served, as IREE's tensor types and Triton's pointer types name them.
 DTYPES = {torch.bfloat16: ("bf16", "*bf16"), torch.float16: ("f16", "*fp16")}
+#: Triton's pointer type of each of IREE's element types the kernel reads or writes.
+POINTER_TYPES = {"bf16": "*bf16", "f16": "*fp16", "f32": "*fp32"}
 #: Streaming multiprocessors of an H100 SXM: one wave of programs.
 SMS = 132
 
@@ -68,6 +78,7 @@ class GemmProblem:
     beta: float = 0.0
     activation: str | None = None
     dtype: str = "bf16"
+    out_dtype: str = ""  # the output's type where it is not ``dtype``: "f32" for split-K's partial products
 
     @property
     def has_c(self) -> bool:
@@ -85,8 +96,9 @@ class GemmProblem:
                   lead + ((self.n, self.k) if self.trans_b else (self.k, self.n))]
         shapes += [lead + (self.m, self.n)] if self.has_c else []
         shapes += [(self.n,)] if self.bias else []
+        types = [self.dtype] * len(shapes) + [self.out_dtype or self.dtype]
         shapes += [lead + (self.m, self.n)]
-        return [f"tensor<{'x'.join(map(str, s))}x{self.dtype}>" for s in shapes]
+        return [f"tensor<{'x'.join(map(str, s))}x{t}>" for s, t in zip(shapes, types, strict=True)]
 
 
 def problem_of(signature: Any) -> GemmProblem | None:
@@ -143,6 +155,29 @@ def plan(problem: GemmProblem, executables: Any) -> Any:
     return matching[0]
 
 
+def split_k_plan(problem: GemmProblem, executables: Any) -> tuple[Any, GemmProblem]:
+    """The executable of the ``split_k`` formulation's module that makes the partial products
+    (module docstring), and its problem: P products of K / P with A transposed, out in
+    float32. ValueError for a module of any other shape."""
+    if problem.batch != 1 or not problem.trans_a or problem.trans_b:
+        raise ValueError(f"split-K is served for one product with A transposed and B not, not {problem}")
+    for executable in executables:
+        exports = executable.exports
+        if len(exports) != 1 or exports[0].constants or len(exports[0].bindings) != 3:
+            continue
+        tensors = [b.tensor for b in exports[0].bindings]
+        parts_and_slice = re.fullmatch(r"tensor<(\d+)x(\d+)x\d+x\w+>", tensors[0])
+        if parts_and_slice is None:
+            continue
+        parts, length = map(int, parts_and_slice.groups())
+        split = replace(problem, k=length, batch=parts, alpha=1.0, beta=0.0, bias=False, activation=None,
+                        out_dtype="f32")
+        if parts > 1 and parts * length >= problem.k and tensors == split.bindings():
+            return executable, split
+    described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
+    raise ValueError(f"no batched product of slices of K into float32 for {problem}, found {described}")
+
+
 def kernel_problem(problem: GemmProblem, executable: Any) -> GemmProblem:
     """The problem as the replaced executable sees it (A already transposed by IREE, where
     it transposed it)."""
@@ -166,8 +201,9 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
         "BN": config.bn, "BK": config.bk, "GROUP": config.group}
     pointers = ["a", "b"] + (["c"] if p.has_c else []) + (["bias"] if p.bias else []) + ["out"]
     constants.update({name: None for name in ("c", "bias") if name not in pointers})
-    pointer_type = dict(DTYPES.values())[p.dtype]
+    types = dict.fromkeys(pointers, POINTER_TYPES[p.dtype])
+    types["out"] = POINTER_TYPES[p.out_dtype or p.dtype]
     compiled, ptx = compile_for_iree(boo_hopper_gemm, pointers, constants, ORDER, config.num_warps,
-                                     config.num_stages, entry, types=dict.fromkeys(pointers, pointer_type))
+                                     config.num_stages, entry, types=types)
     return Kernel(ptx, compiled.metadata.num_warps * 32, (p.tiles(config), p.batch, 1),
                   int(compiled.metadata.shared))

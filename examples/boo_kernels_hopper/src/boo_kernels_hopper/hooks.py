@@ -6,7 +6,11 @@ For a CUDA target, when Triton is installed and the GPU is a Hopper (compute cap
 code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
-  product's executable of the ``default`` formulation's module (``gemm.plan``).
+  product's executable of the ``default`` formulation's module (``gemm.plan``). Where the
+  matmul op offers ``split_k`` (a long K, few output tiles) for a product with A transposed,
+  first one candidate per rank of configuration replacing that module's batched product of
+  slices of K (``gemm.split_k_plan``): the configurations are ranked once the module's
+  slices are known.
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
   of the ``default`` formulation's module (``conv.plan``); for a padded forward, first the
   one executable of the ``channels_last`` formulation's, the padding applied as the kernel
@@ -25,7 +29,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from boo_core.plugin import KernelExecutables, Substitution, Target, external_source, hookimpl
+from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
 from . import conv, gemm, ptx, wgrad
@@ -37,13 +41,17 @@ CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan
 #: fused in), which the kernel reads unpadded (conv.padding_as_it_reads).
 CHANNELS_LAST_FORMULATION = "channels_last"
 GEMM_FORMULATION = "default"  # the matmul op's module whose executables gemm.plan knows
+SPLIT_K_FORMULATION = "split_k"  # the matmul op's module whose executables gemm.split_k_plan knows
+#: Whether to offer the split-K candidates at all (bench.py --long-k measures without them).
+OFFER_SPLIT_K = True
 
 
-def _gemm_build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
+def _gemm_build(choose: Callable[[Sequence[Any]], tuple[Any, gemm.GemmProblem, gemm.GemmConfig]]):
+    """A build replacing one executable: ``choose(executables)`` gives it, the problem it
+    computes and the tiles."""
     def build(kernel: KernelExecutables) -> dict[str, str]:
-        executable = gemm.plan(problem, kernel.executables)
-        export = executable.exports[0]
-        made = gemm.generate(gemm.kernel_problem(problem, executable), config, export.kernel_name)
+        executable, problem, config = choose(kernel.executables)
+        made = gemm.generate(problem, config, executable.exports[0].kernel_name)
         source = external_source(executable, [OBJECT], workgroup_size=(made.block, 1, 1),
                                  workgroup_count=made.grid_xyz, workgroup_local_memory=made.shared_bytes)
         return {f"sources/{executable.name}.mlir": source, OBJECT: made.ptx}
@@ -51,15 +59,44 @@ def _gemm_build(problem: gemm.GemmProblem, config: gemm.GemmConfig):
     return build
 
 
-def _gemm_substitutions(signature: Any) -> list[Substitution] | None:
-    """One candidate per tile configuration, the likely fastest first (``gemm.configs_for``):
-    BOO uses the first that verifies, ``boo tune`` times them all."""
+def _product(problem: gemm.GemmProblem, config: gemm.GemmConfig):
+    def choose(executables: Sequence[Any]) -> tuple[Any, gemm.GemmProblem, gemm.GemmConfig]:
+        executable = gemm.plan(problem, executables)
+        return executable, gemm.kernel_problem(problem, executable), config
+
+    return choose
+
+
+def _split_product(problem: gemm.GemmProblem, rank: int):
+    def choose(executables: Sequence[Any]) -> tuple[Any, gemm.GemmProblem, gemm.GemmConfig]:
+        executable, split = gemm.split_k_plan(problem, executables)
+        return executable, split, gemm.configs_for(split)[rank]
+
+    return choose
+
+
+def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
+    """One candidate per tile configuration, the likely fastest first (``gemm.configs_for``),
+    after the split-K candidates where the op offers ``split_k``: BOO uses the first that
+    verifies, ``boo tune`` times them all."""
     problem = gemm.problem_of(signature)
     if problem is None or not _buildable(signature):
         return None
-    return [Substitution(f"hopper_gemm_{config.bm}x{config.bn}", build=_gemm_build(problem, config),
-                         key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
-            for config in gemm.configs_for(problem)]
+    found = []
+    if OFFER_SPLIT_K and problem.batch == 1 and problem.trans_a and not problem.trans_b and \
+            _offers(signature, target, SPLIT_K_FORMULATION):
+        found += [Substitution(f"hopper_split_k_{rank + 1}", build=_gemm_build(_split_product(problem, rank)),
+                               key=_key("split_k", problem, "rank", rank), formulation=SPLIT_K_FORMULATION)
+                  for rank in range(len(gemm.CONFIGS))]
+    found += [Substitution(f"hopper_gemm_{config.bm}x{config.bn}", build=_gemm_build(_product(problem, config)),
+                           key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
+              for config in gemm.configs_for(problem)]
+    return found
+
+
+def _offers(signature: Any, target: Target, formulation: str) -> bool:
+    """Whether ``signature``'s op offers ``formulation`` on ``target``."""
+    return formulation in {f.name for f in BooOpRegistry.default().formulations(signature, target)}
 
 
 def _buildable(signature: Any) -> bool:
@@ -131,4 +168,4 @@ def boo_kernel_substitutions(signature: Any, target: Target) -> Sequence[Substit
         return None
     if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
         return _conv_substitution(signature)
-    return _gemm_substitutions(signature)
+    return _gemm_substitutions(signature, target)
