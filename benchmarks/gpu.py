@@ -350,7 +350,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--no-inductor", action="store_true")
-    parser.add_argument("--only", default="", help="only rows whose name contains this text")
+    parser.add_argument("--only", default="", help="only rows whose name contains this text (or one of "
+                        "several texts separated by '|')")
     parser.add_argument("--tune", action="store_true", help="tune every row first (boo tune), then measure")
     parser.add_argument("--tuned", action="store_true", help="also measure the tuned kernels (from a tune before)")
     parser.add_argument("--csv", help="with --tune: every candidate's results as CSV")
@@ -366,19 +367,20 @@ def main() -> None:
     parser.add_argument("--traced", action="store_true",
                         help="a second table: the kernels torch.compile gives five traced networks (docstring)")
     args = parser.parse_args()
+    wanted = lambda name: any(text in name for text in args.only.split("|"))  # noqa: E731
     first = rows(args.batch)
     if args.traced:
         first += traced_rows(args.batch, args.device, {signature.func_name for _, signature in first})
     if args.commands:
         for name, signature in first:
-            if args.only in name:
+            if wanted(name):
                 print(signature.to_command())
         return
     torch.backends.cudnn.benchmark = True
     if args.launch:
         launch_report(args.device)
         return
-    table = [row for row in first if args.only in row[0]]
+    table = [row for row in first if wanted(row[0])]
     tuned = args.tune or args.tuned
 
     if args.tune:

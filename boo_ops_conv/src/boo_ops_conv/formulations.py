@@ -27,6 +27,14 @@ and ``boo tune`` times them all.
   convolution): dY (channels minor) times the filter gives dX at the pixels the windows
   read, and zeros are put between them by pads and reshapes: no convolution over a
   zero-inserted dY (``default``'s route, stride-product times the work).
+* ``patches`` (the data gradient of a patchifying convolution: unpadded, undilated, one
+  group, stride = window > 1, such as a patch embedding or ConvNeXt's 2x2/s2 downsampling;
+  first): dY (channels minor) times the filter gives each window's patch of dX, put back in
+  place by a reshape and one permutation; no convolution over a zero-inserted dY (H100,
+  ConvNeXt-T's 2x2/s2 data gradients: 55-83 µs against IREE's 270-503). For such a
+  convolution the unfolded windows of ``im2col`` and ``im2col_splitN`` are a reshape of x,
+  and on CUDA ``im2col_split32`` or ``im2col_split128`` comes first for its weight gradient
+  (:data:`PATCH_WEIGHTS_SPLIT_FINER`).
 * ``staged_sums`` (the bias gradient of a channels-last dY, first): dY as (pixels, channels)
   summed over parts of :data:`BIAS_GRADIENT_ROWS` pixels, then over the parts. IREE's kernel
   of the reference's one long sum per channel is serial along the pixels.
@@ -98,6 +106,13 @@ SCATTER_FIRST_ON_THE_CPU = True
 BIAS_GRADIENT_ROWS = 32
 #: On CUDA, ``staged_sums`` compiles without IREE's reduction vector distribution (above).
 NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector-distribution=false",)
+#: A patchifying convolution's weight gradient on CUDA takes ``im2col_split32`` first, or
+#: ``im2col_split128`` where the filter has fewer elements than this (few output tiles: more
+#: parts of the reduction run in parallel). H100, bf16, batch 32, µs, split32 / split128
+#: (cuDNN): ConvNeXt-T's stem 96x3x4x4 1134.1 / 80.1 (60.5); its 2x2/s2 downsamplings 192x96
+#: 104.3 / 96.7 (25.9), 384x192 68.0 / 114.2 (15.6), 768x384 113.7 / 113.6 (14.0); ViT-B/16's
+#: patch embedding 768x3x16x16 168.2 / 288.0 (194.8); IREE's own convolution 329-701.
+PATCH_WEIGHTS_SPLIT_FINER = 2**15
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -151,6 +166,8 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                   for n in (32, 128)]
         if cuda and s.dtype in _HALF and all(w == 1 for w in s.window):
             first.append(splits.pop(0))  # IREE's own kernels for this class came out wrong at batch 32
+        elif cuda and _patchifies(s):  # the columns are a reshape of x (_patches)
+            first.append(splits.pop(1 if math.prod(s.kernel_shape) < PATCH_WEIGHTS_SPLIT_FINER else 0))
         elif target.backend == "llvm-cpu":
             first += [f for f in splits if f.name == WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
             splits = [f for f in splits if f.name != WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
@@ -159,6 +176,9 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
+    if s.mode == "bwd" and _patchifies(s):
+        first.append(Formulation("patches", computation=lambda *a: _patch_data_gradient(s, a),
+                                 description="dY @ W, each row a patch of dX put back in place"))
     if _scatters(s):
         scatter = Formulation("matmul_scatter", computation=lambda *a: _strided_1x1_data_gradient(s, a),
                               description="dY @ W at the strided pixels, zeros between them")
@@ -348,9 +368,51 @@ def _channels_last(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, *range(2, x.dim()), 1)
 
 
+def _patchifies(s: ConvSignature) -> bool:
+    """Whether ``s``'s windows tile its input without overlap or gaps (unpadded, undilated,
+    stride = window > 1, one group, not transposed: a patch embedding, a 2x2/s2
+    downsampling), so its unfolded windows are a reshape of the input."""
+    return (not s.transposed and s.groups == 1 and not any(s.padding) and all(d == 1 for d in s.dilation)
+            and tuple(s.stride) == tuple(s.window) and any(f > 1 for f in s.window))
+
+
+def _patches(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
+    """A patchifying convolution's (:func:`_patchifies`) unfolded windows of logical ``x``:
+    (N * output pixels, taps * C), channels minor, by a reshape and one permutation."""
+    n, c, rank = x.shape[0], x.shape[1], s.spatial_rank
+    x = x[(slice(None), slice(None), *(slice(0, o * f) for o, f in zip(s.output_spatial, s.window)))]
+    x = x.reshape(n, c, *itertools.chain.from_iterable(zip(s.output_spatial, s.window)))
+    order = (0, *range(2, 2 + 2 * rank, 2), *range(3, 3 + 2 * rank, 2), 1)  # (N, *output, *window, C)
+    return x.permute(order).reshape(n * math.prod(s.output_spatial), -1)
+
+
+def _from_patches(s: ConvSignature, patches: torch.Tensor) -> torch.Tensor:
+    """The logical (N, C, *input) tensor whose :func:`_patches` are ``patches``; zeros where
+    no window reads (the input's remainder past the last whole window)."""
+    n, c, rank = s.input_shape[0], s.input_shape[1], s.spatial_rank
+    x = patches.reshape(n, *s.output_spatial, *s.window, c)
+    order = (0, 2 * rank + 1, *itertools.chain.from_iterable((1 + i, 1 + rank + i) for i in range(rank)))
+    x = x.permute(order).reshape(n, c, *(o * f for o, f in zip(s.output_spatial, s.window)))
+    missing = [extent - o * f for extent, o, f in zip(s.input_shape[2:], s.output_spatial, s.window)]
+    return F.pad(x, tuple(itertools.chain.from_iterable((0, m) for m in reversed(missing)))) if any(missing) else x
+
+
+def _patch_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``patches``: the data gradient of a patchifying convolution, dY (channels minor) times
+    the filter, each row a patch of dX put back in place. 16-bit operands accumulate in
+    float32, rounded once."""
+    dy, w = _to_logical(s, args)
+    rows = _channels_last(dy).reshape(-1, s.output_channels)
+    values = torch.matmul(rows.float(), _tap_major(w, 1)[0].T.float())  # (N * P, taps * C)
+    return _store(s, _from_patches(s, values).to(s.dtype))
+
+
 def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
     """The unfolded windows of a logical input, channels minor: (groups, N * output pixels,
-    taps * C/groups), built from strided slices of the padded channels-last input."""
+    taps * C/groups), built from strided slices of the padded channels-last input (a
+    patchifying convolution's by a reshape: :func:`_patches`)."""
+    if _patchifies(s):
+        return _patches(s, x).unsqueeze(0)
     x = _channels_last(_pad(s, x, crop=True))  # (N, *read extent, C)
     taps = []
     for offsets in itertools.product(*(range(f) for f in s.window)):
