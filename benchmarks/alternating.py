@@ -16,6 +16,8 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
 * ``guard-remakes``: a direct call making its C++ metadata check again where a miss was the
   thread's dispatch state alone (``direct_call.GUARD_REMAKES``). Off, the check made at the
   first call stays, and calls it misses take the Python check.
+* ``matmul-residual``: a sum after a linear layer (``x + linear(y)``) in the matmul's kernel
+  as its C. Off, the sum stays in the graph;
 * ``inductor-direct``: Inductor's generated code calling BOO's kernel calls directly
   (``boo_core.dynamo.inductor_calls``; use with ``--backend iree_boo_inductor``). Off, they
   go through ``torch.ops.boo.fused``'s dispatcher.
@@ -24,7 +26,8 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
 device time, not its host time, decides. ``--backend iree_boo_inductor`` compiles with that
 backend instead.
 
-    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|guard-remakes|inductor-direct]
+    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|matmul-residual|guard-remakes|
+                                               inductor-direct]
                                      [--model resnet50] [--backend iree_boo] [--inference] [--graphs]
                                      [--pairs 3] [--steps 10]
 """
@@ -61,17 +64,30 @@ def _bnorm_direct(on: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _residual(on: bool) -> Iterator[None]:
-    """Batch norm's training pattern as it is (on), or never taking a residual sum (off)."""
-    from boo_ops_batchnorm import fusion
-
-    saved = fusion._residual_sum
+def _stubbed(module: object, name: str, on: bool) -> Iterator[None]:
+    """``module.name`` as it is (on), or a function answering None (off)."""
+    saved = getattr(module, name)
     if not on:
-        fusion._residual_sum = lambda *args: None
+        setattr(module, name, lambda *args: None)
     try:
         yield
     finally:
-        fusion._residual_sum = saved
+        setattr(module, name, saved)
+
+
+def _residual(on: bool) -> contextlib.AbstractContextManager:
+    """Batch norm's training pattern as it is (on), or never taking a residual sum (off)."""
+    from boo_ops_batchnorm import fusion
+
+    return _stubbed(fusion, "_residual_sum", on)
+
+
+def _matmul_residual(on: bool) -> contextlib.AbstractContextManager:
+    """The matmul patterns as they are (on), or never taking the residual added to a
+    product into its kernel (off)."""
+    from boo_ops_matmul import fusion
+
+    return _stubbed(fusion, "_residual_add", on)
 
 
 @contextlib.contextmanager
@@ -110,7 +126,7 @@ def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
     stack = contextlib.ExitStack()
     stack.enter_context(settings_override(use_backward_kernels=True))
     toggled = {"bnorm-direct": _bnorm_direct, "residual": _residual, "guard-remakes": _guard_remakes,
-               "inductor-direct": _inductor_direct}[toggle]
+               "inductor-direct": _inductor_direct, "matmul-residual": _matmul_residual}[toggle]
     stack.enter_context(toggled(on))
     return stack
 
@@ -118,7 +134,7 @@ def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual", "guard-remakes",
-                                                                  "inductor-direct"])
+                                                               "matmul-residual", "inductor-direct"])
     parser.add_argument("--backend", default="iree_boo", choices=["iree_boo", "iree_boo_inductor"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import subprocess
@@ -286,6 +287,53 @@ def test_a_linear_layers_activation_after_its_view_is_in_its_kernel(backend):
     summary = offload_summary()
     assert summary.offloaded == {"matmul.addmm": 2}, summary
     assert not summary.fallbacks["aten.gelu"], summary
+
+
+class _ResidualMLP(nn.Module):
+    """x + down(up(x)), then + proj(...) once more: a transformer block's two sums (without
+    the MLP's activation, which the Inductor-nested backend decomposes into adds of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down, self.proj = nn.Linear(16, 32), nn.Linear(32, 16), nn.Linear(16, 16, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.down(self.up(x))
+        return self.proj(x) + x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(3, 5, 16), (7, 16)], ids=["3-D", "2-D"])
+def test_a_residual_added_to_a_linear_layer_is_in_its_kernel(backend, shape):
+    # The sum after a linear layer (its view, on a 3-D input) is the kernel's C: no add is left
+    torch.manual_seed(0)
+    block = _ResidualMLP().eval()
+    x = torch.randn(shape)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(block, backend=backend, dynamic=False)(x)
+        torch.testing.assert_close(got, block(x), rtol=1e-5, atol=1e-5)
+    summary = offload_summary()
+    assert sum(summary.offloaded.values()) == 3, summary
+    assert not summary.fallbacks["aten.add"], summary
+
+
+def test_a_residual_in_a_linear_layers_kernel_trains_like_eager():
+    torch.manual_seed(0)
+    block = _ResidualMLP()
+    reference = copy.deepcopy(block)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    compiled = torch.compile(block, backend="iree_boo", dynamic=False)
+    compiled(x).square().sum().backward()
+    x_grad, x.grad = x.grad, None
+    reference(x).square().sum().backward()
+    torch.testing.assert_close(x_grad, x.grad, rtol=1e-5, atol=1e-5)
+    for got, want in zip(block.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5)
+    assert not offload_summary().graphs[0].fallbacks["aten.add"]
 
 
 def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():

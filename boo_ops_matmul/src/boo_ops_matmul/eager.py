@@ -98,17 +98,22 @@ def matmul_signature_for(
 
 
 def bound_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None, *, alpha: float = 1.0,
-                 beta: float = 1.0, bias: torch.Tensor | None = None,
-                 activation: str | None = None) -> Callable[..., torch.Tensor | None] | None:
+                 beta: float = 1.0, bias: torch.Tensor | None = None, activation: str | None = None,
+                 c_shape: tuple[int, ...] | None = None) -> Callable[..., torch.Tensor | None] | None:
     """``boo_matmul(a, b, c, ...)`` for tensors with exactly these tensors' metadata, settled
     now: the returned function takes ``(a, b[, c][, bias])`` and returns the product, or
     None (launching nothing) for tensors it was not bound for. None where boo_matmul would
-    copy an operand or run no kernel. ``bias`` may be a ``(1, N)`` row (``aten.addmm``'s).
-    Outside autograd only (a compiled graph's node)."""
+    copy an operand or run no kernel. ``bias`` may be a ``(1, N)`` row (``aten.addmm``'s);
+    ``c`` may come in another shape, viewed as ``c_shape`` (a residual added after the
+    product's view). Outside autograd only (a compiled graph's node)."""
     if c is not None and beta == 0.0:
         c = None
     row = bias is not None and bias.dim() == 2 and bias.shape[0] == 1
     examples = [t for t in (a, b, c, bias) if t is not None]
+    if c is not None and c_shape is not None:
+        if not c.is_contiguous():
+            return None
+        c = c.view(c_shape)
     a, b, c, bias = _dense(a, b, c, bias.reshape(-1) if row else bias)
     shape = _result_shape(a, b, c, bias)
     if is_empty(a, b) or (len(shape) == 3 and shape[0] == 1) or (c is not None and not c.is_contiguous()):
@@ -118,14 +123,23 @@ def bound_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
     trans_a, trans_b = not a.is_contiguous(), not b.is_contiguous()
     launchable = _kernel(a, b, c, alpha, beta, bias, activation, trans_a, trans_b)
 
+    reshaped = c is not None and c_shape is not None
+    c_view = (lambda t: t.view(c_shape)) if reshaped else None  # noqa: E731
+
     def run(a: torch.Tensor, b: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor | None:
+        if reshaped:
+            if not rest[0].is_contiguous():
+                return None
+            rest = (c_view(rest[0]), *rest[1:])
         if row:
             rest = (*rest[:-1], rest[-1].reshape(-1))
         return launchable.try_call(a.mT if trans_a else a, b.mT if trans_b else b, *rest)
 
-    # On a GPU, operands laid out as bound go to the kernel as they are (transposes and the
-    # bias row's reshape are views).
+    # On a GPU, operands laid out as bound go to the kernel as they are (transposes, the
+    # bias row's and a reshaped c's reshapes are views).
     views = [_transposed if trans_a else None, _transposed if trans_b else None, *[None] * (len(examples) - 2)]
+    if reshaped:
+        views[2] = c_view
     if row:
         views[-1] = _flattened
     direct = launchable.bind(examples, views)

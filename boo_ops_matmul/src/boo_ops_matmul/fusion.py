@@ -1,6 +1,7 @@
 """Fusion patterns for the torch.compile backends: mm, addmm and bmm, each with the
 activation that follows it when the product (or its only view: a linear layer on a 3-D
-input) has that one user, and an mm whose result,
+input) has that one user, or else with the residual added to it (``x + linear(y)``, a
+transformer block's sums: the kernel's ``beta * C``), and an mm whose result,
 viewed in another shape, has a bias row added (what AOTAutograd makes of ``F.linear`` on a
 non-contiguous 3-D input, as ``nn.MultiheadAttention``'s input projection)."""
 
@@ -23,8 +24,11 @@ _ACTIVATION_OPS = {aten.relu.default: "relu", aten.gelu.default: "gelu", aten.si
 
 
 class _Product(FusionPattern):
-    """What the patterns share. The spec holds boo_matmul's alpha, beta and activation, and
-    ``operand``: what a third input is (``"c"``, ``"bias"``, or None for none)."""
+    """What the patterns share. The spec holds boo_matmul's alpha, beta and activation,
+    ``operand``: what a third input is (``"c"``, ``"bias"``, or None for none), and
+    ``residual``: whether an input of the result's shape is added to the product (the
+    kernel's C, beta 1). Inputs come in the kernel's order: a, b, then C or the residual,
+    then the bias."""
 
     def _match(self, node: torch.fx.Node, inputs: tuple[torch.fx.Node, ...], spec: dict[str, Any]) -> FusionMatch:
         view = _view_of(node)  # an activation applies to each element: it may follow the product's view
@@ -36,6 +40,12 @@ class _Product(FusionPattern):
                 return FusionMatch((node, user), inputs, {**spec, "activation": activation})
             shape = [int(d) for d in tensor_value(view).shape]
             return FusionMatch((node, view, user), inputs, {**spec, "activation": activation, "view": shape})
+        residual = _residual_add(product) if spec["operand"] != "c" else None
+        if residual is not None:
+            add, r = residual
+            viewed = {} if view is None else {"view": [int(d) for d in tensor_value(view).shape]}
+            return FusionMatch((node, *(() if view is None else (view,)), add), (*inputs[:2], r, *inputs[2:]),
+                               {**spec, "activation": None, "residual": True, **viewed})
         return FusionMatch((node,), inputs, {**spec, "activation": None})
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[MatmulSignature]:
@@ -45,8 +55,9 @@ class _Product(FusionPattern):
         return _viewed(spec, boo_matmul(*_positional(spec, inputs), **_keywords(spec, inputs)))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
-        bias = inputs[2] if spec["operand"] == "bias" else None  # bound_matmul takes a (1, N) row as it is
-        call = bound_matmul(*_positional(spec, inputs), **{**_keywords(spec, inputs), "bias": bias})
+        a, b, c, bias = _operands(spec, inputs)  # bound_matmul takes a (1, N) bias row as it is
+        residual_shape = _product_shape(a, b) if spec.get("residual") else None  # r viewed in the product's
+        call = bound_matmul(a, b, c, **{**_keywords(spec, inputs), "bias": bias}, c_shape=residual_shape)
         if call is None or spec.get("view") is None:
             return call
 
@@ -57,10 +68,12 @@ class _Product(FusionPattern):
         return viewed
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        a, b, *rest = inputs
+        a, b, c, bias = _operands(spec, inputs)
         y = spec["alpha"] * torch.matmul(a, b)
-        if rest:
-            y = y + (spec["beta"] * rest[0] if spec["operand"] == "c" else rest[0])
+        if c is not None:
+            y = y + (c.reshape(y.shape) if spec.get("residual") else spec["beta"] * c)
+        if bias is not None:
+            y = y + bias
         return _viewed(spec, ACTIVATIONS[spec["activation"]](y) if spec["activation"] else y)
 
 
@@ -69,14 +82,48 @@ def _viewed(spec: Mapping[str, Any], y: torch.Tensor) -> torch.Tensor:
     return y if spec.get("view") is None else y.view(spec["view"])
 
 
-def _positional(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+def _product_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
+    return (*a.shape[:-1], b.shape[-1])
+
+
+def _operands(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+    """``(a, b, c, bias)`` of a match's inputs: c is addmm's C or the residual (in the shape
+    the graph gives it), None where absent; the bias as the graph gives it."""
     a, b, *rest = inputs
-    return (a, b, rest[0]) if spec["operand"] == "c" else (a, b)
+    c = rest.pop(0) if spec["operand"] == "c" or spec.get("residual") else None
+    bias = rest.pop(0) if spec["operand"] == "bias" else None
+    return a, b, c, bias
+
+
+def _positional(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    a, b, c, _ = _operands(spec, inputs)
+    if c is None:
+        return a, b
+    return a, b, c.reshape(_product_shape(a, b)) if spec.get("residual") else c
 
 
 def _keywords(spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
-    bias = inputs[2].reshape(-1) if spec["operand"] == "bias" else None
-    return dict(alpha=spec["alpha"], beta=spec["beta"], bias=bias, activation=spec["activation"])
+    bias = _operands(spec, inputs)[3]
+    beta = 1.0 if spec.get("residual") else spec["beta"]
+    return dict(alpha=spec["alpha"], beta=beta, bias=None if bias is None else bias.reshape(-1),
+                activation=spec["activation"])
+
+
+def _residual_add(product: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(add, r)`` where ``add(product, r)`` or ``add(r, product)`` is ``product``'s only
+    user, ``r`` a tensor of its shape and dtype (no broadcast, no scale)."""
+    add = only_user(product)
+    if add is None or add.op != "call_function" or add.target is not aten.add.Tensor or len(add.args) != 2 \
+            or add.kwargs:
+        return None
+    others = [arg for arg in add.args if arg is not product]
+    if len(others) != 1 or not isinstance(others[0], torch.fx.Node):
+        return None
+    value, other, result = tensor_value(product), tensor_value(others[0]), tensor_value(add)
+    if value is None or other is None or result is None or other.shape != value.shape or other.dtype != value.dtype \
+            or result.dtype != value.dtype:
+        return None
+    return add, others[0]
 
 
 class MatmulMM(_Product):
