@@ -255,19 +255,23 @@ def test_conv_and_activation_become_one_kernel():
     assert "aten.silu" not in graph.fallbacks
 
 
+def compiled_like_eager(fn, x: torch.Tensor, backend: str):
+    """``fn(x)`` compiled with ``backend`` (no gradients) equals ``fn(x)``; the offload summary."""
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with torch.no_grad():
+        got = torch.compile(fn, backend=backend, dynamic=False)(x)
+        torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
+    return offload_summary()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_attentions_input_projection_takes_its_bias_into_the_kernel(backend):
     # nn.MultiheadAttention (batch first) projects its transposed, copied input as
     # add(view(mm(x, w^T)), bias): one matmul with its bias; the output projection is an addmm
     torch.manual_seed(0)
     attention = nn.MultiheadAttention(16, 2, batch_first=True).eval()
-    x = torch.randn(3, 5, 16)
-    torch._dynamo.reset()
-    reset_offload_summary()
-    with torch.no_grad():
-        got = torch.compile(lambda t: attention(t, t, t, need_weights=False)[0], backend=backend, dynamic=False)(x)
-        torch.testing.assert_close(got, attention(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-5)
-    summary = offload_summary()
+    summary = compiled_like_eager(lambda t: attention(t, t, t, need_weights=False)[0], torch.randn(3, 5, 16), backend)
     assert summary.offloaded == {"matmul.mm": 1, "matmul.addmm": 1}, summary
     assert not summary.fallbacks["aten.add"], summary
 
@@ -278,13 +282,7 @@ def test_a_linear_layers_activation_after_its_view_is_in_its_kernel(backend):
     # that view (a transformer's MLP) is the kernel's epilogue all the same
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)).eval()
-    x = torch.randn(3, 5, 16)
-    torch._dynamo.reset()
-    reset_offload_summary()
-    with torch.no_grad():
-        got = torch.compile(mlp, backend=backend, dynamic=False)(x)
-        torch.testing.assert_close(got, mlp(x), rtol=1e-5, atol=1e-5)
-    summary = offload_summary()
+    summary = compiled_like_eager(mlp, torch.randn(3, 5, 16), backend)
     assert summary.offloaded == {"matmul.addmm": 2}, summary
     assert not summary.fallbacks["aten.gelu"], summary
 
@@ -307,14 +305,7 @@ class _ResidualMLP(nn.Module):
 def test_a_residual_added_to_a_linear_layer_is_in_its_kernel(backend, shape):
     # The sum after a linear layer (its view, on a 3-D input) is the kernel's C: no add is left
     torch.manual_seed(0)
-    block = _ResidualMLP().eval()
-    x = torch.randn(shape)
-    torch._dynamo.reset()
-    reset_offload_summary()
-    with torch.no_grad():
-        got = torch.compile(block, backend=backend, dynamic=False)(x)
-        torch.testing.assert_close(got, block(x), rtol=1e-5, atol=1e-5)
-    summary = offload_summary()
+    summary = compiled_like_eager(_ResidualMLP().eval(), torch.randn(shape), backend)
     assert sum(summary.offloaded.values()) == 3, summary
     assert not summary.fallbacks["aten.add"], summary
 
