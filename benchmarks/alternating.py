@@ -18,6 +18,9 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
   first call stays, and calls it misses take the Python check.
 * ``matmul-residual``: a sum after a linear layer (``x + linear(y)``) in the matmul's kernel
   as its C. Off, the sum stays in the graph;
+* ``summed-gradient``: a residual block's output-gradient sum and the ReLU's gradient after
+  it in the batch-norm backward's kernel, which gives that gradient to the block's other
+  branch. Off, both stay in the backward graph;
 * ``inductor-direct``: Inductor's generated code calling BOO's kernel calls directly
   (``boo_core.dynamo.inductor_calls``; use with ``--backend iree_boo_inductor``). Off, they
   go through ``torch.ops.boo.fused``'s dispatcher.
@@ -26,8 +29,8 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
 device time, not its host time, decides. ``--backend iree_boo_inductor`` compiles with that
 backend instead.
 
-    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|matmul-residual|guard-remakes|
-                                               inductor-direct]
+    python benchmarks/alternating.py [--toggle replay|bnorm-direct|residual|matmul-residual|summed-gradient|
+                                               guard-remakes|inductor-direct]
                                      [--model resnet50] [--backend iree_boo] [--inference] [--graphs]
                                      [--pairs 3] [--steps 10]
 """
@@ -82,6 +85,14 @@ def _residual(on: bool) -> contextlib.AbstractContextManager:
     return _stubbed(fusion, "_residual_sum", on)
 
 
+def _summed_gradient(on: bool) -> contextlib.AbstractContextManager:
+    """The batch-norm backward pattern as it is (on), or never taking a residual block's
+    output-gradient sum and ReLU gradient into its kernel (off)."""
+    from boo_ops_batchnorm import fusion
+
+    return _stubbed(fusion, "_summed_relu_gradient", on)
+
+
 def _matmul_residual(on: bool) -> contextlib.AbstractContextManager:
     """The matmul patterns as they are (on), or never taking the residual added to a
     product into its kernel (off)."""
@@ -126,7 +137,8 @@ def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
     stack = contextlib.ExitStack()
     stack.enter_context(settings_override(use_backward_kernels=True))
     toggled = {"bnorm-direct": _bnorm_direct, "residual": _residual, "guard-remakes": _guard_remakes,
-               "inductor-direct": _inductor_direct, "matmul-residual": _matmul_residual}[toggle]
+               "inductor-direct": _inductor_direct, "matmul-residual": _matmul_residual,
+               "summed-gradient": _summed_gradient}[toggle]
     stack.enter_context(toggled(on))
     return stack
 
@@ -134,7 +146,8 @@ def _state(toggle: str, on: bool) -> contextlib.AbstractContextManager:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--toggle", default="replay", choices=["replay", "bnorm-direct", "residual", "guard-remakes",
-                                                               "matmul-residual", "inductor-direct"])
+                                                               "matmul-residual", "summed-gradient",
+                                                               "inductor-direct"])
     parser.add_argument("--backend", default="iree_boo", choices=["iree_boo", "iree_boo_inductor"])
     parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
     parser.add_argument("--inference", action="store_true", help="forward steps only (default: training)")

@@ -375,3 +375,58 @@ def test_an_applied_node_reading_a_value_made_after_the_root_is_refused(patterns
         torch.testing.assert_close(gm(x)[1], torch.relu(x.mean(0) + x.sum(0)))
     assert report.offloaded == {}
     assert "inputs made before the root" in report.reasons["aten.var_mean"]
+
+
+class VarMeanOfRelu(FusionPattern):
+    """``torch.var_mean(relu(x))`` as one call that also gives ``relu(x)``, which the graph
+    reads elsewhere too: an exposed node."""
+
+    name = "scale.var_mean_of_relu"
+    anchors = (aten.var_mean.correction,)
+
+    def match(self, node):
+        relu = node.args[0]
+        return FusionMatch((relu, node), (relu.args[0],), {}, exposed=(relu,))
+
+    def signatures(self, spec, inputs):
+        return []
+
+    def launch(self, spec, inputs):
+        y = torch.relu(inputs[0])
+        return (*torch.var_mean(y, 0), y)
+
+    def reference(self, spec, inputs):
+        return self.launch(spec, inputs)
+
+
+@pytest.mark.parametrize("as_custom_op", [False, True], ids=["callable", "custom_op"])
+def test_an_exposed_node_read_after_the_root_is_given_by_the_kernel_call(patterns, as_custom_op):
+    def f(x):
+        y = torch.relu(x)
+        var, mean = torch.var_mean(y, 0)
+        return var * 2, mean, y * 3
+
+    gm = graph(f, (5, 3))
+    with patterns(VarMeanOfRelu()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=as_custom_op)
+        x = torch.randn(5, 3)
+        var, mean, tripled = gm(x)
+    assert report.offloaded == {"scale.var_mean_of_relu": 1} and aten.relu.default not in calls(gm)
+    torch.testing.assert_close(tripled, torch.relu(x) * 3)
+    torch.testing.assert_close(var, torch.relu(x).var(0) * 2)
+    torch.testing.assert_close(mean, torch.relu(x).mean(0))
+
+
+def test_an_exposed_node_read_before_the_root_is_refused(patterns):
+    def f(x):
+        y = torch.relu(x)
+        tripled = y * 3  # read before the var_mean: the kernel call, in its place, would come too late
+        return (*torch.var_mean(y, 0), tripled)
+
+    gm = graph(f, (5, 3))
+    with patterns(VarMeanOfRelu()):
+        report = rewrite(gm, backend="test", kind="inference", as_custom_op=False)
+        x = torch.randn(5, 3)
+        torch.testing.assert_close(gm(x)[2], torch.relu(x) * 3)
+    assert report.offloaded == {}
+    assert "reads before the kernel runs" in report.reasons["aten.var_mean"]

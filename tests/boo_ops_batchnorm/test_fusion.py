@@ -12,7 +12,7 @@ import torch
 from boo_core import BooFallbackWarning
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
-from boo_ops_batchnorm.fusion import BatchNormInference, BatchNormTraining
+from boo_ops_batchnorm.fusion import BatchNormBackward, BatchNormInference, BatchNormTraining
 
 from .recording import record_graphs, record_signatures
 
@@ -139,6 +139,36 @@ def test_a_residual_blocks_sum_and_relu_join_a_training_batch_norms_kernel(downs
         torch.testing.assert_close(got_param.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
     for (name, got_buffer), want in zip(model.named_buffers(), reference.buffers()):
         torch.testing.assert_close(got_buffer, want, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("downsample", [False, True], ids=["identity", "downsample"])
+def test_a_residual_blocks_output_gradient_sum_and_relu_gradient_join_its_backward_kernel(downsample, monkeypatch):
+    """A stem, then two residual blocks: the first block's output feeds the second twice, so
+    its gradient is a sum, and the ReLU's gradient after it is read by the block's batch-norm
+    backward and by its identity branch. That backward kernel adds, applies the ReLU's
+    gradient and returns it for the branch (``FusionMatch.exposed``): the add and the
+    threshold_backward leave the backward graph. Gradients as eager's."""
+    compiled_for = record_signatures(monkeypatch, BatchNormBackward)
+    graphs = record_graphs(monkeypatch)
+    torch.manual_seed(0)
+    stem = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    model = torch.nn.Sequential(stem, ResidualBlock(False), ResidualBlock(downsample)).train()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    probe = torch.randn(2, 4, 6, 6)
+    torch._dynamo.reset()
+    with settings_override(use_backward_kernels=True, compile_strict=True):
+        (torch.compile(model, backend="iree_boo", dynamic=False)(x) * probe).sum().backward()
+    (reference(x) * probe).sum().backward()
+    summed = [s for s in compiled_for if s.residual]
+    assert len(summed) == 1 and summed[0].activation == "relu", compiled_for
+    backward = graphs["backward"]
+    # the first block's output: its gradient's sum and ReLU gradient are in the kernel; the
+    # stem's (read by its batch norm alone) and the last block's (no sum) stay as before
+    relu_gradients = backward.find_nodes(op="call_function", target=torch.ops.aten.threshold_backward.default)
+    assert len(relu_gradients) == 1, relu_gradients  # the last block's output ReLU (its gradient has no sum)
+    for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-3, atol=1e-3, msg=name)
 
 
 def test_a_bfloat16_training_step_keeps_the_running_statistics_in_bfloat16(monkeypatch):

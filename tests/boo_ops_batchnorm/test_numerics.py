@@ -30,6 +30,8 @@ KERNELS = [
     S((4, 6, 5, 3), mode="bwd", channels_last=True, save=True, dtype=bf16),
     S((4, 6, 5, 3), mode="bwd", channels_last=True, save=True, dtype=bf16, activation="relu"),  # ReLU gradient first
     S((4, 6, 5, 3), mode="bwd", save=True, activation="relu"),
+    S((4, 6, 5, 3), mode="bwd", channels_last=True, save=True, dtype=bf16, residual=True, activation="relu"),  # + dy2
+    S((4, 6, 5, 3), mode="bwd", save=True, residual=True),
     S((5, 4, 3), mode="bwd", spatial=False),  # statistics recomputed from x
 ]
 

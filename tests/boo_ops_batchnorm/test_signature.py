@@ -49,7 +49,7 @@ def test_per_activation_parameters_follow_the_layout():
 
 @pytest.mark.parametrize("bad", [dict(input_shape=(3,)), dict(input_shape=(2, 0, 4)), dict(mode="eval"),
                                  dict(input_shape=(2, 3, 4), channels_last=True), dict(eps=-1.0),
-                                 dict(mode="bwd", running=True), dict(mode="bwd", residual=True)])
+                                 dict(mode="bwd", running=True)])
 def test_invalid_signatures_are_refused(bad):
     with pytest.raises(ValueError):
         S(**{"input_shape": (2, 3, 4, 5), **bad})
@@ -114,12 +114,29 @@ def test_a_residual_is_added_before_the_relu_and_taken_before_the_momentum():
     torch.testing.assert_close(s.eager(*args)[0], got[0])
 
 
+def test_a_residual_blocks_backward_sums_y_s_two_gradients_and_returns_the_sums_gradient():
+    s = S((4, 3, 2, 2), mode="bwd", channels_last=True, save=True, residual=True, activation="relu")
+    assert [t.name for t in s.input_specs()] == ["x", "dy", "weight", "mean", "invstd", "y", "dy2"]
+    assert [t.name for t in s.output_specs()] == ["dx", "dweight", "dbias", "dresidual"]
+    args = [a.double() for a in s.get_sample_args()]
+    x, dy, weight, mean, invstd, y, dy2 = args
+    y = torch.where(torch.rand_like(y) < 0.5, -y.abs(), y.abs())  # a ReLU's mask with both sides
+    summed = torch.where(y > 0, dy + dy2, 0.0)
+    plain = S((4, 3, 2, 2), mode="bwd", channels_last=True, save=True).reference(x, summed, weight, mean, invstd)
+    got = s.reference(x, dy, weight, mean, invstd, y, dy2)
+    for g, e in zip(got, (*plain, summed), strict=True):
+        torch.testing.assert_close(g, e)
+    for g, e in zip(s.eager(x, dy, weight, mean, invstd, y, dy2), got, strict=True):
+        torch.testing.assert_close(g, e)
+
+
 STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_last=True, save=True, running=True),
           S((9, 5, 3, 2), channels_last=True, save=True, running=True, residual=True, activation="relu"),
           S((64, 3, 7, 9), channels_last=True, save=True, running=True),  # 4032 rows: stages of 32 padded, of 64 not
           S((130, 3, 5), channels_last=False, spatial=False, save=True),  # 130 rows: pairs, then padded stages
           S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),
-          S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False)]
+          S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False),
+          S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, residual=True, activation="relu")]
 
 
 @pytest.mark.parametrize("signature", STAGED, ids=lambda s: s.func_name)

@@ -90,9 +90,13 @@ def batch_norm_signature_for(x: torch.Tensor, training: bool, running: bool, eps
                               dtype=x.dtype, activation=activation, running_dtype=running_dtype, residual=residual)
 
 
-def backward_launchable(forward: BatchNormSignature, device: str | torch.device = "cpu") -> Launchable:
-    """The backward kernel of a training forward, ``(x, dy, weight, mean, invstd) -> (dx, dw, db)``."""
-    signature = dataclasses.replace(forward, mode="bwd", running=False, save=True, residual=False)
+def backward_launchable(forward: BatchNormSignature, device: str | torch.device = "cpu",
+                        summed: bool = False) -> Launchable:
+    """The backward kernel of a training forward, ``(x, dy, weight, mean, invstd) -> (dx, dw, db)``
+    (then the forward's y where it has an activation); ``summed``: y's gradient given as two
+    tensors, the second last, and the gradient of the sum before the activation returned
+    last (``BatchNormSignature``'s backward with ``residual``)."""
+    signature = dataclasses.replace(forward, mode="bwd", running=False, save=True, residual=summed)
     return launchable_for(("bnorm_bwd", signature), lambda: signature, device)
 
 

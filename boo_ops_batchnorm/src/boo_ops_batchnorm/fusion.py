@@ -279,7 +279,13 @@ class BatchNormBackward(FusionPattern):
     """``aten.native_batch_norm_backward`` of a training forward (saved statistics given), with
     the ``aten.threshold_backward(g, y, 0)`` of the ReLU after that forward where it computes
     dy (and nothing else reads it). The match's inputs are in the kernel's order: ``(x, dy,
-    weight, save_mean, save_invstd)``, or ``(x, g, weight, save_mean, save_invstd, y)``."""
+    weight, save_mean, save_invstd)``, or ``(x, g, weight, save_mean, save_invstd, y)``.
+
+    A residual block's output gradient: where that ReLU's gradient is read after this node
+    too (by the block's other branch) and g is ``add(a, b)`` (the block's output feeds the
+    next block twice), the kernel takes ``(x, a, weight, save_mean, save_invstd, y, b)``, adds,
+    applies the ReLU's gradient and returns it as well (``FusionMatch.exposed``): the sum's
+    and the ReLU gradient's kernels leave the graph."""
 
     name = "bnorm.backward"
     anchors = (aten.native_batch_norm_backward.default,)
@@ -295,27 +301,34 @@ class BatchNormBackward(FusionPattern):
         if relu is not None:
             g, y = relu.args[:2]
             return FusionMatch((relu, node), (x, g, weight, save_mean, save_invstd, y), {**spec, "activation": "relu"})
+        summed = _summed_relu_gradient(dy, node)
+        if summed is not None:
+            add, relu = summed
+            (a, b), y = add.args, relu.args[1]
+            return FusionMatch((add, relu, node), (x, a, weight, save_mean, save_invstd, y, b),
+                               {**spec, "activation": "relu", "residual": True}, exposed=(relu,))
         return FusionMatch((node,), (x, dy, weight, save_mean, save_invstd), spec)
 
     def _kernel(self, spec: Mapping[str, Any], x: torch.Tensor) -> Launchable:
         return backward_launchable(batch_norm_signature_for(x, True, False, spec["eps"], spec.get("activation")),
-                                   x.device)
+                                   x.device, summed=bool(spec.get("residual")))
 
     def signatures(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> list[BatchNormSignature]:
         return [self._kernel(spec, inputs[0]).signature]
 
     def _run(self, kernel: Launchable, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor],
              call: Any) -> tuple[torch.Tensor | None, ...] | None:
-        x, dy, weight, mean, invstd, *y = inputs
+        x, dy, weight, mean, invstd, *activated = inputs  # then y, then dy2 where the kernel sums
         signature = kernel.signature
         stats = [t.to(signature.stats_dtype) for t in (mean, invstd)]
         layout = memory_format_of(x)
         outputs = call(stored(x, signature), stored(dy.contiguous(memory_format=layout), signature), weight, *stats,
-                       *(stored(t.contiguous(memory_format=layout), signature) for t in y))
+                       *(stored(t.contiguous(memory_format=layout), signature) for t in activated))
         if outputs is None:
             return None
-        dx, dw, db = outputs
-        return tuple(t if wanted else None for t, wanted in zip((logical(dx, signature), dw, db), spec["mask"]))
+        dx, dw, db, *summed = outputs
+        gradients = tuple(t if wanted else None for t, wanted in zip((logical(dx, signature), dw, db), spec["mask"]))
+        return gradients + tuple(logical(g, signature) for g in summed)
 
     def launch(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         kernel = self._kernel(spec, inputs[0])
@@ -328,16 +341,48 @@ class BatchNormBackward(FusionPattern):
             return general
         signature = kernel.signature
         to_stored = lambda t: stored(t, signature)  # noqa: E731
-        views = (to_stored, to_stored, None, None, None, to_stored)[:len(inputs)]
-        direct = kernel.bind(inputs, views, (lambda dx: logical(dx, signature),))
+        to_logical = lambda t: logical(t, signature)  # noqa: E731
+        views = (to_stored, to_stored, None, None, None, to_stored, to_stored)[:len(inputs)]
+        direct = kernel.bind(inputs, views, (to_logical, None, None, to_logical)[:len(signature.output_specs())])
         return general if direct is None else direct.or_else(general)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
-        x, dy, weight, mean, invstd, *y = inputs
-        if y:
-            dy = aten.threshold_backward(dy, y[0], 0)
-        return aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd, True, spec["eps"],
-                                               spec["mask"])
+        x, dy, weight, mean, invstd, *activated = inputs
+        if spec.get("residual"):
+            dy = dy + activated[1]
+        if activated:
+            dy = aten.threshold_backward(dy, activated[0], 0)
+        gradients = aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd, True, spec["eps"],
+                                                    spec["mask"])
+        return (*gradients, dy) if spec.get("residual") else gradients
+
+
+def _summed_relu_gradient(dy: Any, node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(add, dy)`` where ``dy`` is ``aten.threshold_backward(add(a, b), y, 0)`` that ``node``
+    reads first (others may after it: the kernel gives them dy), the add read by dy alone, a,
+    b and y of x's shape and dtype; else None."""
+    if not isinstance(dy, torch.fx.Node) or dy.target is not aten.threshold_backward.default \
+            or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs or not _reads_first(node, dy):
+        return None
+    add = dy.args[0]
+    if not isinstance(add, torch.fx.Node) or add.target is not aten.add.Tensor or only_user(add) is not dy \
+            or len(add.args) != 2 or add.kwargs:
+        return None
+    x = node.args[1].meta.get("val")
+    values = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in (*add.args, dy.args[1])]
+    if not all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values):
+        return None
+    return add, dy
+
+
+def _reads_first(node: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """Whether ``node`` reads ``value`` before any other node does (in graph order)."""
+    earlier = node.prev
+    while earlier is not value:
+        if value in earlier.all_input_nodes:
+            return False
+        earlier = earlier.prev
+    return True
 
 
 def _relu_gradient(dy: Any, node: torch.fx.Node) -> torch.fx.Node | None:

@@ -68,7 +68,12 @@ class BatchNormSignature(Signature):
     (``dy`` where ``y > 0``, else 0: ``aten.threshold_backward``). A forward with ``residual``
     takes one more tensor like x (stored layout), after the running statistics, and adds it
     to the normalized value before the activation: ``y = relu(BN(x) + r)``, a residual
-    block's sum, which then needs no kernel of its own (nor does the ReLU after it).
+    block's sum, which then needs no kernel of its own (nor does the ReLU after it). A
+    backward with ``residual`` is that forward's: it takes y's gradient as two tensors it
+    adds, ``dy`` and ``dy2`` last (a residual block's output feeds the next block twice, so
+    its gradient arrives as a sum), and returns after dbias the gradient of the sum
+    ``BN(x) + r`` (the ReLU's gradient applied where there is one): r's gradient, which the
+    block's other branch takes.
 
     ``running_dtype`` is the dtype of the running statistics, read and written (None: the
     stats dtype). A model moved to bf16 keeps its buffers in bf16; a kernel that takes them
@@ -117,8 +122,6 @@ class BatchNormSignature(Signature):
             raise ValueError("a per-activation running variance needs at least 2 samples (N >= 2)")
         if self.mode == "bwd" and self.running:
             raise ValueError("a backward kernel takes no running statistics")
-        if self.mode == "bwd" and self.residual:
-            raise ValueError("a backward kernel takes no residual (a forward adds it)")
         if self.activation not in (None, *ACTIVATIONS):
             raise UnsupportedError(f"bnorm activation {self.activation!r}: a forward may end in "
                                    f"{', '.join(ACTIVATIONS)} (or none), a backward start with its gradient")
@@ -198,8 +201,9 @@ class BatchNormSignature(Signature):
         if self.mode == "bwd":
             saved = [self._param(n, self.stats_dtype) for n in ("mean", "invstd")] if self.save else []
             activated = [TensorSpec("y", self.stored_shape, self.dtype, self.layout)] if self.activation else []
+            summed = [TensorSpec("dy2", self.stored_shape, self.dtype, self.layout)] if self.residual else []
             return [x, TensorSpec("dy", self.stored_shape, self.dtype, self.layout), self._param("weight"), *saved,
-                    *activated]
+                    *activated, *summed]
         running = [self._param(n, self.running_stats_dtype) for n in ("running_mean", "running_var")] \
             if self.running else []
         if self.residual:
@@ -210,8 +214,9 @@ class BatchNormSignature(Signature):
 
     def output_specs(self) -> list[TensorSpec]:
         if self.mode == "bwd":
+            residual = [TensorSpec("dresidual", self.stored_shape, self.dtype, self.layout)] if self.residual else []
             return [TensorSpec("dx", self.stored_shape, self.dtype, self.layout), self._param("dweight"),
-                    self._param("dbias")]
+                    self._param("dbias"), *residual]
         y = TensorSpec("y", self.stored_shape, self.dtype, self.layout)
         if self.mode == "infer":
             return [y]
@@ -235,13 +240,16 @@ class BatchNormSignature(Signature):
         if self.mode == "bwd":
             x, dy = (self._logical(t) for t in args[:2])
             weight, *saved = args[2:]
+            if self.residual:
+                *saved, dy2 = saved
+                dy = dy + self._logical(dy2)
             if self.activation:
                 *saved, y = saved
                 dy = torch.ops.aten.threshold_backward(dy, self._logical(y), 0)
             mean, invstd = saved if saved else self._batch_stats(args[0])
             dx, dw, db = torch.ops.aten.native_batch_norm_backward(
                 dy, x, weight, None, None, mean, invstd, True, self.eps, [True, True, True])
-            return self._stored(dx), dw, db
+            return (self._stored(dx), dw, db, *((self._stored(dy),) if self.residual else ()))
         x = self._logical(args[0])
         weight, bias, running, residual, momentum = self._forward_args(args[1:])
         running_mean, running_var = (t.clone() for t in running) if running else (None, None)
@@ -430,6 +438,9 @@ class BatchNormSignature(Signature):
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
                   groups: int | None = None) -> tuple[torch.Tensor, ...]:
         acc = _accumulation_dtype(self, x)
+        if self.residual:  # y's gradient from its two uses, summed (rounded to the dtype, as torch's add)
+            *saved, dy2 = saved
+            dy = dy + dy2
         if self.activation:  # the ReLU's gradient first: dy where the forward's output is positive
             *saved, y = saved
             dy = torch.where(y > 0, dy, 0.0)
@@ -447,7 +458,8 @@ class BatchNormSignature(Signature):
             return ((w * i / n) * (n * d.to(acc) - db - ((a.to(acc) - m) * i) * dw)).to(x.dtype)
 
         return (self._map(dx, x, dy, mean, invstd, weight.to(acc), dbias, dweight),
-                dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype))
+                dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype),
+                *((dy.to(x.dtype),) if self.residual else ()))
 
     def get_sample_args(self, *, device: str | torch.device = "cpu", seed: int | None = None,
                         splat_value: float | None = None) -> tuple[torch.Tensor, ...]:

@@ -122,10 +122,11 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
             # An input may be the root of a match replaced before this one: read its replacement.
             match = dataclasses.replace(match, inputs=tuple(replaced.get(n, n) for n in match.inputs))
             items = dict(zip(match.applied, _applied_items(match)))  # what reads their values after
-            holder = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
-            if holder is not None:
-                replaced[match.root] = holder
+            spliced = _offload(gm.graph, node, pattern, match, as_custom_op, autotune, report)
+            if spliced is not None:
+                replaced[match.root], exposed = spliced
                 replaced.update(items)
+                replaced.update(zip(match.exposed, exposed))
     for node in gm.graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
                 and node.target.namespace != "boo":
@@ -219,10 +220,12 @@ def _claimed(match: FusionMatch) -> tuple[torch.fx.Node, ...]:
 
 
 def _offload(graph: torch.fx.Graph, anchor: torch.fx.Node, pattern: FusionPattern, match: FusionMatch,
-             as_custom_op: bool, autotune: bool, report: GraphReport) -> torch.fx.Node | None:
+             as_custom_op: bool, autotune: bool,
+             report: GraphReport) -> tuple[torch.fx.Node, list[torch.fx.Node]] | None:
     """Replace a compiled match by its kernel call (unless autotune finds torch's kernel
     faster: the reason is recorded under the anchor's op, the one the summary counts as left);
-    the node now holding the root's value, or None when the match stays."""
+    the node now holding the root's value and those holding the exposed nodes' values, or
+    None when the match stays."""
     call, payload = _bound_call(pattern, match, as_custom_op)
     slower = autotune and torch_is_faster(call, payload, [n.meta["val"] for n in match.inputs])
     if slower:
@@ -284,8 +287,15 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     if not _applied_to_root_values(match):
         return (f"pattern {pattern.name} gave as applied a node that is not a function of one of the root's values "
                 "(and of inputs made before the root)")
-    if any(user not in nodes for n in inner for user in n.users):
+    exposed = match.exposed
+    if not isinstance(exposed, tuple) or not set(exposed) <= inner or len(set(exposed)) != len(exposed) or (
+            exposed and isinstance(match.root.meta.get("val"), torch.Tensor)):
+        return f"pattern {pattern.name} exposed nodes that are not inner nodes of a match whose root is a tuple"
+    if any(user not in nodes for n in inner - set(exposed) for user in n.users):
         return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    if any(user not in nodes and order[user] < order[match.root] for n in exposed for user in n.users):
+        return f"pattern {pattern.name} exposed a value the graph reads before the kernel runs"
     if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
             user.target is operator.getitem for user in match.root.users):
         return f"pattern {pattern.name} matched a tuple value used other than by indexing"
@@ -400,6 +410,7 @@ def _root_values(match: FusionMatch) -> tuple[object, bool, Sequence[object]]:
     values = list(value)
     for node, item in zip(match.applied, _applied_items(match)):  # a chain's last node gives the value
         values[item.args[1]] = node.meta["val"]
+    values += [node.meta["val"] for node in match.exposed]
     return type(value)(values), single, tuple(values)
 
 
@@ -418,8 +429,9 @@ def _bound_call(pattern: FusionPattern, match: FusionMatch, as_custom_op: bool) 
 
 
 def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, call: KernelCall, payload: str,
-            as_custom_op: bool) -> torch.fx.Node:
-    """Put the kernel call in place of the match; the node that now holds the root's value."""
+            as_custom_op: bool) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
+    """Put the kernel call in place of the match; the node that now holds the root's value,
+    and those that hold the exposed nodes' values."""
     root = match.root
     value, single, values = _root_values(match)
     items = _applied_items(match)  # before the root's uses move to the call
@@ -447,6 +459,26 @@ def _splice(graph: torch.fx.Graph, pattern: FusionPattern, match: FusionMatch, c
         item.meta["val"] = node.meta["val"]
         node.replace_all_uses_with(item)
         graph.erase_node(node)
+    exposed = _expose(graph, match, new, values, as_custom_op)
     for node in reversed(match.nodes):
         graph.erase_node(node)
-    return holder
+    return holder, exposed
+
+
+def _expose(graph: torch.fx.Graph, match: FusionMatch, call: torch.fx.Node, values: Sequence[object],
+            as_custom_op: bool) -> list[torch.fx.Node]:
+    """Each exposed node's uses moved to the kernel call's item holding its value (after
+    the root's own); the new item nodes."""
+    if as_custom_op:  # the op returns the values that are tensors, in order
+        positions = {i: k for k, i in enumerate(i for i, v in enumerate(values) if v is not None)}
+    else:
+        positions = {i: i for i in range(len(values))}
+    first = len(values) - len(match.exposed)
+    items = []
+    with graph.inserting_after(call):
+        for offset, node in enumerate(match.exposed):
+            item = graph.call_function(operator.getitem, (call, positions[first + offset]))
+            item.meta["val"] = node.meta["val"]
+            node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in match.nodes)
+            items.append(item)
+    return items

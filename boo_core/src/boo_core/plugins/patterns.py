@@ -44,12 +44,19 @@ class FusionMatch:
     them applied, and what read the last of them reads that (a training batch norm adds a
     residual and applies its ReLU, and writes a bf16 model's running statistics in bf16: no
     kernels after it).
+
+    ``exposed`` are matched nodes before the root whose values the kernel also returns,
+    after the root's own items, in order (the root's value must be a tuple): the rest of the
+    graph may read them, from the kernel's items, where it reads them after the root (a
+    batch norm's backward computes a ReLU's gradient that a residual block's other branch
+    reads too).
     """
 
     nodes: tuple[torch.fx.Node, ...]
     inputs: tuple[torch.fx.Node, ...]
     spec: Mapping[str, Any]
     applied: tuple[torch.fx.Node, ...] = ()
+    exposed: tuple[torch.fx.Node, ...] = ()
 
     @property
     def root(self) -> torch.fx.Node:
