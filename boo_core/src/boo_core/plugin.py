@@ -14,7 +14,7 @@ What it holds, by stage (docs/plugins.md explains each):
 * eager functions: ``launch``, ``launchable_for``, ``get_launchable``, ``Launchable``,
   ``Backward``, ``reference_backward`` and the argument checks (``require_tensor``...);
 * torch.compile: ``FusionPattern``, ``FusionMatch``, ``Decline``, ``GraphRewrite`` and the
-  node helpers (``node_arguments``, ``only_user``, ``conversion_of``, ``tensor_value``...);
+  node helpers (``node_arguments``, ``only_user``, ``read_before``, ``conversion_of``, ``tensor_value``...);
 * numerics and tuning: ``compare`` (its ``Comparison``), ``tolerance_for``, ``check_launchable``,
   ``TuningCandidate`` and the configuration spaces;
 * kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source`` and the
@@ -75,7 +75,7 @@ from .dynamo import offload_summary, reset_offload_summary
 from .kernels.configs import REDUCTIONS
 from .kernels.export import export_mlir
 from .plugins.extensions import DriverBackend, PreparedBackend
-from .plugins.patterns import has_static_shape, static_ints, tensor_value
+from .plugins.patterns import has_static_shape, read_before, static_ints, tensor_value
 from .runtime.arguments import (
     is_empty,
     require_int,
@@ -150,7 +150,8 @@ __all__ = [
     "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape", "hookimpl",
     "indexed", "insert_aten", "integer", "is_empty", "launch", "launchable_for", "node_arguments",
     "non_negative", "number", "number_symbol", "offload_summary", "one_of", "only_user", "optional", "positive",
-    "reduction_configs", "reference_backward", "representable_problem", "require_choice", "require_finite",
+    "read_before", "reduction_configs", "reference_backward", "representable_problem", "require_choice",
+    "require_finite",
     "require_int", "require_ints",
     "require_number", "require_positive", "require_representable", "require_same_device", "require_tensor",
     "require_tensors", "reset_offload_summary", "run_flags", "sanitize_symbol", "settings_override",

@@ -32,7 +32,15 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from boo_core import Launchable, conversion_of, launchable_for
-from boo_core.plugins.patterns import BoundLaunch, Decline, FusionMatch, FusionPattern, only_user, tensor_value
+from boo_core.plugins.patterns import (
+    BoundLaunch,
+    Decline,
+    FusionMatch,
+    FusionPattern,
+    only_user,
+    read_before,
+    tensor_value,
+)
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, batch_norm_signature_for
@@ -362,7 +370,7 @@ def _summed_relu_gradient(dy: Any, node: torch.fx.Node) -> tuple[torch.fx.Node, 
     reads first (others may after it: the kernel gives them dy), the add read by dy alone, a,
     b and y of x's shape and dtype; else None."""
     if not isinstance(dy, torch.fx.Node) or dy.target is not aten.threshold_backward.default \
-            or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs or not _reads_first(node, dy):
+            or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs or read_before(node, dy.users):
         return None
     add = dy.args[0]
     if not isinstance(add, torch.fx.Node) or add.target is not aten.add.Tensor or only_user(add) is not dy \
@@ -373,16 +381,6 @@ def _summed_relu_gradient(dy: Any, node: torch.fx.Node) -> tuple[torch.fx.Node, 
     if not all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values):
         return None
     return add, dy
-
-
-def _reads_first(node: torch.fx.Node, value: torch.fx.Node) -> bool:
-    """Whether ``node`` reads ``value`` before any other node does (in graph order)."""
-    earlier = node.prev
-    while earlier is not value:
-        if value in earlier.all_input_nodes:
-            return False
-        earlier = earlier.prev
-    return True
 
 
 def _relu_gradient(dy: Any, node: torch.fx.Node) -> torch.fx.Node | None:

@@ -25,6 +25,7 @@ from ..plugins.patterns import (
     GraphRewrite,
     has_static_shape,
     only_user,
+    read_before,
     tensor_value,
 )
 from ..plugins.registry import BooOpRegistry
@@ -293,7 +294,7 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
         return f"pattern {pattern.name} exposed nodes that are not inner nodes of a match whose root is a tuple"
     if any(user not in nodes for n in inner - set(exposed) for user in n.users):
         return f"pattern {pattern.name} matched nodes whose values are used elsewhere"
-    if exposed and _read_before(match.root, {user for n in exposed for user in n.users} - set(nodes)):
+    if exposed and read_before(match.root, {user for n in exposed for user in n.users} - set(nodes)):
         return f"pattern {pattern.name} exposed a value the graph reads before the kernel runs"
     if not isinstance(match.root.meta.get("val"), torch.Tensor) and not all(
             user.target is operator.getitem for user in match.root.users):
@@ -301,16 +302,6 @@ def _problem(pattern: FusionPattern, match: FusionMatch, graph: torch.fx.Graph, 
     if not all(has_static_shape(n) for n in inputs) or not _static_value(match.root):
         return "dynamic shapes (BOO kernels are static-shaped: compile with dynamic=False)"
     return ""
-
-
-def _read_before(root: torch.fx.Node, readers: set[torch.fx.Node]) -> bool:
-    """Whether any of ``readers`` comes before ``root`` in its graph."""
-    node = root.prev
-    while node.op != "root":  # the graph's sentinel, before its first node
-        if node in readers:
-            return True
-        node = node.prev
-    return False
 
 
 def _applied_to_root_values(match: FusionMatch) -> bool:

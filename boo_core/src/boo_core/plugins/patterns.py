@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -202,6 +202,17 @@ def has_static_shape(node: torch.fx.Node) -> bool:
 def only_user(node: torch.fx.Node) -> torch.fx.Node | None:
     """The one node that uses ``node``, or None if it has zero or several users."""
     return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def read_before(node: torch.fx.Node, readers: Collection[torch.fx.Node]) -> bool:
+    """Whether any of ``readers`` comes before ``node`` in its graph (a kernel call put in
+    ``node``'s place would give them its values too late: :attr:`FusionMatch.exposed`)."""
+    earlier = node.prev
+    while earlier.op != "root":  # the graph's sentinel, before its first node
+        if earlier in readers:
+            return True
+        earlier = earlier.prev
+    return False
 
 
 def node_arguments(node: torch.fx.Node) -> dict[str, Any]:
