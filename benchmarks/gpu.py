@@ -132,7 +132,7 @@ def traced_rows(batch: int, device: str, known: set[str]) -> list[tuple[str, Sig
     from boo_ops_conv import fusion
 
     out, seen = [], set(known)
-    fusion.OFFLOAD_GROUPED_ON_CUDA = True
+    offloaded, fusion.OFFLOAD_GROUPED_ON_CUDA = fusion.OFFLOAD_GROUPED_ON_CUDA, True
     try:
         for name in TRACED_MODELS:
             model, x = workload_on(name, batch, device, BF16)
@@ -143,7 +143,7 @@ def traced_rows(batch: int, device: str, known: set[str]) -> list[tuple[str, Sig
                         out.append((f"{TRACED} {name} {signature.func_name}", signature))
             del model
     finally:
-        fusion.OFFLOAD_GROUPED_ON_CUDA = False
+        fusion.OFFLOAD_GROUPED_ON_CUDA = offloaded
     return out
 
 
