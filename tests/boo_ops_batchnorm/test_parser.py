@@ -38,6 +38,11 @@ def parse(command: str) -> list[S]:
      S((2, 3, 32, 32), eps=1e-3, activation="relu", dtype=bf16)),
     ("bnormbfp16 -n 2 -c 3 -F 1 -m 1 -L NHWC --residual 1 --activation relu",
      S((2, 3, 32, 32), channels_last=True, residual=True, activation="relu", dtype=bf16)),
+    # the backward kernels torch.compile fuses: the ReLU's gradient first, with a residual block's sum before it
+    ("bnormbfp16 -n 2 -c 3 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu",
+     S((2, 3, 32, 32), mode="bwd", channels_last=True, save=True, activation="relu", dtype=bf16)),
+    ("bnormbfp16 -n 2 -c 3 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu",
+     S((2, 3, 32, 32), mode="bwd", channels_last=True, save=True, residual=True, activation="relu", dtype=bf16)),
 ])
 def test_commands_mean_their_signatures(command, expected):
     assert parse(command) == [expected]
@@ -94,8 +99,8 @@ def test_a_forward_with_the_backward_runs_the_forward_as_miopendriver_does(caplo
     ("bnorm -F 1 -c -3", "-c/--in_channels"),
     ("bnorm -F 1 --epsilon -1", "--epsilon"),
     ("bnormfp16 -F 1 --epsilon 1e-9", "--epsilon"),  # fine: the variance is float32
-    ("bnorm -F 0 -b 1 --activation relu", "--activation"),
-    ("bnorm -F 0 -b 1 --residual 1", "--residual"),
+    ("bnorm -F 0 -b 1 --activation gelu", "--activation"),
+    ("bnorm -F 0 -b 1 --residual 2", "--residual"),
     ("bnorm -F 1 --residual 2", "--residual"),
     ("bnorm -F 1 -m 0 -r 1 -n 1", "-n/--batchsize"),  # a per-activation running variance of one sample
 ])

@@ -136,6 +136,7 @@ STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_las
           S((130, 3, 5), channels_last=False, spatial=False, save=True),  # 130 rows: pairs, then padded stages
           S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),
           S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False),
+          S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, activation="relu"),
           S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, residual=True, activation="relu")]
 
 
@@ -247,17 +248,34 @@ def test_stages_of_two_rows_sum_an_odd_count_of_rows():
     torch.testing.assert_close(var.reshape(3), x.var(0, unbiased=False), rtol=1e-12, atol=1e-12)
 
 
-def test_a_gpu_training_forward_writes_its_saved_statistics_where_the_caller_wants_them():
-    """Cross-compiled for CUDA (no GPU needed): the staged formulation's launch plan is its
-    dispatches alone. Returned as the same values the pass over y reads, the saved mean and
-    inverse deviation were kept in IREE's transient buffer and copied out: two copies a call."""
+def cuda_plan_commands(signature: S) -> list[str]:
+    """The kinds of the commands in ``signature``'s launch plan, cross-compiled for CUDA."""
     from boo_core import Target
     from boo_core.kernels import launch_plan
     from boo_core.kernels.request import KernelRequest
 
-    signature = S((32, 256, 14, 14), channels_last=True, save=True, running=True, dtype=torch.bfloat16,
-                  running_dtype=torch.bfloat16)
     kernel = KernelRequest.create(signature, Target.parse("cuda:sm_80")).fetch()
     plan = launch_plan.read_plan(kernel.directory, kernel.vmfb)
     assert isinstance(plan, launch_plan.LaunchPlan), plan
-    assert [type(c).__name__ for c in plan.commands] == ["Dispatch"] * 5
+    return [type(c).__name__ for c in plan.commands]
+
+
+def test_a_gpu_training_forward_writes_its_saved_statistics_where_the_caller_wants_them():
+    """Cross-compiled for CUDA (no GPU needed): the staged formulation's launch plan is its
+    dispatches alone. Returned as the same values the pass over y reads, the saved mean and
+    inverse deviation were kept in IREE's transient buffer and copied out: two copies a call."""
+    signature = S((32, 256, 14, 14), channels_last=True, save=True, running=True, dtype=torch.bfloat16,
+                  running_dtype=torch.bfloat16)
+    assert cuda_plan_commands(signature) == ["Dispatch"] * 5
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["relu", "residual+relu"])
+def test_a_gpu_backward_computes_ys_gradient_where_it_reads_it(residual):
+    """A backward starting with the ReLU's gradient (and a residual block's sum) has the plain
+    backward's five dispatches. With the gradient computed once, IREE wrote it to a transient
+    in a dispatch of its own that both passes read, and, returned as dresidual too, copied it
+    out after: a sixth dispatch and a copy of the whole tensor a call."""
+    common = dict(mode="bwd", channels_last=True, save=True, dtype=torch.bfloat16)
+    plain = cuda_plan_commands(S((32, 256, 14, 14), **common))
+    assert plain == ["Dispatch"] * 5
+    assert cuda_plan_commands(S((32, 256, 14, 14), **common, residual=residual, activation="relu")) == plain

@@ -17,7 +17,10 @@ which BOO refuses; a command that gives neither flag (iree-turbine's sample line
 ``--save 1 --run 1``) runs the training forward. BOO adds ``--epsilon`` (default 1e-5) and
 ``--activation relu`` (batch norm + ReLU, one kernel: what torch.compile fuses) and
 ``--residual 1`` (a tensor like the input added before the activation: a residual block's
-sum, which torch.compile fuses into a training batch norm). The
+sum, which torch.compile fuses into a training batch norm). With ``-b 1`` both describe the
+gradient the backward starts from, as torch.compile fuses it: ``--activation relu`` takes
+the forward's output y and applies the ReLU's gradient first, ``--residual 1`` takes y's
+gradient as two tensors it adds (dy, dy2) and returns their sum too. The
 running statistics' update factor (torch's momentum, MIOpen's expAvgFactor) is an input of
 the training kernel, not a flag: the driver draws it at random like every input.
 """
@@ -56,10 +59,10 @@ BNORM_FLAGS: tuple[Flag, ...] = (
     Flag("alpha", "A", 1.0, number, "output scale (BOO: 1 only)"),
     Flag("beta", "B", 0.0, number, "output blend with the prior output (BOO: 0 only)"),
     Flag("epsilon", None, 1e-5, number, "BOO extension: epsilon added to the variance", omit_default=True),
-    Flag("activation", None, None, optional(*ACTIVATIONS), "BOO extension: activation applied to y (forward)",
-         omit_default=True),
+    Flag("activation", None, None, optional(*ACTIVATIONS), "BOO extension: activation applied to y (forward); "
+         "its gradient applied first (backward)", omit_default=True),
     Flag("residual", None, 0, integer, "BOO extension: 1 adds a tensor like the input to y before the activation "
-         "(forward)", omit_default=True),
+         "(forward); y's gradient given as two tensors to add (backward)", omit_default=True),
     *run_flags(extra=(Flag("printconv", "P", 1, integer, "MIOpen: print the dimensions (no meaning for BOO)",
                            RUN),)),
 )
@@ -95,11 +98,9 @@ class BatchNormParser(CommandParser):
                       save=bool(flags["save"]), eps=eps, dtype=dtype)
         mode = _direction(flags)
         if flags["activation"] is not None:
-            flags.require("activation", mode != "bwd", "applies to a forward (-F 1 or -F 2), not the backward")
             common["activation"] = flags["activation"]
         flags.require("residual", flags["residual"] in (0, 1), "must be 0 or 1")
         if flags["residual"]:
-            flags.require("residual", mode != "bwd", "applies to a forward (-F 1 or -F 2), not the backward")
             common["residual"] = True
         if mode == "train" and flags["run"] and not flags["mode"] and shape[0] < 2:
             raise CommandError(f"flag {flags.label('batchsize')} 1: a per-activation running variance (-m 0 -r 1) "

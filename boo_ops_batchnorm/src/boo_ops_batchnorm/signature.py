@@ -438,28 +438,58 @@ class BatchNormSignature(Signature):
     def _backward(self, x: torch.Tensor, dy: torch.Tensor, weight: torch.Tensor, *saved: torch.Tensor,
                   groups: int | None = None) -> tuple[torch.Tensor, ...]:
         acc = _accumulation_dtype(self, x)
-        if self.residual:  # y's gradient from its two uses, summed (rounded to the dtype, as torch's add)
+        given = []  # what y's gradient is made of besides dy: dy2 (summed), y (the ReLU's output)
+        if self.residual:
             *saved, dy2 = saved
-            dy = dy + dy2
-        if self.activation:  # the ReLU's gradient first: dy where the forward's output is positive
+            given.append(dy2)
+        if self.activation:
             *saved, y = saved
-            dy = torch.where(y > 0, dy, 0.0)
+            given.append(y)
         if saved:
             mean, invstd = (self._broadcast(t.to(acc)) for t in saved)
         else:
             mean, var = self._mean_var(x, groups)
             invstd = torch.rsqrt(var + self.eps)
-        terms = [lambda d, a, m, i: d.to(acc), lambda d, a, m, i: d.to(acc) * ((a.to(acc) - m) * i)]
-        dbias, dweight = self._sums(terms, dy, x, mean, invstd, groups=groups)
         n = self.reduction_size
 
-        def dx(a: torch.Tensor, d: torch.Tensor, m: torch.Tensor, i: torch.Tensor, w: torch.Tensor,
+        def dx(a: torch.Tensor, g: torch.Tensor, m: torch.Tensor, i: torch.Tensor, w: torch.Tensor,
                db: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
-            return ((w * i / n) * (n * d.to(acc) - db - ((a.to(acc) - m) * i) * dw)).to(x.dtype)
+            return ((w * i / n) * (n * g.to(acc) - db - ((a.to(acc) - m) * i) * dw)).to(x.dtype)
 
-        return (self._map(dx, x, dy, mean, invstd, weight.to(acc), dbias, dweight),
-                dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype),
-                *((dy.to(x.dtype),) if self.residual else ()))
+        terms = [lambda g, a, m, i: g.to(acc), lambda g, a, m, i: g.to(acc) * ((a.to(acc) - m) * i)]
+        if groups is None or not given:
+            g = self._output_gradient(dy, *given)
+            dbias, dweight = self._sums(terms, g, x, mean, invstd, groups=groups)
+            dx_value = self._map(dx, x, g, mean, invstd, weight.to(acc), dbias, dweight)
+        else:
+            # On GPUs y's gradient is computed where it is read, in the sums' first stage and again
+            # in the pass writing dx (and dresidual, as that pass's second output), each spelled
+            # differently so that the compiler does not merge the two into one value: one value
+            # read by both passes is written to a transient buffer first, and one that is also
+            # returned is copied out after (docs/gpu.md).
+            k = len(given)
+            dbias, dweight = self._sums(
+                [lambda d, *r, term=term: term(self._output_gradient(d, *r[:k], spelling=1), *r[k:])
+                 for term in terms], dy, *given, x, mean, invstd, groups=groups)
+            g = self._map(lambda d, *r: self._output_gradient(d, *r), dy, *given)
+            dx_value = self._map(lambda a, d, *r: dx(a, self._output_gradient(d, *r[:k]), *r[k:]),
+                                 x, dy, *given, mean, invstd, weight.to(acc), dbias, dweight)
+        return (dx_value, dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype),
+                *((g.to(x.dtype),) if self.residual else ()))
+
+    def _output_gradient(self, dy: torch.Tensor, *given: torch.Tensor, spelling: int = 0) -> torch.Tensor:
+        """The gradient of the normalized value from y's: ``dy (+ dy2)``, then the ReLU's
+        gradient (0 where its output ``y <= 0``, as ``aten.threshold_backward``). ``spelling``
+        1 computes the same value written another way (operands swapped, the test negated;
+        only a NaN y differs), which a compiler does not merge with spelling 0."""
+        rest = list(given)
+        if self.residual:
+            dy2 = rest.pop(0)
+            dy = dy2 + dy if spelling else dy + dy2
+        if self.activation:
+            y = rest.pop(0)
+            dy = torch.where(y > 0, dy, 0.0) if spelling else torch.where(y <= 0, 0.0, dy)
+        return dy
 
     def get_sample_args(self, *, device: str | torch.device = "cpu", seed: int | None = None,
                         splat_value: float | None = None) -> tuple[torch.Tensor, ...]:
