@@ -5,10 +5,10 @@ every mode (-F bitmasks, bias gradients), 1-D/2-D/3-D, groups, layouts, strides 
 dilations above 1, transposed, every dtype, at small sizes; layer norm (old dialect, any
 rank and normalized dim, weight/bias), gemm (transposes, batches, column-major, alpha,
 beta, bias, activations) and bnorm (every direction, 2-D and 3-D, both layouts, spatial and
-per-activation, saved and running statistics, ReLU). Each kernel is compiled (in parallel, as ``boo preload`` does),
-then launched as a user would (``get_launchable``: the op's formulation chain) on random
-inputs into poisoned outputs and compared with the float64 reference. Prints, per op, how
-many ran right, and the formulation that served them.
+per-activation, saved and running statistics, ReLU, residual sums). Each kernel is compiled
+(in parallel, as ``boo preload`` does), then launched as a user would (``get_launchable``:
+the op's formulation chain) on random inputs into poisoned outputs and compared with the
+float64 reference. Prints, per op, how many ran right, and the formulation that served them.
 
     python benchmarks/random_commands.py [--conv 1000] [--layernorm 200] [--gemm 200] [--bnorm 200] [--seed 0] [-j N]
                                          [--device cuda:0]
@@ -89,8 +89,10 @@ def bnorm_command(rng: random.Random) -> str:
              "-D", depth, "-H", rng.randint(1, 12), "-W", rng.randint(1, 12), "-L", layout,
              "-m", rng.choice((0, 1, 1)), "-s", rng.choice((0, 1)), "-r", rng.choice((0, 1)), *direction,
              "--epsilon", rng.choice(("1e-5", "1e-3"))]
-    if direction[1] and rng.random() < 0.3:
+    if rng.random() < 0.3:  # a backward's: the ReLU's gradient first
         parts += ["--activation", "relu"]
+    if rng.random() < 0.2:  # a residual added before the activation; a backward's: y's gradient in two parts
+        parts += ["--residual", 1]
     return " ".join(map(str, parts))
 
 

@@ -39,3 +39,31 @@ KERNELS = [
 @pytest.mark.parametrize("signature", KERNELS, ids=lambda s: s.func_name)
 def test_kernel_matches_its_reference_with_poisoned_outputs(signature):
     assert_numerics(signature)
+
+
+#: Statistics of two samples (per activation, a batch of 2): where the two nearly agree, the
+#: deviation is tiny against |x| and float32 statistics lose digits in every implementation.
+FEW_SAMPLES = [S((2, 34, 5, 12, 4), spatial=False, channels_last=True, mode="bwd"),
+               S((2, 34, 12, 4), spatial=False, save=True)]
+
+
+@pytest.mark.parametrize("signature", FEW_SAMPLES, ids=lambda s: s.func_name)
+def test_the_tolerance_admits_float32_statistics_of_few_samples_and_nothing_more(signature):
+    """PyTorch's own float32 computation of these passes (before the tolerance allowed a
+    float32 kernel a few times that computation's own error, its dx failed, 0.003 off where
+    the largest element is 370, and so did BOO's kernel, as much off); the same result with
+    one element of each output moved by a thousandth of the output's largest value fails."""
+    from boo_core.verify.numerics import check_outputs
+
+    args = signature.get_sample_args(seed=0)
+    float32 = signature.reference(*args)
+    float32 = (float32,) if isinstance(float32, torch.Tensor) else float32
+    assert all(c.passed for c in check_outputs(signature, args, float32)), check_outputs(signature, args, float32)
+    for index, output in enumerate(float32):
+        if output.numel() == 1 or not output.dtype.is_floating_point:
+            continue
+        moved = [o.clone() for o in float32]
+        flat = moved[index].view(-1)
+        flat[flat.numel() // 2] += 1e-3 * output.abs().max()
+        comparison = check_outputs(signature, args, moved)[index]
+        assert not comparison.passed, f"{comparison} (moved by {1e-3 * output.abs().max().item():.3g})"
