@@ -71,3 +71,19 @@ def test_the_step_it_runs_is_pytorchs():
         torch.testing.assert_close(p.grad, q.grad, msg=name)
     with pytest.raises(ValueError, match="no output of fn requires a gradient"):
         kernel_signatures(lambda t: model(t).detach(), x, backward=True)
+
+
+@pytest.mark.parametrize(("name", "training"), [("resnet50", True), ("resnet50", False), ("vit_b_16", True),
+                                                ("decoder", True), ("convnext_tiny", False)])
+def test_every_kernel_a_network_compiles_to_prints_a_command_that_parses_back_to_it(name, training):
+    """``boo tune``, ``boo numerics`` and the offload summary name a compiled node's kernel by
+    its command: the backward batch norms starting with the ReLU's gradient (and a residual
+    block's sum) printed ``--activation``/``--residual`` commands their parser refused."""
+    from boo_core.testing import assert_round_trip
+    from boo_core.testing.models import workload_on
+
+    model, x = workload_on(name, 2, "cpu", torch.float32, small=True)
+    signatures = kernel_signatures(model.train(training), x, backward=training)
+    assert signatures
+    for signature in signatures:
+        assert_round_trip(signature)
