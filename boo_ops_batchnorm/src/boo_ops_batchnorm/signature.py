@@ -465,6 +465,7 @@ class BatchNormSignature(Signature):
             g = self._output_gradient(dy, *given)
             dbias, dweight = self._sums(terms, g, x, mean, invstd, groups=groups)
             dx_value = self._map(dx, x, g, mean, invstd, weight.to(acc), dbias, dweight)
+            summed = (g.to(x.dtype),) if self.residual else ()
         else:
             # On GPUs y's gradient is computed where it is read, in the sums' first stage and again
             # in the pass writing dx (and dresidual, as that pass's second output), each spelled
@@ -475,11 +476,11 @@ class BatchNormSignature(Signature):
             dbias, dweight = self._sums(
                 [lambda d, *r, term=term: term(self._output_gradient(d, *r[:k], spelling=1), *r[k:])
                  for term in terms], dy, *given, x, mean, invstd, groups=groups)
-            g = self._map(lambda d, *r: self._output_gradient(d, *r), dy, *given)
             dx_value = self._map(lambda a, d, *r: dx(a, self._output_gradient(d, *r[:k]), *r[k:]),
                                  x, dy, *given, mean, invstd, weight.to(acc), dbias, dweight)
+            summed = (self._output_gradient(dy, *given).to(x.dtype),) if self.residual else ()
         return (dx_value, dweight.reshape(self.param_shape).to(x.dtype), dbias.reshape(self.param_shape).to(x.dtype),
-                *((g.to(x.dtype),) if self.residual else ()))
+                *summed)
 
     def _output_gradient(self, dy: torch.Tensor, *given: torch.Tensor, spelling: int = 0) -> torch.Tensor:
         """The gradient of the normalized value from y's: ``dy (+ dy2)``, then the ReLU's
