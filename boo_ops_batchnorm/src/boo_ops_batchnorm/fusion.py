@@ -369,16 +369,11 @@ def _summed_relu_gradient(dy: Any, node: torch.fx.Node) -> tuple[torch.fx.Node, 
     """``(add, dy)`` where ``dy`` is ``aten.threshold_backward(add(a, b), y, 0)`` that ``node``
     reads first (others may after it: the kernel gives them dy), the add read by dy alone, a,
     b and y of x's shape and dtype; else None."""
-    if not isinstance(dy, torch.fx.Node) or dy.target is not aten.threshold_backward.default \
-            or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs or read_before(node, dy.users):
+    if not _is_relu_gradient(dy) or read_before(node, dy.users):
         return None
     add = dy.args[0]
     if not isinstance(add, torch.fx.Node) or add.target is not aten.add.Tensor or only_user(add) is not dy \
-            or len(add.args) != 2 or add.kwargs:
-        return None
-    x = node.args[1].meta.get("val")
-    values = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in (*add.args, dy.args[1])]
-    if not all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values):
+            or len(add.args) != 2 or add.kwargs or not _like_x(node, (*add.args, dy.args[1])):
         return None
     return add, dy
 
@@ -386,14 +381,23 @@ def _summed_relu_gradient(dy: Any, node: torch.fx.Node) -> tuple[torch.fx.Node, 
 def _relu_gradient(dy: Any, node: torch.fx.Node) -> torch.fx.Node | None:
     """``dy`` when it is ``aten.threshold_backward(g, y, 0)`` (a ReLU's gradient) that only
     ``node`` reads, with g and y of x's shape and dtype; else None."""
-    if not isinstance(dy, torch.fx.Node) or dy.target is not aten.threshold_backward.default \
-            or only_user(dy) is not node or len(dy.args) != 3 or dy.args[2] != 0 or dy.kwargs:
-        return None
-    x = node.args[1].meta.get("val")
-    values = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in dy.args[:2]]
-    if not all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values):
+    if not _is_relu_gradient(dy) or only_user(dy) is not node or not _like_x(node, dy.args[:2]):
         return None
     return dy
+
+
+def _is_relu_gradient(dy: Any) -> bool:
+    """Whether ``dy`` is a node ``aten.threshold_backward(g, y, 0)``: a ReLU's gradient."""
+    return isinstance(dy, torch.fx.Node) and dy.target is aten.threshold_backward.default and len(dy.args) == 3 \
+        and dy.args[2] == 0 and not dy.kwargs
+
+
+def _like_x(node: torch.fx.Node, args: Sequence[Any]) -> bool:
+    """Whether every one of ``args`` is a node whose value has the shape and dtype of the
+    input x of the batch-norm backward ``node``."""
+    x = node.args[1].meta.get("val")
+    values = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in args]
+    return all(isinstance(v, torch.Tensor) and v.shape == x.shape and v.dtype == x.dtype for v in values)
 
 
 PATTERNS: tuple[FusionPattern, ...] = (BatchNormInference(), BatchNormTraining(), BatchNormBackward())
