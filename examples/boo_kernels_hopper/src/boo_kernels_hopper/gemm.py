@@ -28,8 +28,8 @@ import torch
 
 from .ptx import Kernel, compile_for_iree
 
-#: The element types served, as IREE's tensor types and Triton's pointer types name them.
-DTYPES = {torch.bfloat16: ("bf16", "*bf16"), torch.float16: ("f16", "*fp16")}
+#: The element types served, as IREE's tensor types name them.
+DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 #: Triton's pointer type of each of IREE's element types the kernel reads or writes.
 POINTER_TYPES = {"bf16": "*bf16", "f16": "*fp16", "f32": "*fp32"}
 #: Streaming multiprocessors of an H100 SXM: one wave of programs.
@@ -114,7 +114,7 @@ def problem_of(signature: Any) -> GemmProblem | None:
     if s.dtype not in DTYPES or s.col_major or s.activation not in (None, "relu", "gelu", "silu"):
         return None
     return GemmProblem(s.m, s.n, s.k, bool(s.trans_b), bool(s.bias), batch=s.batch, trans_a=bool(s.trans_a),
-                       alpha=float(s.alpha), beta=float(s.beta), activation=s.activation, dtype=DTYPES[s.dtype][0])
+                       alpha=float(s.alpha), beta=float(s.beta), activation=s.activation, dtype=DTYPES[s.dtype])
 
 
 def configs_for(problem: GemmProblem) -> list[GemmConfig]:
