@@ -17,10 +17,10 @@ per step after three warm-up steps (0 where every call's buffers repeat). ``--to
   thread's dispatch state alone (``direct_call.GUARD_REMAKES``). Off, the check made at the
   first call stays, and calls it misses take the Python check.
 * ``matmul-residual``: a sum after a linear layer (``x + linear(y)``) in the matmul's kernel
-  as its C. Off, the sum stays in the graph;
+  as its C. Off, the sum stays in the graph.
 * ``summed-gradient``: a residual block's output-gradient sum and the ReLU's gradient after
   it in the batch-norm backward's kernel, which gives that gradient to the block's other
-  branch. Off, both stay in the backward graph;
+  branch. Off, both stay in the backward graph.
 * ``inductor-direct``: Inductor's generated code calling BOO's kernel calls directly
   (``boo_core.dynamo.inductor_calls``; use with ``--backend iree_boo_inductor``). Off, they
   go through ``torch.ops.boo.fused``'s dispatcher.
