@@ -1,8 +1,9 @@
 """The Hopper kernel library's convolutions (examples/boo_kernels_hopper) on a Hopper GPU:
 ResNet-50 rows of benchmarks/gpu.py (bf16, NHWC, batch 32), forward, data gradient and
 weight gradient, are served by its Triton-built sm_90a kernels substituted into IREE's module
-(every module shape: one executable, pad + conv, pad + filter copy + conv; for the weight
-gradient, [subsample or image +] split-K products + sum), verified by BOO, and right against
+(every module shape: one executable, pad + conv, pad + filter copy + conv, filter copy + conv
+reading dY unpadded; for the weight gradient, [subsample or image +] split-K products + sum,
+or products reading x unpadded + sum), verified by BOO, and right against
 float64. Skipped without the library, Triton or a GPU of compute capability 9.0.
 Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library_conv.py``."""
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from boo_core import get_launchable
+from boo_core import Target, get_launchable
 from boo_ops_conv import ConvSignature
 
 pytestmark = pytest.mark.gpu
 ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
+hooks = pytest.importorskip("boo_kernels_hopper.hooks")
 
 DEVICE = "cuda:0"
 BF16 = torch.bfloat16
@@ -28,8 +30,9 @@ ROWS = [  # (input channels, output channels, window, stride, input size, mode)
     (64, 256, 1, 1, 56, "fwd"),  # one executable (a flattened matmul)
     (512, 1024, 1, 2, 28, "fwd"),  # one executable, strided
     (512, 2048, 1, 1, 7, "fwd"),  # M = 1568: a partial last row of tiles
-    (64, 64, 3, 1, 56, "bwd"),  # pad + filter copy + conv (flipped, input-channel-major filter)
-    (256, 256, 3, 2, 28, "bwd"),  # zero-inserted dY
+    (64, 64, 3, 1, 56, "bwd"),  # channels_last: filter copy + conv reading dY unpadded (flipped, input-major filter)
+    (512, 512, 3, 1, 7, "bwd"),  # the same at 7x7
+    (256, 256, 3, 2, 28, "bwd"),  # zero-inserted dY: pad + filter copy + conv
     (256, 64, 1, 1, 56, "bwd"),  # one executable
     (256, 512, 1, 2, 56, "bwd"),  # dY copied compact + the conv scattering into dx (no zeros inserted)
     (1024, 2048, 1, 2, 14, "bwd"),  # the same at 7x7 dY
@@ -101,9 +104,9 @@ def test_a_conv_batch_norm_and_relu_run_as_one_library_kernel(private_cache, row
 def assert_served_and_right(signature) -> None:
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
-    # a padded forward: the one executable of the channels_last module, the padding applied as the kernel reads x
-    padded_forward = conv.padding_as_it_reads(conv.problem_of(signature)) is not None
-    assert launchable.formulation == ("channels_last" if padded_forward else "default")
+    # a padded forward or stride-1 data gradient: the channels_last module, the padding applied as the kernel reads
+    reads_unpadded = conv.padding_as_it_reads(conv.problem_of(signature)) is not None
+    assert launchable.formulation == ("channels_last" if reads_unpadded else "default")
     assert launchable.verified and not launchable.passed_over
     assert launchable.launch == "direct"
     inputs = signature.get_sample_args(device=DEVICE)
@@ -127,10 +130,10 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
     (256, 512, 1, 2, 56, "wrw"),  # strided: subsample + products + sum
     (2048, 512, 1, 1, 7, "wrw"),  # 1568 pixels: IREE pads dY and x into a transient first
     (1024, 2048, 1, 2, 14, "wrw"),  # strided, one split
-    (64, 64, 3, 1, 56, "wrw"),  # 3x3: the padded image in the columns' buffer, an implicit GEMM
+    (64, 64, 3, 1, 56, "wrw"),  # 3x3: implicit_split, x read unpadded by the products
     (128, 128, 3, 2, 56, "wrw"),  # 3x3 strided
     (256, 256, 3, 1, 14, "wrw"),  # 3x3, the last split masked
-    (512, 512, 3, 1, 7, "wrw"),  # 3x3, 1568 pixels: the image reaches the products through IREE's copy
+    (512, 512, 3, 1, 7, "wrw"),  # 3x3, 1568 pixels
     (3, 64, 7, 2, 224, "wrw"),  # the stem: 3 channels, 147 columns gathered one by one, 49 taps' copies
 ]
 
@@ -138,9 +141,21 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
 @pytest.mark.parametrize("row", WGRAD_ROWS, ids=lambda r: f"{r[0]}to{r[1]}_s{r[3]}_at{r[4]}_wrw")
 def test_a_resnet_weight_gradient_is_served_by_the_library_kernels(private_cache, row):
     signature = signature_of(*row)
+    problem = wgrad.problem_of(signature)
+    implicit = problem.taps > 1 and not problem.gathered
     launchable = get_launchable(signature, DEVICE)
+    assert launchable.formulation == (wgrad.IMPLICIT_FORMULATION if implicit else wgrad.formulation_of(problem))
+    assert_weight_gradient_served_and_right(signature, launchable)
+    if implicit:  # the library's second candidate, over the columns' module (the padded image moved into it)
+        substitution = hooks._wgrad_substitutions(signature, Target.parse("cuda:sm_90"), problem)[-1]
+        assert substitution.formulation == wgrad.formulation_of(problem)
+        columns = get_launchable(signature, DEVICE, formulation=substitution.formulation, substitutions=substitution)
+        assert columns.formulation == substitution.formulation
+        assert_weight_gradient_served_and_right(signature, columns)
+
+
+def assert_weight_gradient_served_and_right(signature, launchable) -> None:
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
-    assert launchable.formulation == wgrad.formulation_of(wgrad.problem_of(signature))
     assert launchable.verified and not launchable.passed_over
     inputs = signature.get_sample_args(device=DEVICE)
     reference = signature.reference(*[t.double() for t in inputs])

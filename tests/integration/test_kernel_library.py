@@ -200,8 +200,28 @@ def test_a_padded_forward_reads_x_unpadded_from_the_channels_last_module(private
     with pytest.raises(ValueError):  # and this problem never runs on the pad + conv module
         conv.plan(implicit, executables_of(signature, "cuda:sm_80", "default").executables)
     assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(64, 256, 1, 1, 56, "fwd"))) is None  # nothing to pad
-    assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "bwd"))) is None
+    assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(256, 256, 3, 2, 28, "bwd"))) is None  # zeros inserted
     assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(3, 64, 7, 2, 224, "fwd"))) is None  # the stem: padded
+
+
+# A stride-1 padded data gradient on the conv op's channels_last module (written as linalg):
+# the filter reversed into a transient (which the library's copy writes as stored, the kernel
+# reversing the taps as it reads them), then one contraction reading dY as stored.
+@pytest.mark.parametrize("row", [(64, 64, 3, 1, 56), (512, 512, 3, 1, 7)])
+def test_a_stride_1_data_gradient_reads_dy_unpadded_from_the_channels_last_module(private_cache, row):
+    signature = resnet_conv(*row, "bwd")
+    padded = conv.problem_of(signature)
+    implicit = conv.padding_as_it_reads(padded)
+    geometry = conv.kernel_geometry(implicit)
+    assert (geometry["PAD_H"], geometry["HP"], implicit.in_major) == (1, padded.h, True)
+    found = executables_of(signature, "cuda:sm_80", "channels_last")
+    launches = conv.plan(implicit, found.executables)
+    assert [(launch.kernel, launch.offsets) for launch in launches] == [("copy", (0,)), ("conv", (0, 0))]
+    assert not launches[1].w_from_x  # the filter from its own binding: the transient the copy wrote
+    with pytest.raises(ValueError):
+        conv.plan(padded, found.executables)
+    with pytest.raises(ValueError):  # this problem never runs on the default module (pad, filter copy, conv)
+        conv.plan(implicit, executables_of(signature, "cuda:sm_80", "default").executables)
 
 
 def test_a_conv_with_few_output_tiles_runs_smaller_tiles():
@@ -279,6 +299,28 @@ def test_it_recognizes_the_weight_gradient_modules_iree_makes_for_the_resnet_row
     other = wgrad.problem_of(resnet_conv(row[0] * 2, row[1], *row[2:]))
     with pytest.raises(ValueError):
         wgrad.plan(other, wgrad.choose_config(other), found.executables)
+
+
+@pytest.mark.parametrize("row", [(64, 64, 3, 1, 56), (128, 128, 3, 2, 56), (256, 256, 3, 1, 14), (512, 512, 3, 1, 7)])
+def test_a_windowed_weight_gradient_reads_x_itself_from_the_implicit_split_module(private_cache, row):
+    """The op's implicit_split module (cross-compiled): products binding x and dY as stored,
+    then the sum. The kernel reads x unpadded (masked taps), and no executable moves x."""
+    signature = resnet_conv(*row, "wrw")
+    problem = wgrad.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", wgrad.IMPLICIT_FORMULATION)
+    launches = wgrad.implicit_plan(problem, found.executables)
+    assert [launch.kernel for launch in launches] == ["wgrad", "sum"]
+    products, total = (launch.constants for launch in launches)
+    assert (products["HP"], products["WP"], products["PAD_H"], products["PAD_W"]) == (problem.h, problem.w, 1, 1)
+    assert not products["X_IN_B"] and products["DY_IN_B"]  # x is the generic's first operand, dY its second
+    parts = int(found.executables[1].text.split("readonly:tensor<")[1].split("x")[0])
+    assert 1 <= total["SPLITS"] <= parts and launches[0].grid == problem.tiles(
+        products["BM"], products["BN"]) * total["SPLITS"]
+    assert total["SPLITS"] * products["STEPS"] * products["BK"] >= problem.pixels  # every pixel in some split
+    other = wgrad.problem_of(resnet_conv(row[0] * 2, *row[1:], "wrw"))
+    with pytest.raises(ValueError):
+        wgrad.implicit_plan(other, found.executables)
+    assert hooks._offers(signature, Target.parse("cuda:sm_80"), wgrad.IMPLICIT_FORMULATION)
 
 
 def test_each_replaced_executable_runs_its_own_object(private_cache):

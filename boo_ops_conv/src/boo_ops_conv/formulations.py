@@ -48,7 +48,15 @@ and ``boo tune`` times them all.
   executable reading x, the filter (K, Y, X, C) and writing y as stored, with no padded copy
   of x between two executables. It is what the Hopper kernel library substitutes into (its
   kernel applies the padding as it reads); IREE's own kernel of it is untested here, so it
-  comes after every other formulation.
+  comes after every other formulation. For a stride-1 channels-last data gradient (any
+  target, last) the formulation of that name is written as linalg
+  (:mod:`~boo_ops_conv.linalg_formulations`): the filter's taps reversed, then one
+  contraction over dY as stored, its padding fused in: the module the library reads dY
+  unpadded from.
+* ``implicit_split`` (a channels-last weight gradient of a window; first on CUDA in 16-bit
+  but for patchifying convolutions, else last): written as linalg, one contraction over x
+  and dY as stored (x's padding fused in) into float32 sums over parts of the batch, then
+  their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
 
 CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
 computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
@@ -79,7 +87,7 @@ import torch.nn.functional as F
 
 from boo_core import Formulation, Target
 
-from . import layouts
+from . import layouts, linalg_formulations
 from .signature import ACTIVATIONS, ConvSignature
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -113,6 +121,13 @@ NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector
 #: 104.3 / 96.7 (25.9), 384x192 68.0 / 114.2 (15.6), 768x384 113.7 / 113.6 (14.0); ViT-B/16's
 #: patch embedding 768x3x16x16 168.2 / 288.0 (194.8); IREE's own convolution 329-701.
 PATCH_WEIGHTS_SPLIT_FINER = 2**15
+#: ``implicit_split`` (linalg_formulations) comes first on CUDA for 16-bit channels-last
+#: weight gradients of a window. IREE's own kernels, H100, bf16, batch 32, µs, implicit_split
+#: / im2col_split32 / im2col_split128 (cuDNN): ResNet-50's 3x3 64->64 @56 144 / 828 / 949
+#: (32); 128->128/2 @56 110 / 884 / 844 (28); 128 @28 108 / 543 / 504 (27); 256/2 @28 115 / 508
+#: / 571 (21); 256 @14 115 / 304 / 367 (21); 512/2 @14 123 / 409 / 409 (21); 512 @7 120 / 326 /
+#: 326 (20). (The Hopper kernel library substitutes into it first, ahead of every formulation.)
+IMPLICIT_SPLIT = "implicit_split"
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -176,6 +191,17 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
+        if linalg_formulations.serves_weight_gradient(s):
+            implicit = Formulation(
+                IMPLICIT_SPLIT, mlir=lambda: linalg_formulations.weight_gradient_mlir(s),
+                flags=linalg_formulations.FLAGS,
+                description="one contraction over x's windows as stored, in parts of the batch, then their sum")
+            # IREE's own kernel of it: 3-7x faster than the columns' (IMPLICIT_SPLIT), where
+            # those are not a reshape of x (a patchifying convolution's: PATCH_WEIGHTS_SPLIT_FINER)
+            if cuda and s.dtype in _HALF and not _patchifies(s):
+                first.insert(0, implicit)
+            else:
+                later.append(implicit)
     if s.mode == "bwd" and _patchifies(s):
         first.append(Formulation("patches", computation=lambda *a: _patch_data_gradient(s, a),
                                  description="dY @ W, each row a patch of dX put back in place"))
@@ -205,20 +231,18 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if cuda and s.mode == "fwd" and not s.transposed and s.spatial_rank == 2 and any(s.padding) \
             and (s.input_layout, s.kernel_layout, s.output_layout) == ("NHWC", "NHWC", "NHWC"):
         later.append(channels_last_formulation())
+    if s.mode == "bwd" and linalg_formulations.serves_data_gradient(s):
+        later.append(Formulation(
+            "channels_last", mlir=lambda: linalg_formulations.data_gradient_mlir(s), flags=linalg_formulations.FLAGS,
+            description="one contraction over dY as stored (its padding fused in) and the filter flipped"))
     return (*first, Formulation("default"), *later)
 
 
 # -- geometry ------------------------------------------------------------------------------------
 
 
-def _read_extents(s: ConvSignature) -> tuple[int, ...]:
-    """Per spatial axis, how much of the padded input the windows read."""
-    axes = zip(s.output_spatial, s.stride, s.dilation, s.window)
-    return tuple((o - 1) * st + d * (f - 1) + 1 for o, st, d, f in axes)
-
-
 def _reads_less_than_padded(s: ConvSignature) -> bool:
-    return any(extent < n + 2 * p for extent, n, p in zip(_read_extents(s), s.input_shape[2:], s.padding))
+    return any(extent < n + 2 * p for extent, n, p in zip(s.read_extents, s.input_shape[2:], s.padding))
 
 
 def _is_unpadded_nchw_1x1(s: ConvSignature) -> bool:
@@ -261,7 +285,7 @@ def _store(s: ConvSignature, result: torch.Tensor) -> torch.Tensor:
 
 def _pad(s: ConvSignature, x: torch.Tensor, crop: bool) -> torch.Tensor:
     """``x`` (logical) padded explicitly; with ``crop``, cut to the extent the windows read."""
-    return _pad_to(x, s.padding, _read_extents(s) if crop else None)
+    return _pad_to(x, s.padding, s.read_extents if crop else None)
 
 
 def _pad_to(x: torch.Tensor, padding: tuple[int, ...], extents: tuple[int, ...] | None) -> torch.Tensor:

@@ -170,6 +170,14 @@ class ConvSignature(Signature):
         return tuple((n + 2 * p - d * (f - 1) - 1) // s + 1 for n, f, s, p, d, _ in sizes)
 
     @property
+    def read_extents(self) -> tuple[int, ...]:
+        """Per spatial axis, how much of the padded input the windows read (of an ordinary,
+        not transposed, convolution): less than the padded input where the last stride stops
+        short of its end."""
+        axes = zip(self.output_spatial, self.stride, self.dilation, self.window)
+        return tuple((o - 1) * st + d * (f - 1) + 1 for o, st, d, f in axes)
+
+    @property
     def output_shape(self) -> tuple[int, ...]:
         """Logical (N, K, *output spatial) of the forward convolution."""
         return (self.input_shape[0], self.output_channels, *self.output_spatial)

@@ -182,16 +182,18 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
                      C: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STEPS: tl.constexpr,
                      MASKED: tl.constexpr, R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                      P: tl.constexpr, Q: tl.constexpr, HP: tl.constexpr, WP: tl.constexpr,
-                     GATHER: tl.constexpr):
+                     GATHER: tl.constexpr, PAD_H: tl.constexpr, PAD_W: tl.constexpr):
     """One split of the weight gradient's reduction, float32: ``part[split, k, (r, s, c)] = sum
     over the split's pixels m = (n, p, q) of dy[m, k] * x[m, (r, s, c)]``. dy is (M, K),
     channels minor. With a 1x1 window (R = S = 1) x is (M, C), the pixels the window reads;
-    otherwise x is a padded channels-last image (N, HP, WP, C) read through an R x S window
-    at stride (SH, SW) over a P x Q output, its columns (r, s, c) never materialized: BN
-    divides C (a tile's columns are one tap's channels), or, with ``GATHER`` (few channels:
-    the 3-channel stem), each column is gathered on its own and columns past R*S*C are
-    masked. Program ``pid`` is tile ``pid % tiles`` of split ``pid // tiles``: the programs of
-    one split run together and read the same pixels (L2). Pixels past M read as zeros."""
+    otherwise x is a channels-last image (N, HP, WP, C) read through an R x S window at stride
+    (SH, SW) over a P x Q output, its columns (r, s, c) never materialized: BN divides C (a
+    tile's columns are one tap's channels), or, with ``GATHER`` (few channels: the 3-channel
+    stem), each column is gathered on its own and columns past R*S*C are masked. The image
+    holds its padding, or, with ``PAD_H``/``PAD_W`` (not with ``GATHER``), is x itself, the
+    windows reading zeros that many pixels around it by masked loads. Program ``pid`` is
+    tile ``pid % tiles`` of split ``pid // tiles``: the programs of one split run together
+    and read the same pixels (L2). Pixels past M read as zeros."""
     TC: tl.constexpr = R * S * C
     tiles_n: tl.constexpr = (TC + BN - 1) // BN
     tiles: tl.constexpr = (K // BM) * tiles_n
@@ -212,6 +214,10 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
         per_tap: tl.constexpr = C // BN
         tap = tile_n // per_tap
         offs_x = ((tap // S) * WP + tap % S) * C + (tile_n % per_tap) * BN + tl.arange(0, BN)
+    PADS: tl.constexpr = PAD_H > 0 or PAD_W > 0  # x unpadded: the tile's tap reads zeros outside it
+    if PADS:
+        tap_r = tap // S
+        tap_s = tap % S
     offs_p = tl.arange(0, BK)
     if DY_IN_B:
         dy = b + DY_OFF
@@ -229,10 +235,20 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
             corner = pix * C
         else:
             inside = tl.minimum(pix, M - 1)
-            corner = ((inside // (P * Q) * HP + (inside // Q) % P * SH) * WP + inside % Q * SW) * C
+            top = (inside // Q) % P * SH - PAD_H
+            left = inside % Q * SW - PAD_W
+            corner = ((inside // (P * Q) * HP + top) * WP + left) * C
             if not GATHER:
                 corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
-        if GATHER:
+        if PADS:
+            ok = (top + tap_r >= 0) & (top + tap_r < HP) & (left + tap_s >= 0) & (left + tap_s < WP)
+            if MASKED:
+                ok = ok & (pix < M)
+                g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=(pix < M)[:, None], other=0.0)
+            else:
+                g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
+            v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok[:, None], other=0.0)
+        elif GATHER:
             ok = (pix < M)[:, None]
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
             v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok & column_ok[None, :], other=0.0)

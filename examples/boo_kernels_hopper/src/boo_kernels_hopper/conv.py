@@ -100,7 +100,7 @@ class ConvProblem:
     norm: bool = False  # CBAInfer's batch norm in the epilogue, after the bias (NORM_POINTERS)
     eps: float = 0.0
     residual: bool = False  # CBAInfer's skip connection: a tensor of the output's shape added before the activation
-    implicit_pad: bool = False  # a forward reading the unpadded source, padding as it reads (one executable)
+    implicit_pad: bool = False  # the unpadded source read, padding as it reads (the channels_last module)
 
     @property
     def epilogue_vectors(self) -> int:
@@ -213,11 +213,13 @@ def problem_of(signature: Any) -> ConvProblem | None:
 
 
 def padding_as_it_reads(problem: ConvProblem) -> ConvProblem | None:
-    """``problem`` (a padded forward) read from the unpadded source, its padding applied by
-    the kernel: what it computes on the conv op's ``channels_last`` module (one executable),
-    else None (nothing to pad, or not a forward). Not the 3-channel stem: its gathered
-    reduction masked per element measured slower (H100: 95.6 against 78.7 µs with the pad)."""
-    if problem.mode != "fwd" or problem.direct or problem.cin % 64:
+    """``problem`` (a padded forward, or a padded stride-1 data gradient) read from the
+    unpadded source, its padding applied by the kernel: what it computes on the conv op's
+    ``channels_last`` module (a forward's one executable; a data gradient's filter copy and
+    convolution), else None (nothing to pad, zeros inserted between dY's pixels). Not the
+    3-channel stem: its gathered reduction masked per element measured slower (H100: 95.6
+    against 78.7 µs with the pad)."""
+    if problem.direct or problem.cin % 64 or (problem.dh, problem.dw) != (1, 1):
         return None
     return dataclasses.replace(problem, implicit_pad=True)
 
@@ -315,8 +317,22 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
     if problem.residual:
         bias.append((2 + len(bias), problem.output_numel, "readonly"))
     out = 2 + len(bias)
-    if problem.implicit_pad and len(executables) != 1:
-        raise ValueError(f"{len(executables)} executables {names}: a convolution padding as it reads replaces one")
+    if problem.implicit_pad and len(executables) != (2 if problem.in_major else 1):
+        raise ValueError(f"{len(executables)} executables {names}: not the module of a convolution padding as it reads")
+    if problem.implicit_pad and problem.in_major:  # the filter copied (reversed by IREE), then the convolution
+        copy = executables[0]
+        expect(copy.name, spans[copy.name], [(0, problem.weight_numel, "readonly"),
+                                             (1, problem.weight_numel, "writeonly")])
+        expect(conv.name, spans[conv.name], [(0, problem.source_numel, "readonly"),
+                                             (1, problem.weight_numel, "readonly"),
+                                             (2, problem.output_numel, "writeonly")])
+        at_start(copy.name, 0)
+        at_start(conv.name, 0, 2)
+        copy_to = next(sp for sp in spans[copy.name] if sp.binding == 1).offset
+        w_at = next(sp for sp in spans[conv.name] if sp.binding == 1).offset
+        if copy_to != w_at or w_at % 16:
+            raise ValueError(f"{names}: the filter is copied to byte {copy_to} and read at {w_at}")
+        return [Launch(copy, "copy", (copy_to // ELEMENT,)), Launch(conv, "conv", (0, w_at // ELEMENT))]
     if len(executables) == 1:
         if not (problem.direct or problem.implicit_pad):
             raise ValueError(f"one executable {names}, but the {problem.mode} convolution needs padding")

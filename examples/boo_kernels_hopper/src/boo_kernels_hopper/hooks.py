@@ -131,22 +131,32 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
     return build
 
 
-def _wgrad_substitution(problem: wgrad.WgradProblem) -> Substitution:
+def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradProblem) -> list[Substitution]:
+    """The products over x itself (the op's ``implicit_split`` module) first, where the op
+    offers it and the kernel reads whole taps; then the products over IREE's columns."""
     config = wgrad.choose_config(problem)
     formulation = wgrad.formulation_of(problem)
     key = _key("wgrad", problem, config, formulation)
     build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
                             "hopper_wgrad")
-    return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
+    found = [Substitution("hopper_conv", build=build, key=key, formulation=formulation)]
+    if problem.taps > 1 and not problem.gathered and _offers(signature, target, wgrad.IMPLICIT_FORMULATION):
+        # the tiles and splits follow from the module's parts, which the op's version (in the key) decides
+        implicit = _build_launches(lambda executables: wgrad.implicit_plan(problem, executables), wgrad.generate,
+                                   "hopper_wgrad")
+        found.insert(0, Substitution("hopper_conv", build=implicit,
+                                     key=_key("wgrad", problem, wgrad.IMPLICIT_FORMULATION),
+                                     formulation=wgrad.IMPLICIT_FORMULATION))
+    return found
 
 
-def _conv_substitution(signature: Any) -> Substitution | list[Substitution] | None:
+def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Substitution] | None:
     weight_gradient = getattr(signature, "mode", None) == "wrw"
     problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
     if problem is None or not _buildable(signature):
         return None
     if weight_gradient:
-        return _wgrad_substitution(problem)
+        return _wgrad_substitutions(signature, target, problem)
     found = [_conv_launches(problem, CONV_FORMULATION)]
     implicit = conv.padding_as_it_reads(problem)
     if implicit is not None:  # one executable and no padded copy of x, ahead of the pad + conv
@@ -167,5 +177,5 @@ def boo_kernel_substitutions(signature: Any, target: Target) -> Sequence[Substit
     if target.backend != "cuda":
         return None
     if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
-        return _conv_substitution(signature)
+        return _conv_substitution(signature, target)
     return _gemm_substitutions(signature, target)

@@ -29,6 +29,12 @@ their sum), which on CUDA has, per ResNet row (cross-compiled with ``boo dump``)
 * their sum, (parts, K*R*S*C) float32 -> (K*R*S*C) bf16 (= KRSC dw): replaced by
   ``boo_hopper_sum`` over the ``splits`` slices written.
 
+For a window of several taps over a multiple of 64 channels, the op's ``implicit_split``
+module comes first (:func:`implicit_plan`): two executables, the products (one contraction
+over x and dY as stored, x's padding fused in, into float32 partial sums of parts of the
+batch) and their sum. ``boo_hopper_wgrad`` replaces the products reading x itself, the
+padding applied by masked loads: the image moves nowhere.
+
 Where parts * rows exceeds the pixels, IREE copies dY and X into a transient padded with
 zero rows before the matmul (stream copies and fills, no executables); the kernel reads the
 pixels only (and the image, copied there as the columns would have been).
@@ -51,6 +57,11 @@ from .ptx import Kernel, compile_for_iree
 
 SMS = 132  # an H100 SXM's multiprocessors
 SPLITS = (32, 128)  # the op's im2col_splitN formulations
+#: The least share of the last wave's SMs a configuration's programs must keep busy, on
+#: average over its waves. H100, 512->512 3x3 weight gradients at 14x14/2 and 7x7
+#: (implicit_split): 144 tiles of 128x128 (2 waves, 55%) 38.9 and 40.2 us, 288 of 128x64
+#: (3 waves, 73%) 30.9 and 31.5 us.
+MIN_WAVE_EFFICIENCY = 0.7
 
 
 @dataclass(frozen=True)
@@ -164,15 +175,26 @@ def formulation_of(problem: WgradProblem) -> str:
     return "im2col_split32"
 
 
-def choose_config(problem: WgradProblem) -> WgradConfig:
+def choose_config(problem: WgradProblem, parts: int | None = None) -> WgradConfig:
     """The tiles (the largest that, with as many splits as the workspace holds, fill the
-    GPU; a tile's columns within one tap) and the splits (about one wave of programs)."""
-    parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
+    GPU; a tile's columns within one tap) and the splits (about one wave of programs).
+    ``parts``: how many partial sums the workspace holds (default: the parts of
+    :func:`formulation_of`'s module)."""
+    if parts is None:
+        parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
     options = [(bm, bn, warps) for bm, bn, warps in ((128, 128, 8), (128, 64, 4), (64, 64, 4))
                if problem.k % bm == 0 and (problem.c % bn == 0 or problem.gathered)]
-    bm, bn, warps = next((o for o in options if problem.tiles(o[0], o[1]) * parts >= SMS), options[-1])
-    tiles = problem.tiles(bm, bn)
-    return WgradConfig(bm, bn, 64, warps, 4, max(1, min(parts, SMS // tiles)))
+
+    def splits(bm: int, bn: int) -> int:
+        return max(1, min(parts, SMS // problem.tiles(bm, bn)))
+
+    def fills(bm: int, bn: int) -> bool:  # enough programs, and a last wave not mostly idle
+        tiles = problem.tiles(bm, bn)
+        programs = tiles * splits(bm, bn)
+        return tiles * parts >= SMS and programs / (-(-programs // SMS) * SMS) >= MIN_WAVE_EFFICIENCY
+
+    bm, bn, warps = next((o for o in options if fills(o[0], o[1])), options[-1])
+    return WgradConfig(bm, bn, 64, warps, 4, splits(bm, bn))
 
 
 # -- IREE's module --------------------------------------------------------------------------------
@@ -243,7 +265,7 @@ def _bindings(executable: Any, found: list[Span]) -> list[int]:
 
 
 WGRAD_ORDER = ["a", "b", "part", "DY_OFF", "X_OFF", "PART_OFF", "DY_IN_B", "X_IN_B", "M", "K", "C", "BM", "BN", "BK",
-               "STEPS", "MASKED", "R", "S", "SH", "SW", "P", "Q", "HP", "WP", "GATHER"]
+               "STEPS", "MASKED", "R", "S", "SH", "SW", "P", "Q", "HP", "WP", "GATHER", "PAD_H", "PAD_W"]
 SUM_ORDER = ["part", "out", "PART_OFF", "OUT_OFF", "NUMEL", "SPLITS", "BLOCK"]
 SUBSAMPLE_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "P", "Q", "U", "V", "BP", "BC"]
 COPY_ORDER = ["src", "dst", "SRC_OFF", "DST_OFF", "START", "COUNT", "BLOCK"]
@@ -326,17 +348,8 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     movers = pb.taps + 2 if pb.taps > 1 else int(pb.strided)  # executables that make X
     if len(executables) != movers + 2:
         raise ValueError(f"{len(executables)} executables {names}: not a module shape this library knows")
-    kc = pb.k * pb.columns
-
-    # The sum: (parts, K*R*S*C) float32 -> (K*R*S*C) bf16.
     total = executables[-1]
-    found = spans(total)
-    _bindings(total, found)
-    if len(found) != 2 or [(sp.dtype, sp.access) for sp in found] != [("f32", "readonly"), ("bf16", "writeonly")]:
-        raise ValueError(f"{total.name}: tensors {found}, expected a float32 read and a bf16 write")
-    part_in, out = found
-    if part_in.shape[1:] != (kc,) or out.shape != (kc,) or part_in.binding > out.binding:
-        raise ValueError(f"{total.name}: tensors {part_in.shape} -> {out.shape}, expected (parts, {kc}) -> ({kc},)")
+    part_in, out = _sum_spans(pb, total)
     parts = part_in.shape[0]
 
     # The partial products: dY (parts, rows, K) and X (parts, rows, R*S*C) -> (parts, K, R*S*C) float32.
@@ -363,12 +376,6 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     inputs = sorted({dy.binding, x.binding})
     if part.binding in inputs or part.binding < inputs[-1]:
         raise ValueError(f"{mm.name}: the float32 tensor's binding {part.binding} is not after the inputs' {inputs}")
-    splits = min(config.splits, parts)
-    blocks = -(-pb.pixels // config.bk)
-    steps = -(-blocks // splits)
-    splits = -(-blocks // steps)
-    tiles = pb.tiles(config.bm, config.bn)
-
     launches: list[Launch] = []
     if pb.taps > 1:
         launches += _image_launches(pb, executables[:-2], x, direct=len(inputs) == 2)
@@ -377,6 +384,99 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
         if pb.strided:
             launches += _subsample_launches(pb, executables[:-2], x)
         geometry = {"R": 1, "S": 1, "SH": 1, "SW": 1, "P": 1, "Q": 1, "HP": 1, "WP": 1}  # X is (pixels, C)
+    geometry.update(PAD_H=0, PAD_W=0)
+    launches += _products_and_sum(pb, config, (mm, dy, x, part), (total, part_in, out), inputs, geometry)
+    return launches
+
+
+#: The conv op's formulation whose module :func:`implicit_plan` knows.
+IMPLICIT_FORMULATION = "implicit_split"
+_GENERIC = re.compile(r"linalg\.generic [^\n]*?ins\((%\w+), (%\w+) :")
+_PAD_OR_SLICE = re.compile(r"(%\w+) = tensor\.(?:pad|extract_slice) (%\w+)")
+
+
+def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: WgradConfig | None = None
+                  ) -> list[Launch]:
+    """What replaces the two executables of the op's ``implicit_split`` module: the products
+    (x and dY as the caller stores them, x's padding fused in, into float32 partial sums of
+    parts of the batch) by ``boo_hopper_wgrad`` reading x itself, its padding applied by
+    masked loads; the sum by ``boo_hopper_sum``. The tiles and splits follow from the parts
+    IREE's module holds (:func:`choose_config`), unless ``config`` is given. ValueError for
+    any other module, or for a problem whose columns are gathered (the 3-channel stem) or a
+    1x1 window."""
+    pb = problem
+    names = [e.name for e in executables]
+    if pb.taps == 1 or pb.gathered:
+        raise ValueError(f"{pb}: the implicit module serves windows of several taps over 64-channel multiples")
+    if len(executables) != 2:
+        raise ValueError(f"{len(executables)} executables {names}: not the implicit_split module")
+    products, total = executables
+    part_in, out = _sum_spans(pb, total)
+    parts = part_in.shape[0]
+    found = spans(products)
+    _bindings(products, found)
+    match = _GENERIC.search(products.text)
+    loads = dict(_LOAD.findall(products.text))
+    through = dict(_PAD_OR_SLICE.findall(products.text))
+    by_name = {sp.name: sp for sp in found}
+
+    def source(value: str) -> Span | None:  # the loaded tensor a pad or a slice of it comes from
+        while value in through:
+            value = through[value]
+        return by_name.get(loads.get(value, ""))
+
+    if match is None or len(found) != 3:
+        raise ValueError(f"{products.name}: not one linalg.generic of two loaded tensors")
+    x, dy = (source(v) for v in match.groups())
+    if x is None or dy is None or x == dy:
+        raise ValueError(f"{products.name}: the generic's operands are not two of its bindings")
+    [part] = [sp for sp in found if sp not in (x, dy)]
+    wanted = {"x": (pb.n * pb.h * pb.w * pb.c, "bf16"), "dY": (pb.pixels * pb.k, "bf16"),
+              "partial sums": (parts * pb.k * pb.columns, "f32")}
+    for what, span in (("x", x), ("dY", dy), ("partial sums", part)):
+        if (span.numel, span.dtype) != wanted[what] or (span.access == "readonly") != (what != "partial sums"):
+            raise ValueError(f"{products.name}: {what} {span.shape} {span.dtype} {span.access}, expected "
+                             f"{wanted[what][0]} {wanted[what][1]} elements")
+    if part.offset != part_in.offset:
+        raise ValueError(f"{names}: the partial sums are written at byte {part.offset} and read at {part_in.offset}")
+    inputs = sorted({dy.binding, x.binding})
+    if part.binding < inputs[-1]:
+        raise ValueError(f"{products.name}: the float32 tensor's binding {part.binding} is not after the inputs'")
+    geometry = {"R": pb.r, "S": pb.s, "SH": pb.u, "SW": pb.v, "P": pb.p, "Q": pb.q, "HP": pb.h, "WP": pb.w,
+                "PAD_H": pb.ph, "PAD_W": pb.pw}
+    return _products_and_sum(pb, config or choose_config(pb, parts), (products, dy, x, part), (total, part_in, out),
+                             inputs, geometry)
+
+
+def _sum_spans(pb: WgradProblem, total: Any) -> tuple[Span, Span]:
+    """The sum's tensors: (parts, K*R*S*C) float32 read, (K*R*S*C) bf16 written (= KRSC dw)."""
+    kc = pb.k * pb.columns
+    found = spans(total)
+    _bindings(total, found)
+    if len(found) != 2 or [(sp.dtype, sp.access) for sp in found] != [("f32", "readonly"), ("bf16", "writeonly")]:
+        raise ValueError(f"{total.name}: tensors {found}, expected a float32 read and a bf16 write")
+    part_in, out = found
+    if part_in.shape[1:] != (kc,) or out.shape != (kc,) or part_in.binding > out.binding:
+        raise ValueError(f"{total.name}: tensors {part_in.shape} -> {out.shape}, expected (parts, {kc}) -> ({kc},)")
+    return part_in, out
+
+
+def _split_steps(pb: WgradProblem, config: WgradConfig, parts: int) -> tuple[int, int]:
+    """(splits, steps): at most ``parts`` splits of ``steps`` blocks of BK pixels each."""
+    splits = min(config.splits, parts)
+    blocks = -(-pb.pixels // config.bk)
+    steps = -(-blocks // splits)
+    return -(-blocks // steps), steps
+
+
+def _products_and_sum(pb: WgradProblem, config: WgradConfig, products: tuple[Any, Span, Span, Span],
+                      total: tuple[Any, Span, Span], inputs: list[int], geometry: dict[str, int]) -> list[Launch]:
+    """The partial products' launch (``products``: the executable, dY, x, the float32 partial
+    sums) and their sum's (``total``: the executable, the partial sums it reads, dw)."""
+    executable, dy, x, part = products
+    summing, part_in, out = total
+    splits, steps = _split_steps(pb, config, part_in.shape[0])
+    kc = pb.k * pb.columns
     constants = {"DY_OFF": dy.element_offset, "X_OFF": x.element_offset, "PART_OFF": part.element_offset,
                  "DY_IN_B": dy.binding != inputs[0], "X_IN_B": x.binding != inputs[0], "M": pb.pixels, "K": pb.k,
                  "C": pb.c, "BM": config.bm, "BN": config.bn, "BK": config.bk, "STEPS": steps,
@@ -384,12 +484,11 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     pointers = ("a", "b", "part") if len(inputs) == 2 else ("a", "part")
     if len(inputs) == 1:
         constants["b"] = None
-    launches.append(Launch(mm, "wgrad", pointers, constants, tiles * splits, config.num_warps, config.num_stages,
-                           {"part": "*fp32"}))
-    launches.append(Launch(total, "sum", ("part", "out"),
-                           {"PART_OFF": part_in.element_offset, "OUT_OFF": out.element_offset, "NUMEL": kc,
-                            "SPLITS": splits, "BLOCK": SUM_BLOCK}, -(-kc // SUM_BLOCK), 4, 1, {"part": "*fp32"}))
-    return launches
+    return [Launch(executable, "wgrad", pointers, constants, pb.tiles(config.bm, config.bn) * splits,
+                   config.num_warps, config.num_stages, {"part": "*fp32"}),
+            Launch(summing, "sum", ("part", "out"),
+                   {"PART_OFF": part_in.element_offset, "OUT_OFF": out.element_offset, "NUMEL": kc,
+                    "SPLITS": splits, "BLOCK": SUM_BLOCK}, -(-kc // SUM_BLOCK), 4, 1, {"part": "*fp32"})]
 
 
 # -- PTX ------------------------------------------------------------------------------------------

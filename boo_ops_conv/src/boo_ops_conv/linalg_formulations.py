@@ -1,0 +1,247 @@
+"""Formulations written as linalg directly (not exported from PyTorch): channels-last
+convolutions whose one contraction reads the caller's tensors as they are stored.
+
+* ``implicit_split`` (a weight gradient): ``dW[k, t, c] = sum over images n and output
+  pixels o of dY[n, o, k] * x[n, o * stride + t * dilation - padding, c]`` (t a filter tap, x
+  read as zero outside itself) as one ``linalg.generic`` over x and dY, reduced over a part
+  of the images into a float32 ``(parts, K, taps, C)`` tensor, then a second reduction over
+  the parts rounded once to the filter's type.
+* ``channels_last`` (a stride-1 data gradient): ``dX[n, i, c] = sum over k and taps t of
+  dY[n, i + t * dilation - low, k] * W[k, last tap - t, c]`` (dY read as zero outside
+  itself, ``low = dilation * (window - 1) - padding``) as one ``linalg.generic`` over dY and
+  the filter's taps reversed (torch's ``flip``, an executable of its own).
+
+The padding is a ``tensor.pad`` that IREE fuses into the contraction (:data:`FLAGS`), so on
+CUDA IREE's module binds the caller's tensors to the contraction's executable: two
+executables for the weight gradient (the products, binding x, dY and the float32 partial
+sums, then their sum); two for the data gradient (the filter reversed into a transient,
+then the contraction of dY and it). Nothing copies x into columns or a padded
+image, which is what a kernel library substituting an implicit GEMM needs (its kernel
+applies the padding as it reads); IREE's own kernels of them serve only where nothing else
+does (the formulations come after the others).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import layouts
+from .signature import ConvSignature
+
+#: The float32 partial sums hold at most this many elements (32 MiB): enough parts for a
+#: wave of output tiles on a large GPU, without a workspace many times the filter's size.
+MAX_PARTIAL_ELEMENTS = 2**23
+#: At most this many parts of the batch.
+MAX_PARTS = 32
+#: IREE fuses the padding into the contraction's executable, so it binds the tensor itself.
+FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
+_ELEMENT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _plain_channels_last(s: ConvSignature) -> bool:
+    """Channels-last x, dY and filter (K, *window, C), one group, not transposed, a window
+    of more than one tap, a floating-point type."""
+    channels_last = layouts.channels_last(s.spatial_rank)
+    return (not s.transposed and s.groups == 1 and s.dtype in _ELEMENT and math.prod(s.window) > 1
+            and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
+
+
+def serves_weight_gradient(s: ConvSignature) -> bool:
+    """Whether ``implicit_split`` computes ``s``: a channels-last weight gradient whose
+    windows read x."""
+    return s.mode == "wrw" and _plain_channels_last(s) and all(u > 0 for u in _extent_of_x_read(s))
+
+
+def serves_data_gradient(s: ConvSignature) -> bool:
+    """Whether the linalg ``channels_last`` formulation computes ``s``: a stride-1
+    channels-last data gradient with no bias, padding within the dilated window."""
+    return (s.mode == "bwd" and _plain_channels_last(s) and all(st == 1 for st in s.stride)
+            and not getattr(s, "bias", False) and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation,
+                                                                                            s.window)))
+
+
+def parts(s: ConvSignature) -> int:
+    """How many parts ``implicit_split`` cuts the batch into: the largest divisor of N that
+    is at most :data:`MAX_PARTS` and keeps the partial sums within :data:`MAX_PARTIAL_ELEMENTS`."""
+    filter_elements = math.prod(s.kernel_shape)
+    n = s.input_shape[0]
+    return max(d for d in range(1, min(n, MAX_PARTS) + 1)
+               if n % d == 0 and (d == 1 or d * filter_elements <= MAX_PARTIAL_ELEMENTS))
+
+
+def _extent_of_x_read(s: ConvSignature) -> tuple[int, ...]:
+    """Per spatial axis, how much of x the windows' extent covers (x past it is never read)."""
+    return tuple(min(n, extent - p) for n, extent, p in zip(s.input_shape[2:], s.read_extents, s.padding))
+
+
+def _tensor(shape: tuple[int, ...], element: str) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{element}>"
+
+
+def _vtensor(shape: tuple[int, ...], element: str, value: bool = True) -> str:
+    return f"!torch.{'vtensor' if value else 'tensor'}<[{','.join(map(str, shape))}],{element}>"
+
+
+def _map(dims: list[str], results: list[str]) -> str:
+    return f"affine_map<({', '.join(dims)}) -> ({', '.join(results)})>"
+
+
+def _iterators(parallel: int, reduction: int) -> str:
+    return ", ".join(['"parallel"'] * parallel + ['"reduction"'] * reduction)
+
+
+class _Writer:
+    """Lines of one function in BOO's calling convention (inputs, then the output written
+    in place), its tensors of element type ``e``."""
+
+    def __init__(self, s: ConvSignature) -> None:
+        self.s = s
+        self.e = _ELEMENT[s.dtype]
+        self.lines: list[str] = []
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def function(self, inputs: list[tuple[str, tuple[int, ...]]], output: tuple[str, tuple[int, ...]]) -> None:
+        """Open the function; each input becomes a builtin tensor named ``%<name>_b``, and
+        ``%int1``.. ``%int3`` are torch's integers."""
+        params = [f"%{name}: {_vtensor(shape, self.e)}" for name, shape in inputs]
+        params.append(f"%{output[0]}: {_vtensor(output[1], self.e, value=False)}")
+        self.lines.append(f"func.func @{self.s.func_name}({', '.join(params)}) {{")
+        for value in (1, 2, 3):
+            self.emit(f"%int{value} = torch.constant.int {value}")
+        for name, shape in inputs:
+            self.emit(f"%{name}_b = torch_c.to_builtin_tensor %{name} : {_vtensor(shape, self.e)} -> "
+                      f"{_tensor(shape, self.e)}")
+        self.emit("%zero = arith.constant 0.0 : f32")
+        self.emit(f"%zero_e = arith.constant 0.0 : {self.e}")
+
+    def pad(self, name: str, value: str, shape: tuple[int, ...], low: list[int], high: list[int]) -> str:
+        """``value`` zero-padded (``low``/``high`` per dimension), or itself if nothing is added."""
+        if not any(low) and not any(high):
+            return value
+        padded = tuple(d + lo + hi for d, lo, hi in zip(shape, low, high))
+        self.emit(f"{name} = tensor.pad {value} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+        self.emit(f"^bb0({', '.join(f'%i{i}: index' for i in range(len(shape)))}):")
+        self.emit(f"  tensor.yield %zero_e : {self.e}")
+        self.emit(f"}} : {_tensor(shape, self.e)} to {_tensor(padded, self.e)}")
+        return name
+
+    def zeros(self, name: str, shape: tuple[int, ...]) -> str:
+        self.emit(f"{name}_e = tensor.empty() : {_tensor(shape, 'f32')}")
+        self.emit(f"{name} = linalg.fill ins(%zero : f32) outs({name}_e : {_tensor(shape, 'f32')}) -> "
+                  f"{_tensor(shape, 'f32')}")
+        return name
+
+    def products(self, name: str, maps: list[str], parallel: int, reduction: int, ins: list[tuple[str, tuple]],
+                 out: tuple[str, tuple[int, ...]]) -> str:
+        """A float32 sum of products of the two ``ins`` (widened from the element type)."""
+        values = ", ".join(v for v, _ in ins)
+        types = ", ".join(_tensor(shape, self.e) for _, shape in ins)
+        self.emit(f"{name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = "
+                  f"[{_iterators(parallel, reduction)}]}} ins({values} : {types}) "
+                  f"outs({out[0]} : {_tensor(out[1], 'f32')}) {{")
+        self.emit(f"^bb0(%a: {self.e}, %b: {self.e}, %acc: f32):")
+        a, b = ("%a", "%b") if self.e == "f32" else ("%a_f", "%b_f")
+        if self.e != "f32":
+            self.emit(f"  %a_f = arith.extf %a : {self.e} to f32")
+            self.emit(f"  %b_f = arith.extf %b : {self.e} to f32")
+        self.emit(f"  %product = arith.mulf {a}, {b} : f32")
+        self.emit("  %sum = arith.addf %acc, %product : f32")
+        self.emit("  linalg.yield %sum : f32")
+        self.emit(f"}} -> {_tensor(out[1], 'f32')}")
+        return name
+
+    def store(self, value: str, out: str, shape: tuple[int, ...]) -> str:
+        """Round float32 ``value`` once to the element type, write it into output ``out``, end."""
+        dims = [f"d{i}" for i in range(len(shape))]
+        if self.e != "f32":
+            self.emit(f"%rounded_e = tensor.empty() : {_tensor(shape, self.e)}")
+            self.emit(f"%rounded = linalg.generic {{indexing_maps = [{_map(dims, dims)}, {_map(dims, dims)}], "
+                      f"iterator_types = [{_iterators(len(shape), 0)}]}} ins({value} : {_tensor(shape, 'f32')}) "
+                      f"outs(%rounded_e : {_tensor(shape, self.e)}) {{")
+            self.emit(f"^bb0(%v: f32, %unused: {self.e}):")
+            self.emit(f"  %r = arith.truncf %v : f32 to {self.e}")
+            self.emit(f"  linalg.yield %r : {self.e}")
+            self.emit(f"}} -> {_tensor(shape, self.e)}")
+            value = "%rounded"
+        self.emit(f"%result = torch_c.from_builtin_tensor {value} : {_tensor(shape, self.e)} -> "
+                  f"{_vtensor(shape, self.e)}")
+        self.emit(f"torch.overwrite.tensor.contents %result overwrites %{out} : {_vtensor(shape, self.e)}, "
+                  f"{_vtensor(shape, self.e, value=False)}")
+        self.emit("return")
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+
+def weight_gradient_mlir(s: ConvSignature) -> str:
+    """``implicit_split``'s kernel of ``s`` (:func:`serves_weight_gradient`): dY and x, then dW."""
+    rank = s.spatial_rank
+    n, c = s.input_shape[:2]
+    k, window, out = s.output_channels, tuple(s.window), tuple(s.output_spatial)
+    g = parts(s)
+    w = _Writer(s)
+    w.function([("dy", (n, *out, k)), ("x", (n, *s.input_shape[2:], c))], ("dw", (k, *window, c)))
+    groups = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
+    parted_dy, parted_x = (g, n // g, *out, k), (g, n // g, *s.input_shape[2:], c)
+    for name, whole, parted in (("dy", (n, *out, k), parted_dy), ("x", (n, *s.input_shape[2:], c), parted_x)):
+        w.emit(f"%{name}_p = tensor.expand_shape %{name}_b {groups} output_shape [{', '.join(map(str, parted))}] : "
+               f"{_tensor(whole, w.e)} into {_tensor(parted, w.e)}")
+    x, used = "%x_p", _extent_of_x_read(s)
+    if used != tuple(s.input_shape[2:]):  # x past the windows' extent is never read: cut it off
+        cut = (g, n // g, *used, c)
+        w.emit(f"%x_cut = tensor.extract_slice %x_p[{', '.join('0' for _ in cut)}] [{', '.join(map(str, cut))}] "
+               f"[{', '.join('1' for _ in cut)}] : {_tensor(parted_x, w.e)} to {_tensor(cut, w.e)}")
+        x = "%x_cut"
+    high = [extent - p - u for extent, p, u in zip(s.read_extents, s.padding, used)]
+    x = w.pad("%x_pad", x, (g, n // g, *used, c), [0, 0, *s.padding, 0], [0, 0, *high, 0])
+    partial = (g, k, *window, c)
+    taps, pixels = [f"t{i}" for i in range(rank)], [f"o{i}" for i in range(rank)]
+    dims = ["g", "k", *taps, "c", "m", *pixels]
+    x_index = [f"{o} * {st} + {t} * {d}" for o, t, st, d in zip(pixels, taps, s.stride, s.dilation)]
+    w.products("%partial", [_map(dims, ["g", "m", *x_index, "c"]), _map(dims, ["g", "m", *pixels, "k"]),
+                            _map(dims, ["g", "k", *taps, "c"])], rank + 3, rank + 1,
+               [(x, (g, n // g, *s.read_extents, c)), ("%dy_p", parted_dy)], (w.zeros("%partial_z", partial), partial))
+    whole = (k, *window, c)
+    outer = ["k", *taps, "c"]
+    w.zeros("%total_z", whole)
+    w.emit(f"%total = linalg.generic {{indexing_maps = [{_map([*outer, 'g'], ['g', *outer])}, "
+           f"{_map([*outer, 'g'], outer)}], iterator_types = [{_iterators(rank + 2, 1)}]}} "
+           f"ins(%partial : {_tensor(partial, 'f32')}) outs(%total_z : {_tensor(whole, 'f32')}) {{")
+    w.emit("^bb0(%p: f32, %acc: f32):")
+    w.emit("  %sum = arith.addf %acc, %p : f32")
+    w.emit("  linalg.yield %sum : f32")
+    w.emit(f"}} -> {_tensor(whole, 'f32')}")
+    return w.store("%total", "dw", whole)
+
+
+def data_gradient_mlir(s: ConvSignature) -> str:
+    """The linalg ``channels_last`` kernel of ``s`` (:func:`serves_data_gradient`): dY and
+    the filter, then dX."""
+    rank = s.spatial_rank
+    n, c = s.input_shape[:2]
+    k, window, out, size = s.output_channels, tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
+    w = _Writer(s)
+    w.function([("dy", (n, *out, k)), ("w", (k, *window, c))], ("dx", (n, *size, c)))
+    # the filter's taps reversed: torch's flip (linalg rejects a contraction indexing the
+    # taps backwards, ``2 - t``: its loop bounds must come from some operand's plain dims)
+    w.emit(f"%flip_dims = torch.prim.ListConstruct {', '.join(f'%int{a + 1}' for a in range(rank))} : "
+           f"({', '.join('!torch.int' for _ in range(rank))}) -> !torch.list<int>")
+    w.emit(f"%w_flipped = torch.aten.flip %w, %flip_dims : {_vtensor((k, *window, c), w.e)}, !torch.list<int> -> "
+           f"{_vtensor((k, *window, c), w.e)}")
+    w.emit(f"%w_f = torch_c.to_builtin_tensor %w_flipped : {_vtensor((k, *window, c), w.e)} -> "
+           f"{_tensor((k, *window, c), w.e)}")
+    low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
+    high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
+    dy = w.pad("%dy_pad", "%dy_b", (n, *out, k), [0, *low, 0], [0, *high, 0])
+    padded = (n, *(o + lo + hi for o, lo, hi in zip(out, low, high)), k)
+    pixels, taps = [f"i{a}" for a in range(rank)], [f"t{a}" for a in range(rank)]
+    dims = ["n", *pixels, "c", "k", *taps]
+    dy_index = [f"{i} + {t} * {d}" for i, t, d in zip(pixels, taps, s.dilation)]
+    dx = (n, *size, c)
+    w.products("%sums", [_map(dims, ["n", *dy_index, "k"]), _map(dims, ["k", *taps, "c"]),
+                         _map(dims, ["n", *pixels, "c"])], rank + 2, rank + 1,
+               [(dy, padded), ("%w_f", (k, *window, c))], (w.zeros("%sums_z", dx), dx))
+    return w.store("%sums", "dx", dx)

@@ -1,0 +1,95 @@
+"""Tiles and splits of the weight gradient read from x itself, through BOO, on ResNet-50's rows.
+
+For each ResNet-50 weight gradient of benchmarks/gpu.py with a window (bf16, NHWC, batch 32),
+every tile (128x128 with 4 and 3 stages, 128x64, 64x64, 128x256) and a few split counts up to
+the parts the op's ``implicit_split`` module holds, substituted into that module, verified by
+BOO against float64 PyTorch, and timed (device time from the profiler). Prints the fastest
+configurations of each row beside the one ``wgrad.choose_config`` picks.
+
+    python3 examples/boo_kernels_hopper/bench_wgrad.py [--only TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from boo_kernels_hopper import hooks, wgrad  # noqa: E402
+from gpu import RESNET50, device_us  # noqa: E402  (the rows of benchmarks/gpu.py)
+
+from boo_core import get_launchable  # noqa: E402
+from boo_core.plugin import Substitution  # noqa: E402
+from boo_ops_conv import ConvSignature, linalg_formulations  # noqa: E402
+
+DEVICE = "cuda:0"
+TILES = [(128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 256, 8, 3)]  # bm, bn, warps, stages
+
+
+def candidates(signature: ConvSignature) -> list[wgrad.WgradConfig]:
+    problem = wgrad.problem_of(signature)
+    parts = linalg_formulations.parts(signature)
+    found = []
+    for bm, bn, warps, stages in TILES:
+        if problem.k % bm or problem.c % bn:
+            continue
+        tiles = problem.tiles(bm, bn)
+        waves = {max(1, min(parts, w * wgrad.SMS // tiles)) for w in (1, 2)}  # one and two waves of programs
+        for splits in sorted({1, 2, 4, *waves}):
+            if splits <= parts:
+                found.append(wgrad.WgradConfig(bm, bn, 64, warps, stages, splits))
+    chosen = wgrad.choose_config(problem, parts)
+    return found if chosen in found else [chosen, *found]
+
+
+def launchable(signature: ConvSignature, config: wgrad.WgradConfig):
+    """BOO's kernel with ``config`` substituted into the implicit_split module, verified; or why not."""
+    problem = wgrad.problem_of(signature)
+    build = hooks._build_launches(lambda executables: wgrad.implicit_plan(problem, executables, config),
+                                  wgrad.generate, "hopper_wgrad")
+    substitution = Substitution("bench_wgrad", build=build, key=hooks._key("bench_wgrad", problem, config),
+                                formulation=wgrad.IMPLICIT_FORMULATION)
+    try:
+        kernel = get_launchable(signature, DEVICE, formulation=wgrad.IMPLICIT_FORMULATION, substitutions=substitution)
+    except Exception as e:  # noqa: BLE001 - a configuration that does not build is reported, not fatal
+        return f"{type(e).__name__}: {str(e)[:80]}"
+    return kernel if kernel.verified and kernel.substitution is not None else "not verified"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="only rows whose name contains this text")
+    args = parser.parse_args()
+    rows = []
+    for c, k, window, stride, size in RESNET50:
+        signature = ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                                  dtype=torch.bfloat16, shared_layout="NHWC", mode="wrw")
+        problem = wgrad.problem_of(signature)
+        name = f"{c}->{k} {window}x{window}/{stride} @{size}"
+        if problem is not None and problem.taps > 1 and not problem.gathered and args.only in name:
+            rows.append((name, signature, candidates(signature)))
+    jobs = [(signature, config) for _, signature, configs in rows for config in configs]
+    with ThreadPoolExecutor(16) as pool:  # build (compile and verify) in parallel, time one by one
+        built = dict(zip(jobs, pool.map(lambda job: launchable(*job), jobs)))
+    for name, signature, configs in rows:
+        problem = wgrad.problem_of(signature)
+        chosen = wgrad.choose_config(problem, linalg_formulations.parts(signature))
+        inputs = signature.get_sample_args(device=DEVICE)
+        kernels = {config: built[signature, config] for config in configs}
+        timed = sorted(((float("inf") if isinstance(kernel, str) else device_us(kernel, inputs), config)
+                        for config, kernel in kernels.items()), key=lambda timing: timing[0])
+        print(f"{name}: {linalg_formulations.parts(signature)} parts; chosen [{chosen}]")
+        for us, config in timed[:5]:
+            print(f"  {us:7.1f} us  {config}{'  (chosen)' if config == chosen else ''}")
+        print(f"  chosen: {next(us for us, config in timed if config == chosen):.1f} us")
+        for config, kernel in kernels.items():
+            if isinstance(kernel, str):
+                print(f"  {config}: {kernel}")
+
+
+if __name__ == "__main__":
+    main()
