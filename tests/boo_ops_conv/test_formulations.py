@@ -113,6 +113,7 @@ CASES = [
     ConvSignature((4, 3, 9, 8), (5, 3, 3, 2), padding=(2, 1), dilation=(2, 1), dtype=f16, shared_layout="NHWC",
                   mode="wrw"),
     ConvSignature((2, 4, 11), (6, 4, 3), stride=2, padding=2, dtype=f32, shared_layout="NWC", mode="wrw"),
+    ConvSignature((4, 8, 9, 7), (6, 8, 1, 1), stride=2, dtype=bf16, shared_layout="NHWC", mode="wrw"),  # 1x1
     # ... and stride-1 data gradients over dY as stored and the filter reversed (channels_last)
     ConvSignature((2, 3, 8, 7), (5, 3, 5, 3), padding=(2, 0), dilation=(1, 2), dtype=f16, shared_layout="NHWC",
                   mode="bwd"),
@@ -148,8 +149,11 @@ def test_which_formulations_each_kind_of_convolution_gets():
                                "implicit_split", "logical_layout"]
     assert names(dataclasses.replace(nhwc_wrw, dtype=bf16), CUDA)[:2] == ["implicit_split", "default"]
     assert names(nhwc_wrw, CUDA)[0] == "default"
-    assert "implicit_split" not in names(dataclasses.replace(nhwc_wrw, kernel_shape=(4, 4, 1, 1), padding=(0, 0))) \
-        + names(dataclasses.replace(weight_gradient, mode="wrw")) + names(dataclasses.replace(nhwc_wrw, mode="bwd"))
+    strided_1x1 = dataclasses.replace(nhwc_wrw, kernel_shape=(4, 4, 1, 1), padding=(0, 0), stride=(2, 2), dtype=bf16)
+    order = names(strided_1x1, CUDA)  # a 1x1 window: a tuning candidate (the library's) behind the others
+    assert order.index("im2col_split32") < order.index("default") < order.index("implicit_split")
+    assert "implicit_split" not in names(dataclasses.replace(weight_gradient, mode="wrw")) \
+        + names(dataclasses.replace(nhwc_wrw, mode="bwd"))
     strided_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")
     assert names(strided_bwd) == ["default"]
     # An unpadded strided 1x1 data gradient: dY @ W with zeros put between, first on the CPU

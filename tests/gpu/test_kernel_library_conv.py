@@ -127,8 +127,8 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
     (64, 64, 1, 1, 56, "wrw"),  # im2col_split32: 32 parts read the op's own tensors; a 64x64 output
     (256, 128, 1, 1, 56, "wrw"),
     (512, 128, 1, 1, 28, "wrw"),  # im2col_split128: 98 parts, 33 of them written, the last split masked
-    (256, 512, 1, 2, 56, "wrw"),  # strided: subsample + products + sum
-    (2048, 512, 1, 1, 7, "wrw"),  # 1568 pixels: IREE pads dY and x into a transient first
+    (256, 512, 1, 2, 56, "wrw"),  # strided: implicit_split, x read at the strided pixels (or subsample + products)
+    (2048, 512, 1, 1, 7, "wrw"),  # 1568 pixels: implicit_split (or IREE pads dY and x into a transient first)
     (1024, 2048, 1, 2, 14, "wrw"),  # strided, one split
     (64, 64, 3, 1, 56, "wrw"),  # 3x3: implicit_split, x read unpadded by the products
     (128, 128, 3, 2, 56, "wrw"),  # 3x3 strided
@@ -142,7 +142,7 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
 def test_a_resnet_weight_gradient_is_served_by_the_library_kernels(private_cache, row):
     signature = signature_of(*row)
     problem = wgrad.problem_of(signature)
-    implicit = problem.taps > 1 and not problem.gathered
+    implicit = wgrad.reads_x_itself_first(problem)
     launchable = get_launchable(signature, DEVICE)
     assert launchable.formulation == (wgrad.IMPLICIT_FORMULATION if implicit else wgrad.formulation_of(problem))
     assert_weight_gradient_served_and_right(signature, launchable)

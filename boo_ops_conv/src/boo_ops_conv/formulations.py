@@ -53,8 +53,8 @@ and ``boo tune`` times them all.
   (:mod:`~boo_ops_conv.linalg_formulations`): the filter's taps reversed, then one
   contraction over dY as stored, its padding fused in: the module the library reads dY
   unpadded from.
-* ``implicit_split`` (a channels-last weight gradient of a window; first on CUDA in 16-bit
-  but for patchifying convolutions, else last): written as linalg, one contraction over x
+* ``implicit_split`` (a channels-last weight gradient; first on CUDA in 16-bit for a window
+  of several taps but a patchifying convolution's, else last): written as linalg, one contraction over x
   and dY as stored (x's padding fused in) into float32 sums over parts of the batch, then
   their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
 
@@ -198,7 +198,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                 description="one contraction over x's windows as stored, in parts of the batch, then their sum")
             # IREE's own kernel of it: 3-7x faster than the columns' (IMPLICIT_SPLIT), where
             # those are not a reshape of x (a patchifying convolution's: PATCH_WEIGHTS_SPLIT_FINER)
-            if cuda and s.dtype in _HALF and not _patchifies(s):
+            if cuda and s.dtype in _HALF and not _patchifies(s) and math.prod(s.window) > 1:
                 first.insert(0, implicit)
             else:
                 later.append(implicit)

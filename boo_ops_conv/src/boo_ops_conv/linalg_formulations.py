@@ -1,7 +1,7 @@
 """Formulations written as linalg directly (not exported from PyTorch): channels-last
 convolutions whose one contraction reads the caller's tensors as they are stored.
 
-* ``implicit_split`` (a weight gradient): ``dW[k, t, c] = sum over images n and output
+* ``implicit_split`` (a weight gradient, any window): ``dW[k, t, c] = sum over images n and output
   pixels o of dY[n, o, k] * x[n, o * stride + t * dilation - padding, c]`` (t a filter tap, x
   read as zero outside itself) as one ``linalg.generic`` over x and dY, reduced over a part
   of the images into a float32 ``(parts, K, taps, C)`` tensor, then a second reduction over
@@ -41,10 +41,10 @@ _ELEMENT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def _plain_channels_last(s: ConvSignature) -> bool:
-    """Channels-last x, dY and filter (K, *window, C), one group, not transposed, a window
-    of more than one tap, a floating-point type."""
+    """Channels-last x, dY and filter (K, *window, C), one group, not transposed, a
+    floating-point type."""
     channels_last = layouts.channels_last(s.spatial_rank)
-    return (not s.transposed and s.groups == 1 and s.dtype in _ELEMENT and math.prod(s.window) > 1
+    return (not s.transposed and s.groups == 1 and s.dtype in _ELEMENT
             and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
 
 
@@ -56,10 +56,11 @@ def serves_weight_gradient(s: ConvSignature) -> bool:
 
 def serves_data_gradient(s: ConvSignature) -> bool:
     """Whether the linalg ``channels_last`` formulation computes ``s``: a stride-1
-    channels-last data gradient with no bias, padding within the dilated window."""
-    return (s.mode == "bwd" and _plain_channels_last(s) and all(st == 1 for st in s.stride)
-            and not getattr(s, "bias", False) and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation,
-                                                                                            s.window)))
+    channels-last data gradient of a window of several taps, with no bias, padding within
+    the dilated window."""
+    return (s.mode == "bwd" and _plain_channels_last(s) and math.prod(s.window) > 1
+            and all(st == 1 for st in s.stride) and not getattr(s, "bias", False)
+            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
 
 
 def parts(s: ConvSignature) -> int:

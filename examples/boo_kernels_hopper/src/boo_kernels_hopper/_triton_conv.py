@@ -185,9 +185,10 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
                      GATHER: tl.constexpr, PAD_H: tl.constexpr, PAD_W: tl.constexpr):
     """One split of the weight gradient's reduction, float32: ``part[split, k, (r, s, c)] = sum
     over the split's pixels m = (n, p, q) of dy[m, k] * x[m, (r, s, c)]``. dy is (M, K),
-    channels minor. With a 1x1 window (R = S = 1) x is (M, C), the pixels the window reads;
-    otherwise x is a channels-last image (N, HP, WP, C) read through an R x S window at stride
-    (SH, SW) over a P x Q output, its columns (r, s, c) never materialized: BN divides C (a
+    channels minor. With a 1x1 window over an image of M pixels (HP * WP = P * Q: the pixels
+    the window reads) x is (M, C); otherwise x is a channels-last image (N, HP, WP, C) read
+    through an R x S window at stride (SH, SW) over a P x Q output, its columns (r, s, c)
+    never materialized: BN divides C (a
     tile's columns are one tap's channels), or, with ``GATHER`` (few channels: the 3-channel
     stem), each column is gathered on its own and columns past R*S*C are masked. The image
     holds its padding, or, with ``PAD_H``/``PAD_W`` (not with ``GATHER``), is x itself, the
@@ -197,6 +198,7 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     TC: tl.constexpr = R * S * C
     tiles_n: tl.constexpr = (TC + BN - 1) // BN
     tiles: tl.constexpr = (K // BM) * tiles_n
+    PIXELS: tl.constexpr = R * S == 1 and HP * WP == P * Q  # x is (M, C): its rows are the pixels read
     pid = tl.program_id(0)
     split = pid // tiles
     tile = pid % tiles
@@ -204,7 +206,7 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     tile_n = tile % tiles_n
     offs_c = tile_n * BN + tl.arange(0, BN)  # the tile's (r, s, c) columns
     column_ok = offs_c < TC
-    if R * S == 1:
+    if PIXELS:
         offs_x = offs_c
     elif GATHER:  # each column's own offset from a window's corner: tap (r, s), channel c
         column = tl.minimum(offs_c, TC - 1)
@@ -231,7 +233,7 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     first = split * (STEPS * BK)
     for i in range(STEPS):
         pix = first + i * BK + offs_p
-        if R * S == 1:
+        if PIXELS:
             corner = pix * C
         else:
             inside = tl.minimum(pix, M - 1)

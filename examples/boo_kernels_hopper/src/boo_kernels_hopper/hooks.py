@@ -133,14 +133,15 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
 
 def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradProblem) -> list[Substitution]:
     """The products over x itself (the op's ``implicit_split`` module) first, where the op
-    offers it and the kernel reads whole taps; then the products over IREE's columns."""
+    offers it and the columns' module would move x or dY (``wgrad.reads_x_itself_first``);
+    then the products over IREE's columns."""
     config = wgrad.choose_config(problem)
     formulation = wgrad.formulation_of(problem)
     key = _key("wgrad", problem, config, formulation)
     build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
                             "hopper_wgrad")
     found = [Substitution("hopper_conv", build=build, key=key, formulation=formulation)]
-    if problem.taps > 1 and not problem.gathered and _offers(signature, target, wgrad.IMPLICIT_FORMULATION):
+    if wgrad.reads_x_itself_first(problem) and _offers(signature, target, wgrad.IMPLICIT_FORMULATION):
         # the tiles and splits follow from the module's parts, which the op's version (in the key) decides
         implicit = _build_launches(lambda executables: wgrad.implicit_plan(problem, executables), wgrad.generate,
                                    "hopper_wgrad")

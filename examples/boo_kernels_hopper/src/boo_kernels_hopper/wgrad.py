@@ -29,8 +29,9 @@ their sum), which on CUDA has, per ResNet row (cross-compiled with ``boo dump``)
 * their sum, (parts, K*R*S*C) float32 -> (K*R*S*C) bf16 (= KRSC dw): replaced by
   ``boo_hopper_sum`` over the ``splits`` slices written.
 
-For a window of several taps over a multiple of 64 channels, the op's ``implicit_split``
-module comes first (:func:`implicit_plan`): two executables, the products (one contraction
+Where that module moves x or dY (:func:`reads_x_itself_first`: every window of several taps
+over a multiple of 64 channels, strided 1x1 windows, pixels no split tiles), the op's
+``implicit_split`` module comes first (:func:`implicit_plan`): two executables, the products (one contraction
 over x and dY as stored, x's padding fused in, into float32 partial sums of parts of the
 batch) and their sum. ``boo_hopper_wgrad`` replaces the products reading x itself, the
 padding applied by masked loads: the image moves nowhere.
@@ -391,6 +392,20 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
 
 #: The conv op's formulation whose module :func:`implicit_plan` knows.
 IMPLICIT_FORMULATION = "implicit_split"
+
+
+def reads_x_itself_first(problem: WgradProblem) -> bool:
+    """Whether the products over x itself (:func:`implicit_plan`) come before the columns'
+    module: for every window of several taps, and for a 1x1 window whose columns' module
+    moves x or dY (a strided window's subsample; pixels no split tiles, which IREE copies into
+    zero-padded transients). A stride-1 1x1 window whose split tiles the pixels moves
+    nothing either way, and keeps the columns' module, measured first."""
+    if problem.gathered:
+        return False
+    if problem.taps > 1 or problem.strided:
+        return True
+    parts, rows = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))
+    return parts * rows != problem.pixels
 _GENERIC = re.compile(r"linalg\.generic [^\n]*?ins\((%\w+), (%\w+) :")
 _PAD_OR_SLICE = re.compile(r"(%\w+) = tensor\.(?:pad|extract_slice) (%\w+)")
 
@@ -402,12 +417,11 @@ def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: W
     parts of the batch) by ``boo_hopper_wgrad`` reading x itself, its padding applied by
     masked loads; the sum by ``boo_hopper_sum``. The tiles and splits follow from the parts
     IREE's module holds (:func:`choose_config`), unless ``config`` is given. ValueError for
-    any other module, or for a problem whose columns are gathered (the 3-channel stem) or a
-    1x1 window."""
+    any other module, or for a problem whose columns are gathered (the 3-channel stem)."""
     pb = problem
     names = [e.name for e in executables]
-    if pb.taps == 1 or pb.gathered:
-        raise ValueError(f"{pb}: the implicit module serves windows of several taps over 64-channel multiples")
+    if pb.gathered:
+        raise ValueError(f"{pb}: the implicit module's kernel reads whole taps of 64-channel multiples")
     if len(executables) != 2:
         raise ValueError(f"{len(executables)} executables {names}: not the implicit_split module")
     products, total = executables
