@@ -48,13 +48,13 @@ and ``boo tune`` times them all.
   executable reading x, the filter (K, Y, X, C) and writing y as stored, with no padded copy
   of x between two executables. It is what the Hopper kernel library substitutes into (its
   kernel applies the padding as it reads); IREE's own kernel of it is untested here, so it
-  comes after every other formulation. For a stride-1 channels-last data gradient (any
-  target, last) the formulation of that name is written as linalg
+  comes after every other formulation. For a stride-1 channels-last data gradient (CUDA,
+  last) the formulation of that name is written as linalg
   (:mod:`~boo_ops_conv.linalg_formulations`): the filter's taps reversed, then one
   contraction over dY as stored, its padding fused in: the module the library reads dY
   unpadded from.
-* ``implicit_split`` (a channels-last weight gradient; first on CUDA in 16-bit for a window
-  of several taps but a patchifying convolution's, else last): written as linalg, one contraction over x
+* ``implicit_split`` (CUDA, a channels-last weight gradient; first in 16-bit for a window of
+  several taps but a patchifying convolution's, else last): written as linalg, one contraction over x
   and dY as stored (x's padding fused in) into float32 sums over parts of the batch, then
   their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
 
@@ -127,6 +127,11 @@ PATCH_WEIGHTS_SPLIT_FINER = 2**15
 #: (32); 128->128/2 @56 110 / 884 / 844 (28); 128 @28 108 / 543 / 504 (27); 256/2 @28 115 / 508
 #: / 571 (21); 256 @14 115 / 304 / 367 (21); 512/2 @14 123 / 409 / 409 (21); 512 @7 120 / 326 /
 #: 326 (20). (The Hopper kernel library substitutes into it first, ahead of every formulation.)
+#: Not offered on the CPU, nor the linalg ``channels_last`` data gradient: IREE's CPU kernels
+#: of them took 17-86x the time of the CPU's first formulations (2-core CPU, batch 8, median
+#: µs, NHWC 3x3: f32 64 @28 wrw 88,683 against im2col_split128's 4,324, bwd 143,782 against
+#: im2col's 4,144; bf16 256 @14 wrw 376,630 against 50,229; f32 64 @56 bwd 470,025 against
+#: default's 15,988).
 IMPLICIT_SPLIT = "implicit_split"
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
@@ -191,14 +196,14 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
-        if linalg_formulations.serves_weight_gradient(s):
+        if cuda and linalg_formulations.serves_weight_gradient(s):
             implicit = Formulation(
                 IMPLICIT_SPLIT, mlir=lambda: linalg_formulations.weight_gradient_mlir(s),
                 flags=linalg_formulations.FLAGS,
                 description="one contraction over x's windows as stored, in parts of the batch, then their sum")
             # IREE's own kernel of it: 3-7x faster than the columns' (IMPLICIT_SPLIT), where
             # those are not a reshape of x (a patchifying convolution's: PATCH_WEIGHTS_SPLIT_FINER)
-            if cuda and s.dtype in _HALF and not _patchifies(s) and math.prod(s.window) > 1:
+            if s.dtype in _HALF and not _patchifies(s) and math.prod(s.window) > 1:
                 first.insert(0, implicit)
             else:
                 later.append(implicit)
@@ -231,7 +236,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if cuda and s.mode == "fwd" and not s.transposed and s.spatial_rank == 2 and any(s.padding) \
             and (s.input_layout, s.kernel_layout, s.output_layout) == ("NHWC", "NHWC", "NHWC"):
         later.append(channels_last_formulation())
-    if s.mode == "bwd" and linalg_formulations.serves_data_gradient(s):
+    if cuda and s.mode == "bwd" and linalg_formulations.serves_data_gradient(s):
         later.append(Formulation(
             "channels_last", mlir=lambda: linalg_formulations.data_gradient_mlir(s), flags=linalg_formulations.FLAGS,
             description="one contraction over dY as stored (its padding fused in) and the filter flipped"))
