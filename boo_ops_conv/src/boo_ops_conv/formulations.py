@@ -54,9 +54,9 @@ and ``boo tune`` times them all.
   contraction over dY as stored, its padding fused in: the module the library reads dY
   unpadded from.
 * ``implicit_split`` (CUDA, a channels-last weight gradient; first in 16-bit for a window of
-  several taps but a patchifying convolution's, else last): written as linalg, one contraction over x
-  and dY as stored (x's padding fused in) into float32 sums over parts of the batch, then
-  their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
+  several taps but a patchifying convolution's, else last): written as linalg, one
+  contraction over x and dY as stored (x's padding fused in) into float32 sums over parts of
+  the batch, then their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
 
 CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
 computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at

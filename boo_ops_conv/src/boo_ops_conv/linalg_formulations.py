@@ -1,11 +1,11 @@
 """Formulations written as linalg directly (not exported from PyTorch): channels-last
 convolutions whose one contraction reads the caller's tensors as they are stored.
 
-* ``implicit_split`` (a weight gradient, any window): ``dW[k, t, c] = sum over images n and output
-  pixels o of dY[n, o, k] * x[n, o * stride + t * dilation - padding, c]`` (t a filter tap, x
-  read as zero outside itself) as one ``linalg.generic`` over x and dY, reduced over a part
-  of the images into a float32 ``(parts, K, taps, C)`` tensor, then a second reduction over
-  the parts rounded once to the filter's type.
+* ``implicit_split`` (a weight gradient, any window): ``dW[k, t, c] = sum over images n and
+  output pixels o of dY[n, o, k] * x[n, o * stride + t * dilation - padding, c]`` (t a filter
+  tap, x read as zero outside itself) as one ``linalg.generic`` over x and dY, reduced over a
+  part of the images into a float32 ``(parts, K, taps, C)`` tensor, then a second reduction
+  over the parts rounded once to the filter's type.
 * ``channels_last`` (a stride-1 data gradient): ``dX[n, i, c] = sum over k and taps t of
   dY[n, i + t * dilation - low, k] * W[k, last tap - t, c]`` (dY read as zero outside
   itself, ``low = dilation * (window - 1) - padding``) as one ``linalg.generic`` over dY and
@@ -15,9 +15,9 @@ The padding is a ``tensor.pad`` that IREE fuses into the contraction (:data:`FLA
 CUDA IREE's module binds the caller's tensors to the contraction's executable: two
 executables for the weight gradient (the products, binding x, dY and the float32 partial
 sums, then their sum); two for the data gradient (the filter reversed into a transient,
-then the contraction of dY and it). Nothing copies x into columns or a padded
-image, which is what a kernel library substituting an implicit GEMM needs (its kernel
-applies the padding as it reads). The conv op offers them on CUDA only (IREE's CPU kernels
+then the contraction of dY and it). Nothing copies x into columns or a padded image, which
+is what a kernel library substituting an implicit GEMM needs (its kernel applies the
+padding as it reads). The conv op offers them on CUDA only (IREE's CPU kernels
 of them are 17-86x slower than the CPU's first formulations: ``formulations.IMPLICIT_SPLIT``);
 there IREE's own kernel of ``implicit_split`` is the first for 16-bit weight gradients of a
 window, the data gradient's comes last.

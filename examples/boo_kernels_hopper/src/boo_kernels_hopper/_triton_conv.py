@@ -31,8 +31,8 @@ tensors at fixed offsets):
   channels-last in and out, over a whole ``(N, HP, WP, C)`` destination. Also a plain copy.
 
 The weight gradient's (wgrad.py): ``boo_hopper_wgrad`` (split-K partial products over the
-pixels, a 1x1 window's or, as an implicit GEMM, a padded image's), ``boo_hopper_sum`` (the
-partial sums added), ``boo_hopper_subsample`` (a strided 1x1 window's pixels) and
+pixels, a 1x1 window's or, as an implicit GEMM, a padded image's or x's own, padded as it is
+read), ``boo_hopper_sum`` (the partial sums added), ``boo_hopper_subsample`` (a strided 1x1 window's pixels) and
 ``boo_hopper_copy`` (a flat copy, or a chunk of one).
 """
 
@@ -188,9 +188,9 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     channels minor. With a 1x1 window over an image of M pixels (HP * WP = P * Q: the pixels
     the window reads) x is (M, C); otherwise x is a channels-last image (N, HP, WP, C) read
     through an R x S window at stride (SH, SW) over a P x Q output, its columns (r, s, c)
-    never materialized: BN divides C (a
-    tile's columns are one tap's channels), or, with ``GATHER`` (few channels: the 3-channel
-    stem), each column is gathered on its own and columns past R*S*C are masked. The image
+    never materialized: BN divides C (a tile's columns are one tap's channels), or, with
+    ``GATHER`` (few channels: the 3-channel stem), each column is gathered on its own and
+    columns past R*S*C are masked. The image
     holds its padding, or, with ``PAD_H``/``PAD_W`` (not with ``GATHER``), is x itself, the
     windows reading zeros that many pixels around it by masked loads. Program ``pid`` is
     tile ``pid % tiles`` of split ``pid // tiles``: the programs of one split run together

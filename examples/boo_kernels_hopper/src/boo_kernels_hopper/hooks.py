@@ -12,11 +12,12 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   slices of K (``gemm.split_k_plan``): the configurations are ranked once the module's
   slices are known.
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
-  of the ``default`` formulation's module (``conv.plan``); for a padded forward, first the
-  one executable of the ``channels_last`` formulation's, the padding applied as the kernel
-  reads x.
+  of the ``default`` formulation's module (``conv.plan``); for a padded forward or a padded
+  stride-1 data gradient, first the ``channels_last`` formulation's module (one executable,
+  or the filter's copy and one), the padding applied as the kernel reads x or dY.
 * A weight gradient: every executable of an ``im2col_splitN`` formulation's module
-  (``wgrad.plan``).
+  (``wgrad.plan``); first, where that module would move x or dY, the two of the
+  ``implicit_split`` formulation's, the products reading x itself (``wgrad.implicit_plan``).
 
 BOO verifies a candidate against PyTorch before first use and passes it over (the next
 candidate, then IREE's kernels, serve) if it fails. Anywhere else the hook answers None and
@@ -160,7 +161,7 @@ def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Su
         return _wgrad_substitutions(signature, target, problem)
     found = [_conv_launches(problem, CONV_FORMULATION)]
     implicit = conv.padding_as_it_reads(problem)
-    if implicit is not None:  # one executable and no padded copy of x, ahead of the pad + conv
+    if implicit is not None:  # no padded copy of x (or dY), ahead of the pad + conv
         found.insert(0, _conv_launches(implicit, CHANNELS_LAST_FORMULATION))
     return found
 
