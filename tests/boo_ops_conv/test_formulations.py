@@ -107,6 +107,14 @@ CASES = [
     ConvSignature((2, 3, 13, 12), (4, 3, 4, 4), stride=4, dtype=f32, mode="bwd"),
     ConvSignature((2, 4, 5, 6, 7), (3, 4, 2, 3, 2), stride=(2, 3, 2), dtype=f32, shared_layout="NDHWC", mode="wrw"),
     ConvSignature((2, 4, 11), (3, 4, 3), stride=3, dtype=f16, mode="bwd"),
+    # strided data gradients one phase of dX at a time (phases): uneven strides and windows, a
+    # phase no tap reaches (2x2 window at stride 3), grouped, 3-D
+    ConvSignature((2, 4, 9, 11), (6, 4, 3, 5), stride=(2, 3), padding=(1, 2), dtype=bf16, shared_layout="NHWC",
+                  mode="bwd"),
+    ConvSignature((2, 4, 9, 8), (6, 4, 2, 2), stride=3, dtype=f32, mode="bwd"),
+    ConvSignature((2, 6, 9, 7), (4, 3, 3, 3), stride=2, padding=1, groups=2, dtype=f16, mode="bwd"),
+    ConvSignature((1, 3, 5, 6, 7), (4, 3, 3, 3, 3), stride=2, padding=1, dtype=f32, shared_layout="NDHWC",
+                  mode="bwd"),
 ]
 
 
@@ -183,7 +191,12 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert "implicit_split" not in names(dataclasses.replace(weight_gradient, mode="wrw"), CUDA) \
         + names(dataclasses.replace(nhwc_wrw, mode="bwd"), CUDA)
     strided_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")
-    assert names(strided_bwd) == ["default"]
+    # Strided data gradients one phase of dX at a time first on the CPU (IREE's convolution of
+    # a zero-inserted dY measured 2.4-13x slower there), a tuning candidate elsewhere
+    assert names(strided_bwd) == ["phases", "default"]
+    assert names(strided_bwd, CUDA) == ["default", "phases"]
+    for other in ({"dilation": (2, 2)}, {"padding": (3, 3)}, {"stride": (1, 1)}):
+        assert "phases" not in names(dataclasses.replace(strided_bwd, **other))
     # An unpadded strided 1x1 data gradient: dY @ W with zeros put between, first on the CPU
     # (IREE's zero-inserted route measured 3-11x slower there), a tuning candidate elsewhere.
     strided_1x1_bwd = ConvSignature((2, 4, 8, 8), (4, 4, 1, 1), stride=2, mode="bwd")

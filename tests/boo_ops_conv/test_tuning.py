@@ -27,10 +27,12 @@ def test_cpu_weight_gradients_try_data_tiling_on_every_matmul_formulation():
 
 
 def test_cpu_spaces_name_only_formulations_the_signature_has():
-    # A strided data gradient has no im2col: its space is the plain export's flag sets only.
+    # A strided data gradient has no im2col: its space is the flag sets of the plain export
+    # and of phases (an im2col per phase of dX).
     strided = ConvSignature((2, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2, mode="bwd")
-    assert labels(strided, CPU) == ["default", "default+opt-data-tiling",
-                                    "default+opt-data-tiling+llvmcpu-enable-ukernels"]
+    assert labels(strided, CPU) == ["phases", "default", "default+opt-data-tiling",
+                                    "default+opt-data-tiling+llvmcpu-enable-ukernels", "phases+opt-data-tiling",
+                                    "phases+opt-data-tiling+llvmcpu-enable-ukernels"]
 
 
 def test_cuda_spaces_tile_the_forward_im2col_matmul_only():

@@ -23,6 +23,11 @@ and ``boo tune`` times them all.
   ``dY^T (K x N*P) @ columns``, also as ``im2col_split32``/``im2col_split128``, the long sum
   over N*P cut into that many partial products that run in parallel; data gradient of a
   stride-1 convolution, the forward im2col of dY with the filter flipped.
+* ``phases`` (the data gradient of a strided, undilated convolution of a window, padded
+  within it, not patchifying; first on the CPU, else a tuning candidate): per phase of dX's
+  pixels (``i * stride + phase``), the stride-1 ``im2col`` convolution of dY with the taps
+  that reach it, reversed, put in place by strided slices: no zeros inserted in dY
+  (``default``'s route, stride-product times the work; :data:`PHASES_FIRST_ON_THE_CPU`).
 * ``matmul_scatter`` (the data gradient of an unpadded, ungrouped, strided 1x1
   convolution): dY (channels minor) times the filter gives dX at the pixels the windows
   read, and zeros are put between them by pads and reshapes: no convolution over a
@@ -101,6 +106,11 @@ _HALF = (torch.bfloat16, torch.float16)
 WEIGHT_GRADIENT_FIRST_ON_THE_CPU = "im2col_split128"
 #: Whether ``matmul_scatter`` comes first for the strided 1x1 data gradients it serves on the CPU.
 SCATTER_FIRST_ON_THE_CPU = True
+#: Whether ``phases`` comes first for the strided data gradients it serves on the CPU.
+#: benchmarks/cpu_formulations.py (2-core CPU, batch 8, 3x3/2, µs, default -> phases, torch):
+#: f32 128 @28 NCHW 16,028 -> 5,341 (4,926), NHWC 16,238 -> 5,719 (1,934); f32 64 @56 NCHW
+#: 13,023 -> 6,578 (7,690); bf16 256 @14 NHWC 121,146 -> 8,044 (2,798).
+PHASES_FIRST_ON_THE_CPU = True
 #: Pixels per partial sum of ``staged_sums``, the bias gradient's first formulation on the CPU
 #: for a channels-last dY. 2-core CPU, f32, batch 32, median µs of 15 calls, IREE's default ->
 #: parts of 16, 32, 64 pixels (torch): ConvNeXt-T's 96 channels @56 7044 -> 1956, 1950, 1656
@@ -128,10 +138,10 @@ PATCH_WEIGHTS_SPLIT_FINER = 2**15
 #: / 571 (21); 256 @14 115 / 304 / 367 (21); 512/2 @14 123 / 409 / 409 (21); 512 @7 120 / 326 /
 #: 326 (20). (The Hopper kernel library substitutes into it first, ahead of every formulation.)
 #: Not offered on the CPU, nor the linalg ``channels_last`` data gradient: IREE's CPU kernels
-#: of them took 17-86x the time of the CPU's first formulations (2-core CPU, batch 8, median
-#: µs, NHWC 3x3: f32 64 @28 wrw 88,683 against im2col_split128's 4,324, bwd 143,782 against
-#: im2col's 4,144; bf16 256 @14 wrw 376,630 against 50,229; f32 64 @56 bwd 470,025 against
-#: default's 15,988).
+#: of them took 7-22x the time of the CPU's own formulations (benchmarks/cpu_formulations.py
+#: --target cuda:sm_80, 2-core CPU, batch 8, NHWC 3x3, ms: f32 64 @28 wrw 88.0 against
+#: im2col_split128's 4.3, bwd 76.8 against im2col's 3.5; bf16 256 @14 wrw 351.7 against 51.7,
+#: bwd 421.2 against 22.8).
 IMPLICIT_SPLIT = "implicit_split"
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
@@ -210,6 +220,10 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if s.mode == "bwd" and _patchifies(s):
         first.append(Formulation("patches", computation=lambda *a: _patch_data_gradient(s, a),
                                  description="dY @ W, each row a patch of dX put back in place"))
+    if _in_phases(s):
+        (first if target.backend == "llvm-cpu" and PHASES_FIRST_ON_THE_CPU else later).append(Formulation(
+            "phases", computation=lambda *a: _phase_data_gradient(s, a),
+            description="one convolution of dY per phase of dX's pixels: no zeros inserted"))
     if _scatters(s):
         scatter = Formulation("matmul_scatter", computation=lambda *a: _strided_1x1_data_gradient(s, a),
                               description="dY @ W at the strided pixels, zeros between them")
@@ -507,18 +521,68 @@ def _im2col_weight_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], sp
     return _store(s, dw.reshape(s.kernel_shape).to(s.dtype))
 
 
+def _input_major(s: ConvSignature, w: torch.Tensor) -> torch.Tensor:
+    """A logical filter (K, C/G, *taps) with its channel roles swapped per group:
+    (C, K/G, *taps), the filter of the convolution of dY that is the data gradient."""
+    g, k, cg = s.groups, s.output_channels, s.kernel_shape[1]
+    taps = tuple(w.shape[2:])
+    return w.reshape(g, k // g, cg, *taps).transpose(1, 2).reshape(g * cg, k // g, *taps)
+
+
 def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """``im2col`` for the data gradient of a stride-1 convolution: the forward convolution
     of dY, padded by d(f-1)-p, with the filter flipped and its channel roles swapped."""
     dy, w = _to_logical(s, args)
-    g, k, cg = s.groups, s.output_channels, s.kernel_shape[1]
     rank = s.spatial_rank
-    flipped = w.reshape(g, k // g, cg, *s.window).transpose(1, 2).reshape(g * cg, k // g, *s.window)
-    flipped = flipped.flip(list(range(2, 2 + rank)))
+    flipped = _input_major(s, w).flip(list(range(2, 2 + rank)))
     padding = tuple(d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding))
     forward = _logical_signature(s, input_shape=tuple(dy.shape), kernel_shape=tuple(flipped.shape), padding=padding,
                                  mode="fwd", bias=False, activation=None)
     return _store(s, _im2col(forward, (dy, flipped)))
+
+
+def _in_phases(s: ConvSignature) -> bool:
+    """Whether ``phases`` serves ``s``: the data gradient of a strided, undilated convolution
+    of a window of several taps, padded within the window, that does not patchify (whose
+    data gradient ``patches`` computes as one matmul)."""
+    return (s.mode == "bwd" and not s.transposed and any(st > 1 for st in s.stride) and math.prod(s.window) > 1
+            and all(d == 1 for d in s.dilation) and all(p < f for p, f in zip(s.padding, s.window))
+            and not _patchifies(s))
+
+
+def _phase_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """``phases``: the data gradient of a strided convolution without zeros inserted in dY.
+    The pixels of dX at ``i * stride + phase`` (per axis, phase < stride) are the stride-1
+    convolution of dY with the filter's taps ``rho + stride * u`` (``rho = (phase + padding)
+    mod stride``), reversed; each phase is an ``im2col`` convolution of dY (cut or padded to
+    the rows it reads), its pixels put in place by strided slices of dX; a phase no tap
+    reaches is zero."""
+    dy, w = _to_logical(s, args)
+    rank, (n, c), size = s.spatial_rank, s.input_shape[:2], s.input_shape[2:]
+    lengths = [-(-h // st) for h, st in zip(size, s.stride)]  # each phase's pixels, rounded up
+    flipped = _input_major(s, w).flip(list(range(2, 2 + rank)))
+    dx = dy.new_zeros(n, c, *size)
+    for phase in itertools.product(*(range(st) for st in s.stride)):
+        taps, reads, pads = [], [], []
+        for ph, st, p, f, o, length in zip(phase, s.stride, s.padding, s.window, s.output_spatial, lengths):
+            rho = (ph + p) % st
+            count = -(-(f - rho) // st)  # the taps rho, rho + st, ... within the window
+            low = count - 1 - (ph + p) // st  # rows of dY before the first a phase pixel reads
+            taps.append(slice(f - 1 - rho - st * (count - 1), f - rho, st))  # of the reversed filter
+            reads.append((max(0, -low), o - max(0, -(length + count - 1 - o - low))))
+            pads.append((max(0, low), max(0, length + count - 1 - o - low)))
+        if any(tap.start >= tap.stop for tap in taps):
+            continue
+        source = dy[(slice(None), slice(None), *(slice(a, b) for a, b in reads))]
+        source = F.pad(source, [v for pair in reversed(pads) for v in pair]) if any(map(any, pads)) else source
+        sub = flipped[(slice(None), slice(None), *taps)]
+        forward = _logical_signature(s, input_shape=tuple(source.shape), kernel_shape=tuple(sub.shape),
+                                     padding=(0,) * rank, stride=(1,) * rank, mode="fwd", bias=False, activation=None)
+        values = _im2col(forward, (source, sub))  # (N, C, *lengths), rounded once
+        placed = (slice(None), slice(None), *(slice(ph, None, st) for ph, st in zip(phase, s.stride)))
+        dx[placed] = values[(slice(None), slice(None), *(slice(0, len(range(ph, h, st)))
+                                                          for ph, h, st in zip(phase, size, s.stride)))]
+    return _store(s, dx)
 
 
 def _scatters(s: ConvSignature) -> bool:

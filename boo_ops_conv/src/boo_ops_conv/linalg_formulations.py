@@ -18,7 +18,7 @@ sums, then their sum); two for the data gradient (the filter reversed into a tra
 then the contraction of dY and it). Nothing copies x into columns or a padded image, which
 is what a kernel library substituting an implicit GEMM needs (its kernel applies the
 padding as it reads). The conv op offers them on CUDA only (IREE's CPU kernels
-of them are 17-86x slower than the CPU's first formulations: ``formulations.IMPLICIT_SPLIT``);
+of them are 7-22x slower than the CPU's own formulations: ``formulations.IMPLICIT_SPLIT``);
 there IREE's own kernel of ``implicit_split`` is the first for 16-bit weight gradients of a
 window, the data gradient's comes last.
 """

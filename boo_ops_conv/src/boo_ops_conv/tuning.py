@@ -1,8 +1,8 @@
 """The conv op's tuning space beyond its formulations (which are all candidates anyway):
 on CUDA, tile configurations of the matmul of the forward ``im2col`` formulation
 (N * output pixels x K x taps * C); on the CPU, data tiling and microkernels for every
-formulation whose work is a matmul (``im2col``, ``im2col_splitN``) and for the plain
-export."""
+formulation whose work is matmuls (``im2col``, ``im2col_splitN``, ``phases``) and for the
+plain export."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from boo_core.tune.space import TuningCandidate, cpu_flag_sets, tile_and_fuse_co
 from .signature import ConvSignature
 
 #: Formulations whose flag sets the CPU space tries (those the op offers for the signature).
-_CPU_FLAGGED = ("default", "im2col", "im2col_split32", "im2col_split128")
+_CPU_FLAGGED = ("default", "im2col", "im2col_split32", "im2col_split128", "phases")
 
 
 def tuning_space(signature: ConvSignature, target: Target) -> list[TuningCandidate]:
