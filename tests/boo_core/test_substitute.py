@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from boo_core import Target, clear_launchables, get_launchable
+from boo_core import Formulation, Target, clear_launchables, get_launchable
 from boo_core.errors import SubstitutionError
 from boo_core.kernels.request import KernelRequest
 from boo_core.settings import get_settings
@@ -54,6 +54,27 @@ def test_dump_edit_substitute_and_back(scale, tmp_path):
     back = get_launchable(SIGNATURE)  # no substitution: the original kernel, from the cache
     assert torch.equal(back(x), x * 2)
     assert back.cache_directory == original.cache_directory and back.cache_hit
+
+
+def test_a_substitution_naming_a_formulation_replaces_that_formulations_executables(private_cache, tmp_path):
+    """The op's first formulation is another one: the substitution still applies where it
+    says, not to the first (which would refuse it: its executables are not the files')."""
+    from boo_core.testing import isolated_registry
+
+    from .fake_plugins.scale_op import ScalePlugin
+    from .fake_plugins.wrong_kernel import triple
+
+    chain = lambda s, t: (triple(s), Formulation("default"))  # noqa: E731
+    with isolated_registry({"scale": ScalePlugin(formulations=chain)}):
+        name, text = edited_source(executables_of(SIGNATURE, "cpu", "default"), NUDGED)
+        files = {f"sources/{name}.mlir": text}
+        kernel = get_launchable(SIGNATURE, substitutions=Substitution("nudged", files, formulation="default"))
+        assert kernel.formulation == "default" and kernel.substitution.name == "nudged" and kernel.verified
+        x = torch.randn(37)
+        assert torch.equal(kernel(x), x * NUDGED_VALUE)
+        with pytest.raises(SubstitutionError, match="replaces executables of formulation default, not triple"):
+            get_launchable(SIGNATURE, formulation="triple", substitutions=Substitution("nudged", files,
+                                                                                       formulation="default"))
 
 
 def test_a_substitution_that_computes_wrong_is_refused_with_its_verdict(scale, tmp_path):

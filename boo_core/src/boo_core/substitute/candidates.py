@@ -71,9 +71,12 @@ def signature_plan(signature: Any, target: Target, *, substitution: Substitution
     its inputs gathered: the op's formulations, the user's substitution (``substitution``, or
     ``BOO_SUBSTITUTIONS``) or else the installed plugins', and the tuned winner ``tuned``
     looks up (asked only where the chain takes one). ``only``: that formulation alone
-    (with the user's substitution, if any)."""
+    (with the user's substitution, if any); a user's substitution that names its
+    formulation applies to that one alone."""
     formulations = installed_ops().formulations(signature, target)
     user = user_substitution(signature, target, substitution)
+    if only is None and user is not None and user.formulation is not None:
+        only = user.formulation  # its files replace that formulation's executables, no other's
     if only is not None:
         chosen = [f for f in formulations if f.name == only]
         if not chosen:
