@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+from functools import partial
 
 import torch
+from cpu_tuned import per_call_us  # the same timing as the CPU table's
 
 from boo_core import BooOpRegistry, Target, get_launchable, resolve_device
 from boo_core.kernels.request import KernelRequest
@@ -32,17 +33,6 @@ COMMANDS = [
     "convbfp16 -n 8 -c 256 -H 14 -W 14 -k 256 -y 3 -x 3 -p 1 -q 1 -u 2 -v 2 -F 2 --in_layout NHWC "
     "--out_layout NHWC --fil_layout NHWC",
 ]
-
-
-def per_call_us(fn, args, seconds: float) -> float:
-    """Median wall time of calls of ``fn(*args)`` over about ``seconds``."""
-    fn(*args)
-    samples, end = [], time.perf_counter() + seconds
-    while time.perf_counter() < end or len(samples) < 3:
-        start = time.perf_counter()
-        fn(*args)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
 
 
 def formulation_kernel(signature, name: str, offered_on: Target):
@@ -82,10 +72,10 @@ def main() -> None:
             inputs = signature.get_sample_args()
             timings: dict[str, list[float]] = {"torch": [], **{name: [] for name in names}}
             for _ in range(args.rounds):
-                timings["torch"].append(per_call_us(signature.eager, inputs, args.seconds))
+                timings["torch"].append(per_call_us(partial(signature.eager, *inputs), args.seconds))
                 for name, kernel in kernels.items():
                     if kernel is not None:
-                        timings[name].append(per_call_us(kernel, inputs, args.seconds))
+                        timings[name].append(per_call_us(partial(kernel, *inputs), args.seconds))
             torch_us = statistics.median(timings["torch"])
             cells = [f" {statistics.median(timings[n]):>8.0f} ({statistics.median(timings[n]) / torch_us:4.1f}x)"
                      if timings[n] else f" {'-':>16}" for n in names]

@@ -54,7 +54,7 @@ def launchable(signature: ConvSignature, config: wgrad.WgradConfig):
     substitution = Substitution("bench_wgrad", build=build, key=hooks._key("bench_wgrad", problem, config),
                                 formulation=wgrad.IMPLICIT_FORMULATION)
     try:
-        kernel = get_launchable(signature, DEVICE, formulation=wgrad.IMPLICIT_FORMULATION, substitutions=substitution)
+        kernel = get_launchable(signature, DEVICE, substitutions=substitution)  # on the formulation it names
     except Exception as e:  # noqa: BLE001 - a configuration that does not build is reported, not fatal
         return f"{type(e).__name__}: {str(e)[:80]}"
     return kernel if kernel.verified and kernel.substitution is not None else "not verified"

@@ -149,7 +149,7 @@ def test_a_resnet_weight_gradient_is_served_by_the_library_kernels(private_cache
     if implicit:  # the library's second candidate, over the columns' module (the padded image moved into it)
         substitution = hooks._wgrad_substitutions(signature, Target.parse("cuda:sm_90"), problem)[-1]
         assert substitution.formulation == wgrad.formulation_of(problem)
-        columns = get_launchable(signature, DEVICE, formulation=substitution.formulation, substitutions=substitution)
+        columns = get_launchable(signature, DEVICE, substitutions=substitution)
         assert columns.formulation == substitution.formulation
         assert_weight_gradient_served_and_right(signature, columns)
 

@@ -166,14 +166,19 @@ def _parts(pixels: int, splits: int) -> tuple[int, int]:
     return -(-pixels // rows), rows
 
 
-def formulation_of(problem: WgradProblem) -> str:
-    """The im2col_splitN whose parts tile the pixels exactly (its matmul then reads dY itself),
-    else im2col_split32."""
+def _tiling_split(problem: WgradProblem) -> str | None:
+    """The im2col_splitN whose parts tile the pixels exactly, if one does."""
     for splits in SPLITS:
         parts, rows = _parts(problem.pixels, splits)
         if parts * rows == problem.pixels:
             return f"im2col_split{splits}"
-    return "im2col_split32"
+    return None
+
+
+def formulation_of(problem: WgradProblem) -> str:
+    """The im2col_splitN whose parts tile the pixels exactly (its matmul then reads dY itself),
+    else im2col_split32."""
+    return _tiling_split(problem) or "im2col_split32"
 
 
 def choose_config(problem: WgradProblem, parts: int | None = None) -> WgradConfig:
@@ -402,10 +407,9 @@ def reads_x_itself_first(problem: WgradProblem) -> bool:
     nothing either way, and keeps the columns' module, measured first."""
     if problem.gathered:
         return False
-    if problem.taps > 1 or problem.strided:
-        return True
-    parts, rows = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))
-    return parts * rows != problem.pixels
+    return problem.taps > 1 or problem.strided or _tiling_split(problem) is None
+
+
 _GENERIC = re.compile(r"linalg\.generic [^\n]*?ins\((%\w+), (%\w+) :")
 _PAD_OR_SLICE = re.compile(r"(%\w+) = tensor\.(?:pad|extract_slice) (%\w+)")
 
