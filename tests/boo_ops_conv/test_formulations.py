@@ -141,6 +141,21 @@ LINALG_CASES = [
                    mode="bwd"), "channels_last"),
     (ConvSignature((2, 4, 5, 6, 3), (6, 4, 3, 3, 1), padding=(1, 0, 0), dtype=f32, shared_layout="NDHWC",
                    mode="bwd"), "channels_last"),
+    # Strided data gradients with dX's phases as axes (phase_axes): odd padding (each phase's
+    # offset in dY depends on it), even padding, a stride-1 axis beside a stride-2 one, a 1x1
+    # window (three phases read no tap), 1-D and 3-D
+    (ConvSignature((2, 8, 8, 10), (6, 8, 3, 3), stride=2, padding=1, dtype=bf16, shared_layout="NHWC", mode="bwd"),
+     "phase_axes"),
+    (ConvSignature((2, 4, 10, 8), (6, 4, 5, 2), stride=2, padding=(2, 0), dtype=f16, shared_layout="NHWC",
+                   mode="bwd"), "phase_axes"),
+    (ConvSignature((2, 4, 8, 9), (6, 4, 4, 3), stride=(2, 1), padding=(2, 1), dtype=f32, shared_layout="NHWC",
+                   mode="bwd"), "phase_axes"),
+    (ConvSignature((2, 8, 8, 10), (6, 8, 1, 1), stride=2, dtype=bf16, shared_layout="NHWC", mode="bwd"),
+     "phase_axes"),
+    (ConvSignature((2, 4, 12), (6, 4, 7), stride=2, padding=3, dtype=f32, shared_layout="NWC", mode="bwd"),
+     "phase_axes"),
+    (ConvSignature((1, 3, 4, 6, 4), (4, 3, 3, 3, 3), stride=2, padding=1, dtype=f32, shared_layout="NDHWC",
+                   mode="bwd"), "phase_axes"),
 ]
 
 
@@ -174,6 +189,12 @@ def test_which_formulations_each_kind_of_convolution_gets():
     assert names(nhwc_bwd) == ["default", "im2col", "logical_layout"]
     # ... on CUDA last, written as linalg over dY as stored: the module a kernel library pads as it reads
     assert names(nhwc_bwd, CUDA) == ["default", "im2col", "logical_layout", "channels_last"]
+    # ... strided (1 and 2): dX's phases as axes, last on CUDA (the module a kernel library
+    # computes phase by phase in); not at stride 3, dilated, or where a stride does not divide dX
+    strided_nhwc_bwd = dataclasses.replace(nhwc_bwd, stride=(2, 1))
+    assert names(strided_nhwc_bwd, CUDA)[-1] == "phase_axes" and "phase_axes" not in names(strided_nhwc_bwd)
+    for other in ({"stride": (3, 3)}, {"dilation": (2, 2)}, {"input_shape": (2, 4, 9, 8)}, {"input_layout": "NCHW"}):
+        assert "phase_axes" not in names(dataclasses.replace(strided_nhwc_bwd, **other), CUDA)
     assert "channels_last" not in names(dataclasses.replace(nhwc_bwd, stride=(2, 2)), CUDA) \
         + names(dataclasses.replace(nhwc_bwd, padding=(3, 3)), CUDA) + names(dataclasses.replace(nhwc_bwd, mode="wrw"))
     # Channels-last weight gradients of a window: one contraction over x as stored, in parts; first

@@ -2,9 +2,10 @@
 ResNet-50 rows of benchmarks/gpu.py (bf16, NHWC, batch 32), forward, data gradient and
 weight gradient, are served by its Triton-built sm_90a kernels substituted into IREE's module
 (every module shape: one executable, pad + conv, pad + filter copy + conv, filter copy + conv
-reading dY unpadded; for the weight gradient, [subsample or image +] split-K products + sum,
-or products reading x unpadded + sum), verified by BOO, and right against
-float64. Skipped without the library, Triton or a GPU of compute capability 9.0.
+reading dY unpadded, filter copies + a strided data gradient's phases over dY as stored; for
+the weight gradient, [subsample or image +] split-K products + sum, or products reading x
+unpadded + sum), verified by BOO, and right against float64. Skipped without the library,
+Triton or a GPU of compute capability 9.0.
 Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library_conv.py``."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 conv = pytest.importorskip("boo_kernels_hopper.conv")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 hooks = pytest.importorskip("boo_kernels_hopper.hooks")
+dgrad = pytest.importorskip("boo_kernels_hopper.dgrad")
 
 DEVICE = "cuda:0"
 BF16 = torch.bfloat16
@@ -32,11 +34,13 @@ ROWS = [  # (input channels, output channels, window, stride, input size, mode)
     (512, 2048, 1, 1, 7, "fwd"),  # M = 1568: a partial last row of tiles
     (64, 64, 3, 1, 56, "bwd"),  # channels_last: filter copy + conv reading dY unpadded (flipped, input-major filter)
     (512, 512, 3, 1, 7, "bwd"),  # the same at 7x7
-    (256, 256, 3, 2, 28, "bwd"),  # zero-inserted dY: pad + filter copy + conv
+    (256, 256, 3, 2, 28, "bwd"),  # strided: phase_axes, each phase of dx with its taps over dY as stored
+    (128, 128, 3, 2, 56, "bwd"),  # the same at 56x56
+    (512, 512, 3, 2, 14, "bwd"),  # the same at 7x7 dY
     (256, 64, 1, 1, 56, "bwd"),  # one executable
-    (256, 512, 1, 2, 56, "bwd"),  # dY copied compact + the conv scattering into dx (no zeros inserted)
+    (256, 512, 1, 2, 56, "bwd"),  # strided 1x1: phase_axes, one phase with a tap, three of zeros
     (1024, 2048, 1, 2, 14, "bwd"),  # the same at 7x7 dY
-    (256, 512, 1, 2, 15, "bwd"),  # odd: the last row and column of 2x2 blocks cut at dx's edge
+    (256, 512, 1, 2, 15, "bwd"),  # odd: dY copied compact + the conv scattering into dx, its edge blocks cut
 ]
 
 
@@ -105,8 +109,10 @@ def assert_served_and_right(signature) -> None:
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
     # a padded forward or stride-1 data gradient: the channels_last module, the padding applied as the kernel reads
-    reads_unpadded = conv.padding_as_it_reads(conv.problem_of(signature)) is not None
-    assert launchable.formulation == ("channels_last" if reads_unpadded else "default")
+    # a strided data gradient: the phase_axes module, each phase of dx computed over dY as stored
+    by_phase = dgrad.problem_of(signature) is not None
+    reads_unpadded = not by_phase and conv.padding_as_it_reads(conv.problem_of(signature)) is not None
+    assert launchable.formulation == ("phase_axes" if by_phase else "channels_last" if reads_unpadded else "default")
     assert launchable.verified and not launchable.passed_over
     assert launchable.launch == "direct"
     inputs = signature.get_sample_args(device=DEVICE)
@@ -114,6 +120,21 @@ def assert_served_and_right(signature) -> None:
     for _ in range(2):  # a second call: the transient is reused, padding must be rewritten
         out = launchable(*inputs)
         assert float((out.double() - reference).norm() / reference.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("row", [(256, 256, 3, 2, 28, "bwd"), (256, 512, 1, 2, 56, "bwd")], ids=row_id)
+def test_a_strided_data_gradient_keeps_the_default_modules_kernels_as_its_second_candidate(private_cache, row):
+    """Behind the phases' kernel, the library's kernels over the default module (zeros
+    inserted into dY; for a 1x1 window dY copied compact and scattered) still verify."""
+    signature = signature_of(*row)
+    substitutions = hooks._conv_substitution(signature, Target.parse("cuda:sm_90"))
+    assert [s.formulation for s in substitutions] == ["phase_axes", "default"]
+    launchable = get_launchable(signature, DEVICE, substitutions=substitutions[-1])
+    assert launchable.formulation == "default" and launchable.verified and not launchable.passed_over
+    inputs = signature.get_sample_args(device=DEVICE)
+    reference = signature.reference(*[t.double() for t in inputs])
+    out = launchable(*inputs)
+    assert float((out.double() - reference).norm() / reference.norm()) < 1e-2
 
 
 def test_convs_it_does_not_serve_get_nothing_from_it():

@@ -20,6 +20,7 @@ conv = pytest.importorskip("boo_kernels_hopper.conv")
 hooks = pytest.importorskip("boo_kernels_hopper.hooks")
 ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
+dgrad = pytest.importorskip("boo_kernels_hopper.dgrad")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
 
@@ -361,3 +362,51 @@ def test_each_replaced_executable_runs_its_own_object(private_cache):
         source = files[f"sources/{executable.name}.mlir"]
         [obj] = [name for name in objects if f'"{name}"' in source]
         assert objects[obj] == f".entry {executable.exports[0].kernel_name}"
+
+
+@pytest.mark.parametrize("row", [(128, 128, 3, 2, 56), (256, 256, 3, 2, 28), (512, 512, 3, 2, 14), (64, 64, 3, 2, 56),
+                                 (256, 512, 1, 2, 56), (1024, 2048, 1, 2, 14)])
+def test_a_strided_data_gradient_is_computed_phase_by_phase_from_the_phase_axes_module(private_cache, row):
+    """The op's phase_axes module (cross-compiled): the filter's copies along its slots, then
+    one kernel over dY as stored, bound where IREE binds it. Every phase runs only the taps it
+    reads (nine multiply-adds per dX pixel of a 3x3/2 window in all, not 36), the most first."""
+    signature = resnet_conv(*row, "bwd")
+    problem = dgrad.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", dgrad.FORMULATION)
+    launches = dgrad.plan(problem, found.executables)
+    assert [launch.kernel for launch in launches] == ["copy"] * (len(found.executables) - 1) + ["phases"]
+    assert [launch.executable.name for launch in launches] == found.names
+    copies, phases = [launch.constants for launch in launches[:-1]], launches[-1].constants
+    assert copies[0]["SRC_OFF"] == 0 and all(c["COUNT"] == problem.weight_numel for c in copies)
+    assert [c["SRC_OFF"] for c in copies[1:]] == [c["DST_OFF"] for c in copies[:-1]]  # each reads the last slot
+    assert phases["W_OFF"] == copies[-1]["DST_OFF"] and phases["DY_OFF"] == phases["DX_OFF"] == 0
+    window = row[2]
+    assert dgrad.multiply_adds(problem) * 4 == window * window * problem.dx_numel * problem.k
+    assert problem.taps(*problem.phase_order[0]) == (window + 1) // 2 * ((window + 1) // 2)
+    assert launches[-1].grid == 4 * -(-problem.pixels_per_phase // phases["BM"]) * (problem.c // phases["BN"])
+    for other in (resnet_conv(row[0], row[1] * 2, *row[2:], "bwd"), resnet_conv(row[0] * 2, *row[1:], "bwd")):
+        with pytest.raises(ValueError):  # other channels: BOO would pass the substitution over
+            dgrad.plan(dgrad.problem_of(other), found.executables)
+    assert hooks._offers(signature, Target.parse("cuda:sm_80"), dgrad.FORMULATION)
+
+
+def test_it_computes_by_phase_only_strides_of_1_and_2_that_divide_dx():
+    assert dgrad.problem_of(resnet_conv(128, 128, 3, 2, 56, "bwd")) is not None
+    assert dgrad.problem_of(resnet_conv(256, 512, 1, 2, 15, "bwd")) is None  # 15 rows: not phases of equal size
+    assert dgrad.problem_of(resnet_conv(128, 128, 3, 1, 56, "bwd")) is None  # stride 1: channels_last's
+    assert dgrad.problem_of(resnet_conv(3, 64, 7, 2, 224, "bwd")) is None  # 3 channels of dX
+    assert dgrad.problem_of(resnet_conv(128, 128, 3, 2, 56, "wrw")) is None
+    assert dgrad.problem_of(ConvSignature((32, 64, 56, 56), (64, 64, 3, 3), stride=3, padding=1,
+                                          dtype=torch.bfloat16, shared_layout="NHWC", mode="bwd")) is None
+
+
+def test_a_strided_data_gradient_gets_the_tiles_measured_for_its_phases():
+    """128x128 tiles (3 stages) where 128 pixels tile each phase's exactly, 64x128 where they
+    do not (14x14 dX: 1568 pixels a phase), 128x64 for a dX of 64 channels."""
+    def tiles(*row: int) -> tuple[int, int, int]:
+        config = dgrad.choose_config(dgrad.problem_of(resnet_conv(*row, "bwd")))
+        return config.bm, config.bn, config.num_stages
+
+    assert tiles(128, 128, 3, 2, 56) == tiles(512, 1024, 1, 2, 28) == (128, 128, 3)
+    assert tiles(512, 512, 3, 2, 14) == tiles(1024, 2048, 1, 2, 14) == (64, 128, 4)
+    assert tiles(64, 64, 3, 2, 56) == (128, 64, 4)

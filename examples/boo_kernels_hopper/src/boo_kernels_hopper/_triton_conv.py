@@ -30,6 +30,9 @@ tensors at fixed offsets):
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
   channels-last in and out, over a whole ``(N, HP, WP, C)`` destination. Also a plain copy.
 
+The strided data gradient's (dgrad.py): ``boo_hopper_dgrad_phases``, one phase of dX's
+pixels per program, each with the taps it reads only.
+
 The weight gradient's (wgrad.py): ``boo_hopper_wgrad`` (split-K partial products over the
 pixels, a 1x1 window's or, as an implicit GEMM, a padded image's or x's own, padded as it is
 read), ``boo_hopper_sum`` (the partial sums added), ``boo_hopper_subsample`` (a strided 1x1 window's pixels) and
@@ -41,7 +44,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._triton_epilogue import activation
+from ._triton_shared import activation, grouped_tile
 
 
 @triton.jit
@@ -58,12 +61,7 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
-    per_group: tl.constexpr = GROUP * tiles_n
-    pid = tl.program_id(0)
-    first_m = (pid // per_group) * GROUP
-    rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tiles_m, tiles_n, GROUP)
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     pixel = tl.minimum(offs_m, M - 1)
@@ -171,6 +169,67 @@ def boo_hopper_pad(src, dst, DST_OFF: tl.constexpr, N: tl.constexpr, H: tl.const
                     mask=found[:, None] & channel_ok[None, :], other=0.0)
     tl.store(dst + DST_OFF + (offs_p * C)[:, None] + offs_c[None, :], value,
              mask=inside[:, None] & channel_ok[None, :])
+
+
+# -- the strided data gradient by phase (dgrad.py) -------------------------------------------------
+
+
+@triton.jit
+def boo_hopper_dgrad_phases(dy, w, dx, DY_OFF: tl.constexpr, W_OFF: tl.constexpr, DX_OFF: tl.constexpr,
+                            N: tl.constexpr, P: tl.constexpr, Q: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
+                            H: tl.constexpr, W: tl.constexpr, R: tl.constexpr, S: tl.constexpr, SH: tl.constexpr,
+                            SW: tl.constexpr, PAD_H: tl.constexpr, PAD_W: tl.constexpr, ORDER: tl.constexpr,
+                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    """The data gradient of a strided convolution, one phase of dX's pixels per program:
+    ``dx[n, SH*i + a, SW*j + b, c] = sum over the phase's taps (r, s) = (rho_a + SH*u, rho_b
+    + SW*v) and k of dy[n, i + q_a - u, j + q_b - v, k] * w[k, r, s, c]`` (``rho_a = (a +
+    PAD_H) mod SH``, ``q_a = (a + PAD_H) div SH``; dy read as zero outside itself by masked
+    loads), channels-last dy (N, P, Q, K) and dx (N, H, W, C), the filter (K, R, S, C) as
+    stored, H and W multiples of the strides. No multiply-add of a zero: a phase runs only
+    the taps it reads, and one that reads none writes zeros. Programs of a phase are
+    consecutive, the phases in ``ORDER`` (4 bits each, phase ``a * SW + b``; the most taps
+    first), their output tiles in groups of GROUP rows; float32 sums rounded once."""
+    ROWS: tl.constexpr = H // SH  # each phase's pixels: ROWS x COLS per image
+    COLS: tl.constexpr = W // SW
+    M: tl.constexpr = N * ROWS * COLS
+    tiles_m: tl.constexpr = (M + BM - 1) // BM
+    tiles_n: tl.constexpr = C // BN
+    per_phase: tl.constexpr = tiles_m * tiles_n
+    blocks: tl.constexpr = K // BK
+    pid = tl.program_id(0)
+    phase = (ORDER >> (4 * (pid // per_phase))) & 15
+    a = phase // SW
+    b = phase % SW
+    rho_a = (a + PAD_H) % SH
+    rho_b = (b + PAD_W) % SW
+    q_a = (a + PAD_H) // SH
+    q_b = (b + PAD_W) // SW
+    taps_b = (S - rho_b + SW - 1) // SW
+    steps = (R - rho_a + SH - 1) // SH * taps_b * blocks
+    pid_m, pid_n = grouped_tile(pid % per_phase, tiles_m, tiles_n, GROUP)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    pixel = tl.minimum(offs_m, M - 1)
+    n = pixel // (ROWS * COLS)
+    i = (pixel // COLS) % ROWS
+    j = pixel % COLS
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for t in range(steps):
+        tap = t // blocks
+        c0 = (t % blocks) * BK
+        u = tap // taps_b
+        v = tap % taps_b
+        oh = i + q_a - u
+        ow = j + q_b - v
+        inside = (oh >= 0) & (oh < P) & (ow >= 0) & (ow < Q)
+        g = tl.load(dy + DY_OFF + (((n * P + oh) * Q + ow) * K + c0)[:, None] + offs_k[None, :],
+                    mask=inside[:, None], other=0.0)
+        f = tl.load(w + W_OFF + (((c0 + offs_k[:, None]) * R + rho_a + SH * u) * S + rho_b + SW * v) * C
+                    + offs_n[None, :])
+        acc = tl.dot(g, f, acc)
+    out = ((n * H + SH * i + a) * W + SW * j + b) * C
+    tl.store(dx + DX_OFF + out[:, None] + offs_n[None, :], acc.to(tl.bfloat16), mask=(offs_m < M)[:, None])
 
 
 # -- the weight gradient (wgrad.py) ---------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._triton_epilogue import activation
+from ._triton_shared import activation, grouped_tile
 
 
 @triton.jit
@@ -27,13 +27,8 @@ def boo_hopper_gemm(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K: tl.
                     BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = (N + BN - 1) // BN
-    per_group: tl.constexpr = GROUP * tiles_n
-    pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
-    first_m = (pid // per_group) * GROUP
-    rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tiles_m, tiles_n, GROUP)
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)

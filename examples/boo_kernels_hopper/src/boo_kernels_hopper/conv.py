@@ -54,7 +54,7 @@ from .ptx import Kernel, compile_for_iree
 
 BF16 = torch.bfloat16
 ELEMENT = 2  # bytes per bf16
-#: Activations a forward convolution's epilogue applies (``_triton_epilogue.activation``).
+#: Activations a forward convolution's epilogue applies (``_triton_shared.activation``).
 EPILOGUE_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
@@ -152,6 +152,22 @@ def is_plain_channels_last(s: Any) -> bool:
         return False
 
 
+def plain_geometry(s: Any) -> tuple[int, ...] | None:
+    """``(n, c, h, w, k, r, s, p, q, stride_h, stride_w, pad_h, pad_w)`` of a signature
+    :func:`is_plain_channels_last` takes (x (n, c, h, w), the filter (k, c, r, s), dY's
+    p x q pixels), else None."""
+    if not is_plain_channels_last(s):
+        return None
+    try:
+        n, c, h, w = s.input_shape
+        k, _, r, t = s.kernel_shape
+        p, q = s.output_spatial
+        (sh, sw), (ph, pw) = s.stride, s.padding
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return n, c, h, w, k, r, t, p, q, sh, sw, ph, pw
+
+
 #: CBAInfer's activations the epilogue has: MIOpen's mode -> the epilogue's (tanh only as
 #: ``beta * tanh(alpha * x)`` with alpha = beta = 1).
 _CBA_ACTIVATIONS = {"relu": "relu", "logistic": "sigmoid", "tanh": "tanh"}
@@ -186,16 +202,11 @@ def problem_of(signature: Any) -> ConvProblem | None:
     docstring), else None."""
     if getattr(signature, "op_name", None) == "cbainfer":
         return cba_problem_of(signature)
-    if not is_plain_channels_last(signature):
-        return None
     s = signature
-    try:
-        n, c, h, w = s.input_shape
-        k, _, r, sw_ = s.kernel_shape
-        p, q = s.output_spatial
-        (sh, sw), (ph, pw) = s.stride, s.padding
-    except (AttributeError, TypeError, ValueError):
+    found = plain_geometry(s)
+    if found is None:
         return None
+    n, c, h, w, k, r, sw_, p, q, sh, sw, ph, pw = found
     if s.mode == "fwd":
         problem = ConvProblem("fwd", n, h, w, c, h + 2 * ph, w + 2 * pw, ph, pw, 1, 1, r, sw_, sh, sw, p, q, k, False,
                               bool(s.bias), s.activation)

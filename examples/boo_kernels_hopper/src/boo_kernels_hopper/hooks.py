@@ -15,6 +15,10 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   of the ``default`` formulation's module (``conv.plan``); for a padded forward or a padded
   stride-1 data gradient, first the ``channels_last`` formulation's module (one executable,
   or the filter's copy and one), the padding applied as the kernel reads x or dY.
+* A strided data gradient (strides 1 and 2, ``dgrad.problem_of``): first the ``phase_axes``
+  formulation's module (the filter rearranged, then one contraction over dY as stored),
+  each phase of dX computed with the taps it reads (``dgrad.plan``), ahead of the
+  ``default`` module's candidate (zeros inserted into dY, or for 1x1 windows scattered).
 * A weight gradient: every executable of an ``im2col_splitN`` formulation's module
   (``wgrad.plan``); first, where that module would move x or dY, the two of the
   ``implicit_split`` formulation's, the products reading x itself (``wgrad.implicit_plan``).
@@ -33,7 +37,7 @@ from typing import Any
 from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
-from . import conv, gemm, ptx, wgrad
+from . import conv, dgrad, gemm, ptx, wgrad
 
 logger = logging.getLogger(__name__)
 OBJECT = "objects/hopper_gemm.ptx"
@@ -155,15 +159,29 @@ def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradPro
 def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Substitution] | None:
     weight_gradient = getattr(signature, "mode", None) == "wrw"
     problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
-    if problem is None or not _buildable(signature):
+    by_phase = None if weight_gradient else dgrad.problem_of(signature)
+    if (problem is None and by_phase is None) or not _buildable(signature):
         return None
     if weight_gradient:
         return _wgrad_substitutions(signature, target, problem)
-    found = [_conv_launches(problem, CONV_FORMULATION)]
-    implicit = conv.padding_as_it_reads(problem)
-    if implicit is not None:  # no padded copy of x (or dY), ahead of the pad + conv
-        found.insert(0, _conv_launches(implicit, CHANNELS_LAST_FORMULATION))
-    return found
+    found = []
+    if by_phase is not None and _offers(signature, target, dgrad.FORMULATION):
+        found.append(_phase_launches(by_phase))  # no zeros inserted into dY, no multiply-add of one
+    if problem is not None:
+        implicit = conv.padding_as_it_reads(problem)
+        if implicit is not None:  # no padded copy of x (or dY), ahead of the pad + conv
+            found.append(_conv_launches(implicit, CHANNELS_LAST_FORMULATION))
+        found.append(_conv_launches(problem, CONV_FORMULATION))
+    return found or None
+
+
+def _phase_launches(problem: dgrad.PhaseProblem) -> Substitution:
+    """A strided data gradient computed phase by phase over dY as stored (``dgrad.plan``)."""
+    config = dgrad.choose_config(problem)
+    build = _build_launches(lambda executables: dgrad.plan(problem, executables, config), dgrad.generate,
+                            "hopper_dgrad")
+    return Substitution("hopper_conv", build=build, key=_key("dgrad", problem, config, dgrad.FORMULATION),
+                        formulation=dgrad.FORMULATION)
 
 
 def _conv_launches(problem: conv.ConvProblem, formulation: str) -> Substitution:

@@ -142,16 +142,10 @@ class WgradConfig:
 
 def problem_of(signature: Any) -> WgradProblem | None:
     """The problem for a BOO ``conv`` signature this module serves (module docstring), else None."""
-    if getattr(signature, "mode", None) != "wrw" or not conv.is_plain_channels_last(signature):
+    found = conv.plain_geometry(signature) if getattr(signature, "mode", None) == "wrw" else None
+    if found is None:
         return None
-    s = signature
-    try:
-        n, c, h, w = s.input_shape
-        k, _, r, t = s.kernel_shape
-        p, q = s.output_spatial
-        (u, v), (ph, pw) = s.stride, s.padding
-    except (AttributeError, TypeError, ValueError):
-        return None
+    n, c, h, w, k, r, t, p, q, u, v, ph, pw = found
     if k % 64 or (c % 64 and r * t == 1) or ph >= r or pw >= t or min(p, q) < 1:
         return None
     problem = WgradProblem(n, h, w, c, k, u, v, p, q, r, t, ph, pw)
@@ -260,7 +254,7 @@ class Launch:
     types: dict[str, str] = field(default_factory=dict, hash=False)
 
 
-def _bindings(executable: Any, found: list[Span]) -> list[int]:
+def check_bindings(executable: Any, found: list[Span]) -> list[int]:
     exports = executable.exports
     if len(exports) != 1 or exports[0].constants:
         raise ValueError(f"{executable.name}: expected one export with no constants")
@@ -283,14 +277,14 @@ def _expect(executable: Any, wanted: list[tuple[int, tuple[int, ...], str]]) -> 
     """The executable's tensors, which must be ``wanted`` (binding, shape, readonly or
     written), all bf16."""
     found = spans(executable)
-    _bindings(executable, found)
+    check_bindings(executable, found)
     got = [(sp.binding, sp.shape, "readonly" if sp.access == "readonly" else "written") for sp in found]
     if got != wanted or any(sp.dtype != "bf16" for sp in found):
         raise ValueError(f"{executable.name}: tensors {got}, expected {wanted} (bf16)")
     return found
 
 
-def _copy(executable: Any, src: Span, dst: Span, start: int, count: int) -> Launch:
+def copy_launch(executable: Any, src: Span, dst: Span, start: int, count: int) -> Launch:
     return Launch(executable, "copy", ("src", "dst"),
                   {"SRC_OFF": src.element_offset, "DST_OFF": dst.element_offset, "START": start, "COUNT": count,
                    "BLOCK": COPY_BLOCK}, max(1, -(-count // COPY_BLOCK)), 4, 1)
@@ -333,14 +327,14 @@ def _image_launches(pb: WgradProblem, movers: tuple[Any, ...], x: Span, direct: 
     chunk = -(-numel // (len(taps) * 64)) * 64
     pad_constants = conv.pad_constants(pb.n, pb.h, pb.w, pb.c, pb.hp, pb.wp, pb.ph, pb.pw, 1, 1,
                                        padded.element_offset)
-    launches = [Launch(pad, "pad", ("src", "dst"), *pad_constants, 4, 1), _copy(flatten, first, flat, 0, numel)]
+    launches = [Launch(pad, "pad", ("src", "dst"), *pad_constants, 4, 1), copy_launch(flatten, first, flat, 0, numel)]
     targets = set()
     for i, tap in enumerate(taps):
         found = _expect(tap, [(0, image, "readonly"), (1, (pb.n, pb.p, pb.q, pb.taps, pb.c), "written")])
         if found[0].offset != flat.offset:
             raise ValueError(f"{tap.name}: reads byte {found[0].offset}, the image is at {flat.offset}")
         targets.add(found[1].offset)
-        launches.append(_copy(tap, found[0], found[1], i * chunk, max(0, min(chunk, numel - i * chunk))))
+        launches.append(copy_launch(tap, found[0], found[1], i * chunk, max(0, min(chunk, numel - i * chunk))))
     if len(targets) != 1 or (direct and targets != {x.offset}):
         raise ValueError(f"the taps' copies write bytes {sorted(targets)}, the products read byte {x.offset}")
     return launches
@@ -361,7 +355,7 @@ def plan(problem: WgradProblem, config: WgradConfig, executables: tuple[Any, ...
     # The partial products: dY (parts, rows, K) and X (parts, rows, R*S*C) -> (parts, K, R*S*C) float32.
     mm = executables[-2]
     found = spans(mm)
-    _bindings(mm, found)
+    check_bindings(mm, found)
     match = _MATMUL.search(mm.text)
     loads = dict(_LOAD.findall(mm.text))
     by_name = {sp.name: sp for sp in found}
@@ -432,7 +426,7 @@ def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: W
     part_in, out = _sum_spans(pb, total)
     parts = part_in.shape[0]
     found = spans(products)
-    _bindings(products, found)
+    check_bindings(products, found)
     match = _GENERIC.search(products.text)
     loads = dict(_LOAD.findall(products.text))
     through = dict(_PAD_OR_SLICE.findall(products.text))
@@ -470,7 +464,7 @@ def _sum_spans(pb: WgradProblem, total: Any) -> tuple[Span, Span]:
     """The sum's tensors: (parts, K*R*S*C) float32 read, (K*R*S*C) bf16 written (= KRSC dw)."""
     kc = pb.k * pb.columns
     found = spans(total)
-    _bindings(total, found)
+    check_bindings(total, found)
     if len(found) != 2 or [(sp.dtype, sp.access) for sp in found] != [("f32", "readonly"), ("bf16", "writeonly")]:
         raise ValueError(f"{total.name}: tensors {found}, expected a float32 read and a bf16 write")
     part_in, out = found
