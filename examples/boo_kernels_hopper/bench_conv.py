@@ -3,14 +3,16 @@
 For each ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32; fwd and bwd): the pad
 kernel (where the row needs one) and the convolution kernel, as BOO's module runs them,
 checked against float64 PyTorch and timed (device time from the profiler) against torch's
-convolution (cuDNN). ``--sweep`` also times other tile configurations.
+convolution (cuDNN). ``--sweep`` also times other tile configurations; ``--stages`` the chosen
+tiles with 2, 3 and 4 pipeline stages and 4 or 8 warps.
 
-    python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep]
+    python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep] [--stages]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -79,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="rows whose name contains this text ('|' separates several)")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--stages", action="store_true")
     parser.add_argument("--modes", default="fwd,bwd")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
@@ -99,6 +102,10 @@ def main() -> None:
             reference = signature.reference(*[t.double() for t in inputs])
             torch_us = device_us(lambda signature=signature, inputs=inputs: signature.reference(*inputs))
             configs = [conv.choose_config(problem)]
+            if args.stages:
+                configs += [dataclasses.replace(configs[0], num_warps=warps, num_stages=stages)
+                            for warps in (8, 4) for stages in (2, 3, 4)
+                            if (warps, stages) != (configs[0].num_warps, configs[0].num_stages)]
             if args.sweep:
                 configs += [cfg for cfg in SWEEP if problem.cout % cfg.bn == 0 and cfg not in configs
                             and problem.cin % 64 == 0]

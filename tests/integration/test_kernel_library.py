@@ -242,7 +242,20 @@ def test_a_conv_with_few_output_tiles_runs_smaller_tiles():
     for few in (resnet_conv(512, 512, 3, 1, 7, "fwd"), resnet_conv(512, 512, 3, 2, 14, "fwd"),
                 resnet_cba(2048, 512, 1, 1, 7)):  # 7x7 outputs: 52 tiles of 128x128
         config = conv.choose_config(conv.problem_of(few))
-        assert (config.bm, config.bn, config.num_warps) == (64, 128, 4)
+        assert (config.bm, config.bn, config.num_warps) == (64, 128, 8)
+
+
+def test_a_1x1_conv_runs_fewer_pipeline_stages_than_a_windowed_one():
+    """Two programs a multiprocessor for 1x1 windows (3 stages of 128x128 tiles), a 2-stage
+    pipeline where the reduction is two steps of 64 channels; windows keep 4 stages."""
+    def stages(c: int, k: int, window: int, mode: str) -> tuple[int, int, int]:
+        config = conv.choose_config(conv.problem_of(resnet_conv(c, k, window, 1, 28, mode)))
+        return config.bn, config.num_warps, config.num_stages
+
+    assert stages(512, 256, 1, "fwd") == stages(256, 512, 1, "bwd") == (128, 8, conv.ONE_BY_ONE_STAGES)
+    assert stages(128, 512, 1, "fwd") == stages(512, 128, 1, "bwd") == (128, 4, 2)  # 128 channels reduced
+    assert stages(256, 64, 1, "fwd") == (64, 4, conv.ONE_BY_ONE_STAGES)
+    assert stages(128, 128, 3, "fwd")[2] == stages(64, 64, 3, "bwd")[2] == 4
 
 
 # A ResNet block's last conv + batch norm + identity + ReLU: the identity bound after the

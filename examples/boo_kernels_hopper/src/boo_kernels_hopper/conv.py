@@ -244,19 +244,33 @@ def _servable(problem: ConvProblem) -> ConvProblem | None:
     return problem
 
 
+#: ``bench_conv.py --stages`` (H200, µs, cuDNN's in parentheses; 8 warps 4 stages -> the
+#: choice): 1x1 windows on 128x128 tiles run 3 stages (two programs a multiprocessor, one's
+#: stores beside the other's loads): 256->128 @56 fwd 30.0 -> 24.8 (24.1), 512->256 @28 bwd
+#: 24.1 -> 19.1 (16.6), 1024->512 @14 bwd 15.5 -> 13.9 (12.4), 2048->512 @7 bwd 12.5 -> 11.0
+#: (7.8); with a reduction of two steps (128 channels) 4 warps and 2 stages: 256->128 @56 bwd
+#: 43.6 -> 29.1 (25.9), 128->512 @28 fwd 19.7 -> 13.7 (11.4), 512->128 @28 bwd 19.5 -> 12.8
+#: (13.7); on 128x64 tiles (4 warps) 3 stages: 256->64 @56 fwd 19.9 -> 18.3 (17.7), 64->256
+#: @56 bwd 20.1 -> 18.5 (17.8); 64x128 tiles (7x7 outputs) 8 warps: 2048->512 @7 fwd 11.8 ->
+#: 9.7 (9.2), 3x3 512->512 @7 26.9 -> 26.8 (17.0).
+ONE_BY_ONE_STAGES = 3
 #: Below this many 128x128 output tiles (half an H100's 132 SMs) the kernel runs 64x128 tiles.
 FEW_TILES = 66
 
 
 def choose_config(problem: ConvProblem) -> ConvConfig:
-    """The tiles for ``problem`` (README.md: measured on an H100)."""
+    """The tiles for ``problem`` (README.md: measured on an H100; stages and warps of 1x1
+    windows and of 7x7 outputs on an H200, :data:`ONE_BY_ONE_STAGES`)."""
     if problem.cin % 64:  # the stem: 3 channels, a short gathered reduction
         return ConvConfig(128, 64, 32, 8, 4, 2)
+    one_by_one = problem.r * problem.s == 1
     if problem.cout % 128:  # 64, 192, 320... output channels: tiles of 64 (128 would leave the last 64 unwritten)
-        return ConvConfig(128, 64, 64, 8, 4, 4)
-    config = ConvConfig(128, 128, 64, 8, 8, 4)
+        return ConvConfig(128, 64, 64, 8, 4, ONE_BY_ONE_STAGES if one_by_one else 4)
+    config = ConvConfig(128, 128, 64, 8, 8, ONE_BY_ONE_STAGES if one_by_one else 4)
     if conv_grid(problem, config) < FEW_TILES:  # 7x7 outputs: 52 programs would leave most SMs idle
-        return ConvConfig(64, 128, 64, 8, 4, 4)
+        return ConvConfig(64, 128, 64, 8, 8, 4)
+    if one_by_one and problem.cin == 2 * config.bk:  # two steps of the reduction
+        return ConvConfig(128, 128, 64, 8, 4, 2)
     return config
 
 
