@@ -423,3 +423,34 @@ def test_a_strided_data_gradient_gets_the_tiles_measured_for_its_phases():
     assert tiles(128, 128, 3, 2, 56) == tiles(512, 1024, 1, 2, 28) == (128, 128, 3)
     assert tiles(512, 512, 3, 2, 14) == tiles(1024, 2048, 1, 2, 14) == (64, 128, 4)
     assert tiles(64, 64, 3, 2, 56) == (128, 64, 4)
+
+
+@pytest.mark.parametrize(("row", "formulations"), [
+    ((128, 128, 3, 2, 56, "bwd"), ["phase_axes", "default"]),  # strided: by phase, then zeros inserted
+    ((64, 64, 3, 1, 56, "fwd"), ["channels_last", "default"]),  # padded: read unpadded, then the pad
+    ((256, 1024, 1, 1, 14, "fwd"), ["default"]),
+    ((512, 512, 3, 1, 7, "bwd"), ["channels_last", "default"]),  # 7x7 outputs: 64x128 tiles chosen
+])
+def test_a_convs_other_tiles_come_after_every_module_with_its_chosen_tiles(row, formulations):
+    """What BOO tries first is unchanged (each module with the tiles chosen for it); the
+    same modules with the other tiles follow, for ``boo tune`` to time, each a substitution
+    of its own (distinct name and key)."""
+    found = hooks.conv_candidates(resnet_conv(*row), Target.parse("cuda:sm_90"))
+    chosen = [s for s in found if s.name == "hopper_conv"]
+    assert found[:len(chosen)] == chosen and [s.formulation for s in chosen] == formulations
+    others = found[len(chosen):]
+    assert others and all(s.name.startswith("hopper_conv_") for s in others)
+    assert {s.formulation for s in others} == set(formulations)
+    assert len({s.name + s.formulation for s in others}) == len(others)
+    assert len({s.digest for s in found}) == len(found)  # BOO keeps one candidate per digest
+
+
+def test_the_tuners_tiles_fit_the_output_channels_and_leave_the_stem_alone():
+    chosen = conv.ConvConfig(128, 64, 64, 8, 4, 3)
+    others = conv.alternatives(chosen, 256, 192)  # 192 output channels: tiles 64 wide only
+    assert chosen not in others and all(192 % c.bn == 0 for c in others)
+    assert {c.num_stages for c in others if (c.bm, c.bn) == (128, 64)} == {2, 4}
+    assert (64, 128) not in {(c.bm, c.bn) for c in others}
+    assert {(c.bm, c.bn) for c in conv.alternatives(conv.ConvConfig(128, 128, 64, 8, 8, 4), 64, 256)} == {
+        (128, 128), (128, 64), (64, 128)}
+    assert conv.alternatives(conv.ConvConfig(128, 64, 32, 8, 4, 2), 3, 64) == []  # the stem's gathered reduction

@@ -274,6 +274,28 @@ def choose_config(problem: ConvProblem) -> ConvConfig:
     return config
 
 
+#: Tile shapes :func:`alternatives` offers the tuner: (BM, BN, warps).
+TILE_SHAPES = ((128, 128, 8), (128, 64, 4), (64, 128, 8))
+
+
+def alternatives(chosen: ConvConfig, cin: int, cout: int) -> list[ConvConfig]:
+    """Other tiles ``boo tune`` times beside ``chosen`` for a convolution kernel reducing
+    ``cin`` channels a tap into ``cout``: the chosen tiles with 2, 3 and 4 pipeline stages,
+    and the other tile shapes (3 stages) whose BN divides ``cout``. None for a gathered
+    reduction (the stem's 3 channels)."""
+    if cin % 64:
+        return []
+    found = [dataclasses.replace(chosen, num_stages=stages) for stages in (2, 3, 4)]
+    found += [ConvConfig(bm, bn, 64, 8, warps, 3) for bm, bn, warps in TILE_SHAPES
+              if cout % bn == 0 and (bm, bn) != (chosen.bm, chosen.bn)]
+    return [config for config in dict.fromkeys(found) if config != chosen]
+
+
+def config_label(config: ConvConfig) -> str:
+    """A configuration as a substitution's name suffix: ``128x128_w8_s3``."""
+    return f"{config.bm}x{config.bn}_w{config.num_warps}_s{config.num_stages}"
+
+
 # -- IREE's module --------------------------------------------------------------------------------
 
 _SUBSPAN = re.compile(r"hal\.interface\.binding\.subspan [^\n]*?binding\((\d+)\)[^\n]*?offset\((%\w+)\)[^\n]*?"

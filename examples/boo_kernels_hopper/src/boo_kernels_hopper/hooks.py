@@ -14,7 +14,9 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
   of the ``default`` formulation's module (``conv.plan``); for a padded forward or a padded
   stride-1 data gradient, first the ``channels_last`` formulation's module (one executable,
-  or the filter's copy and one), the padding applied as the kernel reads x or dY.
+  or the filter's copy and one), the padding applied as the kernel reads x or dY. After
+  each module's candidate with its chosen tiles, the same modules with other tiles
+  (``conv.alternatives``), which BOO reaches only if those fail and ``boo tune`` times.
 * A strided data gradient (strides 1 and 2, ``dgrad.problem_of``): first the ``phase_axes``
   formulation's module (the filter rearranged, then one contraction over dY as stored),
   each phase of dX computed with the taps it reads (``dgrad.plan``), ahead of the
@@ -164,32 +166,50 @@ def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Su
         return None
     if weight_gradient:
         return _wgrad_substitutions(signature, target, problem)
-    found = []
+    return conv_candidates(signature, target) or None
+
+
+def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
+    """A convolution's (or CBAInfer's) candidates, whether or not this machine can build
+    them: each module's kernel with the tiles chosen for it, the one likely fastest first;
+    then, for ``boo tune`` to time, each with the other tiles (:func:`conv.alternatives`),
+    named ``hopper_conv_<tiles>``."""
+    problem = conv.problem_of(signature)
+    by_phase = dgrad.problem_of(signature)
+    modules: list[tuple[Callable[[conv.ConvConfig | None, str], Substitution], conv.ConvConfig, int, int]] = []
     if by_phase is not None and _offers(signature, target, dgrad.FORMULATION):
-        found.append(_phase_launches(by_phase))  # no zeros inserted into dY, no multiply-add of one
+        # no zeros inserted into dY, no multiply-add of one
+        modules.append((lambda config, name, pb=by_phase: _phase_launches(pb, config, name),
+                        dgrad.choose_config(by_phase), by_phase.k, by_phase.c))
     if problem is not None:
         implicit = conv.padding_as_it_reads(problem)
-        if implicit is not None:  # no padded copy of x (or dY), ahead of the pad + conv
-            found.append(_conv_launches(implicit, CHANNELS_LAST_FORMULATION))
-        found.append(_conv_launches(problem, CONV_FORMULATION))
-    return found or None
+        for pb, formulation in ((implicit, CHANNELS_LAST_FORMULATION), (problem, CONV_FORMULATION)):
+            if pb is not None:  # no padded copy of x (or dY), ahead of the pad + conv
+                modules.append((lambda config, name, pb=pb, f=formulation: _conv_launches(pb, f, config, name),
+                                conv.choose_config(pb), pb.cin, pb.cout))
+    chosen = [make(None, "hopper_conv") for make, _, _, _ in modules]
+    others = [make(config, f"hopper_conv_{conv.config_label(config)}") for make, tiles, cin, cout in modules
+              for config in conv.alternatives(tiles, cin, cout)]
+    return chosen + others
 
 
-def _phase_launches(problem: dgrad.PhaseProblem) -> Substitution:
+def _phase_launches(problem: dgrad.PhaseProblem, config: conv.ConvConfig | None = None,
+                    name: str = "hopper_conv") -> Substitution:
     """A strided data gradient computed phase by phase over dY as stored (``dgrad.plan``)."""
-    config = dgrad.choose_config(problem)
+    config = config or dgrad.choose_config(problem)
     build = _build_launches(lambda executables: dgrad.plan(problem, executables, config), dgrad.generate,
                             "hopper_dgrad")
-    return Substitution("hopper_conv", build=build, key=_key("dgrad", problem, config, dgrad.FORMULATION),
+    return Substitution(name, build=build, key=_key("dgrad", problem, config, dgrad.FORMULATION),
                         formulation=dgrad.FORMULATION)
 
 
-def _conv_launches(problem: conv.ConvProblem, formulation: str) -> Substitution:
-    config = conv.choose_config(problem)
+def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.ConvConfig | None = None,
+                   name: str = "hopper_conv") -> Substitution:
+    config = config or conv.choose_config(problem)
     key = _key("conv", problem, config, formulation)
     build = _build_launches(lambda executables: conv.plan(problem, executables),
-                            lambda launch, name: conv.generate(problem, config, launch, name), "hopper_conv")
-    return Substitution("hopper_conv", build=build, key=key, formulation=formulation)
+                            lambda launch, entry: conv.generate(problem, config, launch, entry), "hopper_conv")
+    return Substitution(name, build=build, key=key, formulation=formulation)
 
 
 @hookimpl

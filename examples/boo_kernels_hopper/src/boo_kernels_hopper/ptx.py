@@ -34,6 +34,10 @@ def unavailable_reason() -> str | None:
 
 
 def triton_version() -> str:
+    """Triton's version, part of every substitution's key ("none" where it is not installed:
+    nothing can be built there)."""
+    if importlib.util.find_spec("triton") is None:
+        return "none"
     import triton
 
     return str(triton.__version__)
