@@ -454,3 +454,26 @@ def test_the_tuners_tiles_fit_the_output_channels_and_leave_the_stem_alone():
     assert {(c.bm, c.bn) for c in conv.alternatives(conv.ConvConfig(128, 128, 64, 8, 8, 4), 64, 256)} == {
         (128, 128), (128, 64), (64, 128)}
     assert conv.alternatives(conv.ConvConfig(128, 64, 32, 8, 4, 2), 3, 64) == []  # the stem's gathered reduction
+
+
+def test_a_weight_gradients_other_tiles_come_after_its_chosen_candidates():
+    """Over x itself, then over the columns, each with its chosen tiles; then both with every
+    other tile shape and stage count that fits, each its own substitution, for ``boo tune``."""
+    signature = resnet_conv(128, 128, 3, 1, 28, "wrw")
+    problem = wgrad.problem_of(signature)
+    found = hooks._wgrad_substitutions(signature, Target.parse("cuda:sm_90"), problem)
+    assert [(s.name, s.formulation) for s in found[:2]] == [("hopper_conv", wgrad.IMPLICIT_FORMULATION),
+                                                           ("hopper_conv", wgrad.formulation_of(problem))]
+    others = found[2:]
+    assert others and all(s.name.startswith("hopper_conv_") for s in others)
+    assert len({s.digest for s in found}) == len(found)
+    chosen = wgrad.choose_config(problem)
+    tiles = wgrad.alternatives(problem, chosen)
+    assert {(t.bm, t.bn) for t in tiles} == {(128, 128), (128, 64), (64, 64)}
+    assert {t.num_stages for t in tiles} == {3, 4}
+    assert all(problem.k % t.bm == 0 and problem.c % t.bn == 0 for t in tiles)
+    assert (chosen.bm, chosen.bn, chosen.num_warps, chosen.num_stages) not in {
+        (t.bm, t.bn, t.num_warps, t.num_stages) for t in tiles}
+    # a tile's splits are one wave again, within the workspace's parts
+    config = wgrad.choose_config(problem, parts=8, tiles=wgrad.WgradTiles(64, 64, 4, 3))
+    assert (config.bm, config.bn, config.num_stages) == (64, 64, 3) and 1 <= config.splits <= 8

@@ -141,21 +141,29 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
 def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradProblem) -> list[Substitution]:
     """The products over x itself (the op's ``implicit_split`` module) first, where the op
     offers it and the columns' module would move x or dY (``wgrad.reads_x_itself_first``);
-    then the products over IREE's columns."""
-    config = wgrad.choose_config(problem)
+    then the products over IREE's columns; then both with the other tiles
+    (``wgrad.alternatives``), for ``boo tune``."""
+    chosen = wgrad.choose_config(problem)
     formulation = wgrad.formulation_of(problem)
-    key = _key("wgrad", problem, config, formulation)
-    build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
-                            "hopper_wgrad")
-    found = [Substitution("hopper_conv", build=build, key=key, formulation=formulation)]
-    if wgrad.reads_x_itself_first(problem) and _offers(signature, target, wgrad.IMPLICIT_FORMULATION):
-        # the tiles and splits follow from the module's parts, which the op's version (in the key) decides
-        implicit = _build_launches(lambda executables: wgrad.implicit_plan(problem, executables), wgrad.generate,
-                                   "hopper_wgrad")
-        found.insert(0, Substitution("hopper_conv", build=implicit,
-                                     key=_key("wgrad", problem, wgrad.IMPLICIT_FORMULATION),
-                                     formulation=wgrad.IMPLICIT_FORMULATION))
-    return found
+    implicit = wgrad.reads_x_itself_first(problem) and _offers(signature, target, wgrad.IMPLICIT_FORMULATION)
+
+    def columns(tiles: wgrad.WgradTiles | None, name: str) -> Substitution:
+        config = chosen if tiles is None else wgrad.choose_config(problem, tiles=tiles)
+        build = _build_launches(lambda executables: wgrad.plan(problem, config, executables), wgrad.generate,
+                                "hopper_wgrad")
+        return Substitution(name, build=build, key=_key("wgrad", problem, config, formulation),
+                            formulation=formulation)
+
+    def over_x(tiles: wgrad.WgradTiles | None, name: str) -> Substitution:
+        # the splits follow from the module's parts, which the op's version (in the key) decides
+        build = _build_launches(lambda executables: wgrad.implicit_plan(problem, executables, tiles=tiles),
+                                wgrad.generate, "hopper_wgrad")
+        key = _key("wgrad", problem, wgrad.IMPLICIT_FORMULATION, *([] if tiles is None else [tiles]))
+        return Substitution(name, build=build, key=key, formulation=wgrad.IMPLICIT_FORMULATION)
+
+    makers = [over_x, columns] if implicit else [columns]
+    return [make(None, "hopper_conv") for make in makers] + [
+        make(tiles, f"hopper_conv_{tiles}") for make in makers for tiles in wgrad.alternatives(problem, chosen)]
 
 
 def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Substitution] | None:

@@ -175,18 +175,38 @@ def formulation_of(problem: WgradProblem) -> str:
     return _tiling_split(problem) or "im2col_split32"
 
 
-def choose_config(problem: WgradProblem, parts: int | None = None) -> WgradConfig:
+#: Tiles the weight gradient's kernel runs: (BM, BN, warps), the first that fills the GPU chosen.
+TILES = ((128, 128, 8), (128, 64, 4), (64, 64, 4))
+
+
+@dataclass(frozen=True)
+class WgradTiles:
+    """A weight gradient's tiles without its splits (those follow from the module's parts)."""
+
+    bm: int
+    bn: int
+    num_warps: int
+    num_stages: int
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}_w{self.num_warps}_s{self.num_stages}"
+
+
+def choose_config(problem: WgradProblem, parts: int | None = None, tiles: WgradTiles | None = None
+                  ) -> WgradConfig:
     """The tiles (the largest that, with as many splits as the workspace holds, fill the
-    GPU; a tile's columns within one tap) and the splits (about one wave of programs).
-    ``parts``: how many partial sums the workspace holds (default: the parts of
+    GPU; a tile's columns within one tap), or ``tiles``, and the splits (about one wave of
+    programs). ``parts``: how many partial sums the workspace holds (default: the parts of
     :func:`formulation_of`'s module)."""
     if parts is None:
         parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
-    options = [(bm, bn, warps) for bm, bn, warps in ((128, 128, 8), (128, 64, 4), (64, 64, 4))
-               if problem.k % bm == 0 and (problem.c % bn == 0 or problem.gathered)]
 
     def splits(bm: int, bn: int) -> int:
         return max(1, min(parts, SMS // problem.tiles(bm, bn)))
+
+    if tiles is not None:
+        return WgradConfig(tiles.bm, tiles.bn, 64, tiles.num_warps, tiles.num_stages, splits(tiles.bm, tiles.bn))
+    options = [option for option in TILES if _fits(problem, *option[:2])]
 
     def fills(bm: int, bn: int) -> bool:  # enough programs, and a last wave not mostly idle
         tiles = problem.tiles(bm, bn)
@@ -195,6 +215,20 @@ def choose_config(problem: WgradProblem, parts: int | None = None) -> WgradConfi
 
     bm, bn, warps = next((o for o in options if fills(o[0], o[1])), options[-1])
     return WgradConfig(bm, bn, 64, warps, 4, splits(bm, bn))
+
+
+def _fits(problem: WgradProblem, bm: int, bn: int) -> bool:
+    return problem.k % bm == 0 and (problem.c % bn == 0 or problem.gathered)
+
+
+def alternatives(problem: WgradProblem, chosen: WgradConfig) -> list[WgradTiles]:
+    """Other tiles ``boo tune`` times beside ``chosen``: every tile shape that fits, with 3
+    and 4 pipeline stages (their splits again about one wave)."""
+    found = [WgradTiles(bm, bn, warps, stages) for bm, bn, warps in TILES if _fits(problem, bm, bn)
+             for stages in (4, 3)]
+    return [tiles for tiles in found
+            if (tiles.bm, tiles.bn, tiles.num_warps, tiles.num_stages) != (chosen.bm, chosen.bn, chosen.num_warps,
+                                                                            chosen.num_stages)]
 
 
 # -- IREE's module --------------------------------------------------------------------------------
@@ -408,14 +442,15 @@ _GENERIC = re.compile(r"linalg\.generic [^\n]*?ins\((%\w+), (%\w+) :")
 _PAD_OR_SLICE = re.compile(r"(%\w+) = tensor\.(?:pad|extract_slice) (%\w+)")
 
 
-def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: WgradConfig | None = None
-                  ) -> list[Launch]:
+def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: WgradConfig | None = None,
+                  tiles: WgradTiles | None = None) -> list[Launch]:
     """What replaces the two executables of the op's ``implicit_split`` module: the products
     (x and dY as the caller stores them, x's padding fused in, into float32 partial sums of
     parts of the batch) by ``boo_hopper_wgrad`` reading x itself, its padding applied by
-    masked loads; the sum by ``boo_hopper_sum``. The tiles and splits follow from the parts
-    IREE's module holds (:func:`choose_config`), unless ``config`` is given. ValueError for
-    any other module, or for a problem whose columns are gathered (the 3-channel stem)."""
+    masked loads; the sum by ``boo_hopper_sum``. The tiles (``tiles``, else the chosen) and
+    the splits follow from the parts IREE's module holds (:func:`choose_config`), unless
+    ``config`` is given. ValueError for any other module, or for a problem whose columns are
+    gathered (the 3-channel stem)."""
     pb = problem
     names = [e.name for e in executables]
     if pb.gathered:
@@ -456,8 +491,8 @@ def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: W
         raise ValueError(f"{products.name}: the float32 tensor's binding {part.binding} is not after the inputs'")
     geometry = {"R": pb.r, "S": pb.s, "SH": pb.u, "SW": pb.v, "P": pb.p, "Q": pb.q, "HP": pb.h, "WP": pb.w,
                 "PAD_H": pb.ph, "PAD_W": pb.pw}
-    return _products_and_sum(pb, config or choose_config(pb, parts), (products, dy, x, part), (total, part_in, out),
-                             inputs, geometry)
+    return _products_and_sum(pb, config or choose_config(pb, parts, tiles), (products, dy, x, part),
+                             (total, part_in, out), inputs, geometry)
 
 
 def _sum_spans(pb: WgradProblem, total: Any) -> tuple[Span, Span]:
