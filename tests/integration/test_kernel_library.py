@@ -275,6 +275,10 @@ def test_it_adds_a_residual_in_the_conv_epilogue(private_cache, row, kernels):
 def test_without_triton_or_a_hopper_gpu_it_supplies_no_conv_kernel():
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90")) is None
     assert hooks.boo_kernel_substitutions(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cpu")) is None
+    # ... though it says what it would offer where it could build (benchmarks/plan_census.py asks)
+    offered = hooks.candidates(resnet_conv(64, 64, 3, 1, 56, "fwd"), Target.parse("cuda:sm_90"))
+    assert [s.formulation for s in offered if s.name == "hopper_conv"] == ["channels_last", "default"]
+    assert hooks.candidates(resnet_conv(3, 64, 7, 2, 224, "bwd"), Target.parse("cuda:sm_90")) is None  # not served
 
 
 def test_it_knows_which_weight_gradients_it_serves():

@@ -87,7 +87,7 @@ def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | 
     after the split-K candidates where the op offers ``split_k``: BOO uses the first that
     verifies, ``boo tune`` times them all."""
     problem = gemm.problem_of(signature)
-    if problem is None or not _buildable(signature):
+    if problem is None:
         return None
     found = []
     if OFFER_SPLIT_K and problem.batch == 1 and problem.trans_a and not problem.trans_b and \
@@ -166,14 +166,10 @@ def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradPro
         make(tiles, f"hopper_conv_{tiles}") for make in makers for tiles in wgrad.alternatives(problem, chosen)]
 
 
-def _conv_substitution(signature: Any, target: Target) -> Substitution | list[Substitution] | None:
-    weight_gradient = getattr(signature, "mode", None) == "wrw"
-    problem = wgrad.problem_of(signature) if weight_gradient else conv.problem_of(signature)
-    by_phase = None if weight_gradient else dgrad.problem_of(signature)
-    if (problem is None and by_phase is None) or not _buildable(signature):
-        return None
-    if weight_gradient:
-        return _wgrad_substitutions(signature, target, problem)
+def _conv_substitution(signature: Any, target: Target) -> list[Substitution] | None:
+    if getattr(signature, "mode", None) == "wrw":
+        problem = wgrad.problem_of(signature)
+        return _wgrad_substitutions(signature, target, problem) if problem is not None else None
     return conv_candidates(signature, target) or None
 
 
@@ -220,10 +216,17 @@ def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.Con
     return Substitution(name, build=build, key=key, formulation=formulation)
 
 
+def candidates(signature: Any, target: Target) -> list[Substitution] | None:
+    """What this library offers ``signature`` on CUDA ``target``, in the order BOO tries it,
+    whether or not this machine can build it (None: nothing)."""
+    if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
+        return _conv_substitution(signature, target)
+    return _gemm_substitutions(signature, target)
+
+
 @hookimpl
 def boo_kernel_substitutions(signature: Any, target: Target) -> Sequence[Substitution] | Substitution | None:
     if target.backend != "cuda":
         return None
-    if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
-        return _conv_substitution(signature, target)
-    return _gemm_substitutions(signature, target)
+    found = candidates(signature, target)
+    return found if found and _buildable(signature) else None

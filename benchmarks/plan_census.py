@@ -1,0 +1,98 @@
+"""What the CUDA launch plans of a network's BOO kernels hold besides dispatches: fills and copies.
+
+For each distinct kernel ``torch.compile(backend="iree_boo")`` makes of a traced network (bf16;
+traced on this machine, so no GPU is needed), the module of the formulation that would serve it
+on a Hopper GPU (the Hopper kernel library's first candidate's, where the library serves the
+kernel; else the op's first formulation), cross-compiled for ``--target`` (the sm_80 PTX BOO
+builds for an H100 or H200), and its launch plan
+(docs/gpu.md, "Memory and streams"): dispatches, the bytes its fills zero and its copies move,
+its transient buffers. A substituted kernel replaces dispatches, not fills or copies, so what
+this lists is what a step pays on top of its kernels. Kernels with the most such bytes first.
+
+    python benchmarks/plan_census.py [--models resnet50] [--passes training,inference] [--batch 32]
+                                     [--target cuda:sm_80] [--only TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import torch
+
+from boo_core import BooOpRegistry
+from boo_core.dynamo import kernel_signatures
+from boo_core.kernels.launch_plan import Copy, Dispatch, Fill, LaunchPlan
+from boo_core.kernels.request import KernelRequest
+from boo_core.kernels.target import Target
+from boo_core.settings import settings_override
+from boo_core.signatures.signature import Signature
+from boo_core.testing.models import workload_on
+
+LIBRARY = importlib.util.find_spec("boo_kernels_hopper") is not None
+
+
+def route(signature: Signature, target: Target) -> tuple[str, str]:
+    """The formulation that would serve ``signature`` on a Hopper GPU, and what says so."""
+    if LIBRARY:
+        from boo_kernels_hopper import hooks
+
+        offered = hooks.candidates(signature, target)
+        if offered:
+            return offered[0].formulation or "default", f"library: {offered[0].name}"
+    return BooOpRegistry.default().formulations(signature, target)[0].name, "op"
+
+
+def census(plan: LaunchPlan) -> tuple[int, int, int, int]:
+    """Dispatches, bytes filled, bytes copied, bytes of transient buffers."""
+    dispatches = sum(isinstance(c, Dispatch) for c in plan.commands)
+    filled = sum(c.length for c in plan.commands if isinstance(c, Fill))
+    copied = sum(c.source.length for c in plan.commands if isinstance(c, Copy))
+    return dispatches, filled, copied, sum(plan.transients)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50")
+    parser.add_argument("--passes", default="training,inference")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--target", default="cuda:sm_80")
+    parser.add_argument("--only", default="", help="only kernels whose name contains this text")
+    args = parser.parse_args()
+    target = Target.parse(args.target)
+    signatures: dict[str, Signature] = {}
+    for name in args.models.split(","):
+        model, x = workload_on(name, args.batch, "cpu", torch.bfloat16)
+        for training in [p == "training" for p in args.passes.split(",")]:
+            for signature in kernel_signatures(model.train(training), x, backward=training):
+                signatures.setdefault(signature.func_name, signature)
+    rows = []
+    with settings_override(cuda_launch="direct"):
+        for func_name, signature in signatures.items():
+            if args.only not in func_name:
+                continue
+            formulation, why = route(signature, target)
+            [chosen] = [f for f in BooOpRegistry.default().formulations(signature, target) if f.name == formulation]
+            plan = KernelRequest.create(signature, target, chosen).fetch().plan
+            if isinstance(plan, str):
+                rows.append((func_name, formulation, why, None, plan))
+            else:
+                rows.append((func_name, formulation, why, census(plan), ""))
+    rows.sort(key=lambda r: -(r[3][1] + r[3][2]) if r[3] else 0)
+    print(f"{len(rows)} kernels, target {target.name}; MB = 1e6 bytes, each kernel counted once")
+    print(f"{'kernel':<80} {'formulation':<16} {'disp':>4} {'fill MB':>8} {'copy MB':>8} {'transient MB':>12}  route")
+    totals = [0, 0, 0, 0]
+    for func_name, formulation, why, counts, error in rows:
+        if counts is None:
+            print(f"{func_name[:80]:<80} {formulation:<16} no plan: {error}")
+            continue
+        totals = [a + b for a, b in zip(totals, counts)]
+        d, filled, copied, transient = counts
+        print(f"{func_name[:80]:<80} {formulation:<16} {d:>4} {filled / 1e6:8.1f} {copied / 1e6:8.1f} "
+              f"{transient / 1e6:12.1f}  {why}")
+    print(f"{'total':<80} {'':<16} {totals[0]:>4} {totals[1] / 1e6:8.1f} {totals[2] / 1e6:8.1f} "
+          f"{totals[3] / 1e6:12.1f}")
+
+
+if __name__ == "__main__":
+    main()
