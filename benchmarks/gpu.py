@@ -61,13 +61,21 @@ RESNET50_RESIDUAL = [(64, 256, 1, 1, 56), (128, 512, 1, 1, 28), (256, 1024, 1, 1
                      (256, 512, 1, 2, 56), (512, 1024, 1, 2, 28), (1024, 2048, 1, 2, 14)]
 
 
+def resnet50_conv(row: tuple[int, int, int, int, int], mode: str, batch: int = 32) -> tuple[str, ConvSignature]:
+    """A :data:`RESNET50` row in ``mode`` (bf16, NHWC): its name (``c->k RxR/stride @size
+    mode``) and signature."""
+    c, k, window, stride, size = row
+    signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                              dtype=BF16, shared_layout="NHWC", mode=mode)
+    return f"{c}->{k} {window}x{window}/{stride} @{size} {mode}", signature
+
+
 def rows(batch: int) -> list[tuple[str, Signature]]:
     out = []
-    for c, k, window, stride, size in RESNET50:
+    for row in RESNET50:
         for mode in ("fwd", "bwd", "wrw"):
-            signature = ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride,
-                                      padding=window // 2, dtype=BF16, shared_layout="NHWC", mode=mode)
-            out.append((f"resnet50 conv {c}->{k} {window}x{window}/{stride} @{size} {mode}", signature))
+            name, signature = resnet50_conv(row, mode, batch)
+            out.append((f"resnet50 conv {name}", signature))
     for c, k, window, stride, size in RESNET50:
         signature = ConvBatchNormActivationSignature(
             batch, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride,

@@ -22,9 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from boo_kernels_hopper import conv  # noqa: E402
 from boo_kernels_hopper._triton_conv import boo_hopper_conv, boo_hopper_pad  # noqa: E402
-from gpu import RESNET50  # noqa: E402  (the rows of benchmarks/gpu.py)
-
-from boo_ops_conv import ConvSignature  # noqa: E402
+from gpu import RESNET50, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
 
 BF16 = torch.bfloat16
 SWEEP = [conv.ConvConfig(128, 64, 64, 8, 4, 4), conv.ConvConfig(128, 128, 64, 8, 4, 4),
@@ -87,13 +85,11 @@ def main() -> None:
     torch.backends.cudnn.benchmark = True
     device = "cuda:0"
     print(f"{'row':<44} {'err':>8} {'ours us':>9} {'pad us':>7} {'cudnn us':>9} {'ratio':>6}  config", flush=True)
-    for c, k, window, stride, size in RESNET50:
+    for row in RESNET50:
         for mode in args.modes.split(","):
-            name = f"{c}->{k} {window}x{window}/{stride} @{size} {mode}"
+            name, signature = resnet50_conv(row, mode)
             if not any(part in name for part in args.only.split("|")):
                 continue
-            signature = ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
-                                      dtype=BF16, shared_layout="NHWC", mode=mode)
             problem = conv.problem_of(signature)
             if problem is None:
                 print(f"{name:<44} not served")

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from boo_kernels_hopper import conv, dgrad, hooks  # noqa: E402
-from gpu import RESNET50, device_us  # noqa: E402  (the rows of benchmarks/gpu.py)
+from gpu import RESNET50, device_us, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
 
 from boo_core import get_launchable  # noqa: E402
 from boo_core.plugin import Substitution  # noqa: E402
@@ -66,11 +66,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="only rows whose name contains this text")
     args = parser.parse_args()
     rows = []
-    for c, k, window, stride, size in RESNET50:
-        signature = ConvSignature((32, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
-                                  dtype=torch.bfloat16, shared_layout="NHWC", mode="bwd")
+    for row in RESNET50:
+        name, signature = resnet50_conv(row, "bwd")
         problem = dgrad.problem_of(signature)
-        name = f"{c}->{k} {window}x{window}/{stride} @{size}"
         if problem is not None and args.only in name:
             rows.append((name, signature, candidates(problem)))
     jobs = [(signature, config) for _, signature, configs in rows for config in configs]
