@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from boo_kernels_hopper import conv, dgrad, hooks  # noqa: E402
-from gpu import RESNET50, device_us, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
+from boo_kernels_hopper import conv, dgrad  # noqa: E402
+from gpu import RESNET50, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
+from tile_sweep import DEVICE, build_all, print_failures, substituted, timed  # noqa: E402
 
-from boo_core import get_launchable  # noqa: E402
-from boo_core.plugin import Substitution  # noqa: E402
 from boo_ops_conv import ConvSignature  # noqa: E402
 
-DEVICE = "cuda:0"
 #: (bm, bn, warps, stages)
 TILES = [(128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4), (128, 256, 8, 3), (256, 128, 8, 3)]
 
@@ -39,15 +36,9 @@ def candidates(problem: dgrad.PhaseProblem) -> list[conv.ConvConfig]:
 def launchable(signature: ConvSignature, config: conv.ConvConfig):
     """BOO's kernel with ``config`` substituted into the phase_axes module, verified; or why not."""
     problem = dgrad.problem_of(signature)
-    build = hooks._build_launches(lambda executables: dgrad.plan(problem, executables, config), dgrad.generate,
-                                  "hopper_dgrad")
-    substitution = Substitution("bench_dgrad", build=build, key=hooks._key("bench_dgrad", problem, config),
-                                formulation=dgrad.FORMULATION)
-    try:
-        kernel = get_launchable(signature, DEVICE, substitutions=substitution)
-    except Exception as e:  # noqa: BLE001 - a configuration that does not build is reported, not fatal
-        return f"{type(e).__name__}: {str(e)[:80]}"
-    return kernel if kernel.verified and kernel.substitution is not None else "not verified"
+    return substituted(signature, "bench_dgrad", (problem, config),
+                       lambda executables: dgrad.plan(problem, executables, config), dgrad.generate, "hopper_dgrad",
+                       dgrad.FORMULATION)
 
 
 def kernel_shares(fn, args, calls: int = 20) -> list[tuple[str, float]]:
@@ -71,24 +62,18 @@ def main() -> None:
         problem = dgrad.problem_of(signature)
         if problem is not None and args.only in name:
             rows.append((name, signature, candidates(problem)))
-    jobs = [(signature, config) for _, signature, configs in rows for config in configs]
-    with ThreadPoolExecutor(16) as pool:  # build (compile and verify) in parallel, time one by one
-        built = dict(zip(jobs, pool.map(lambda job: launchable(*job), jobs)))
+    built = build_all(rows, launchable)  # in parallel; timed one by one
     for name, signature, configs in rows:
         chosen = dgrad.choose_config(dgrad.problem_of(signature))
         inputs = signature.get_sample_args(device=DEVICE)
         kernels = {config: built[signature, config] for config in configs}
-        timed = sorted(((float("inf") if isinstance(kernel, str) else device_us(kernel, inputs), config)
-                        for config, kernel in kernels.items()), key=lambda timing: timing[0])
         print(f"{name}: chosen [{chosen}]")
-        for us, config in timed:
+        for us, config in timed(kernels, inputs):
             print(f"  {us:7.1f} us  {config}{'  (chosen)' if config == chosen else ''}")
         if not isinstance(kernels[chosen], str):
             print("  chosen, by kernel: " + ", ".join(f"{key} {us:.1f}" for key, us in
                                                       kernel_shares(kernels[chosen], inputs)))
-        for config, kernel in kernels.items():
-            if isinstance(kernel, str):
-                print(f"  {config}: {kernel}")
+        print_failures(kernels)
 
 
 if __name__ == "__main__":

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from boo_kernels_hopper import hooks, wgrad  # noqa: E402
-from gpu import RESNET50, device_us, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
+from boo_kernels_hopper import wgrad  # noqa: E402
+from gpu import RESNET50, resnet50_conv  # noqa: E402  (the rows of benchmarks/gpu.py)
+from tile_sweep import DEVICE, build_all, print_failures, substituted, timed  # noqa: E402
 
-from boo_core import get_launchable  # noqa: E402
-from boo_core.plugin import Substitution  # noqa: E402
 from boo_ops_conv import ConvSignature, linalg_formulations  # noqa: E402
 
-DEVICE = "cuda:0"
 TILES = [(128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 256, 8, 3)]  # bm, bn, warps, stages
 
 
@@ -47,15 +44,9 @@ def candidates(signature: ConvSignature) -> list[wgrad.WgradConfig]:
 def launchable(signature: ConvSignature, config: wgrad.WgradConfig):
     """BOO's kernel with ``config`` substituted into the implicit_split module, verified; or why not."""
     problem = wgrad.problem_of(signature)
-    build = hooks._build_launches(lambda executables: wgrad.implicit_plan(problem, executables, config),
-                                  wgrad.generate, "hopper_wgrad")
-    substitution = Substitution("bench_wgrad", build=build, key=hooks._key("bench_wgrad", problem, config),
-                                formulation=wgrad.IMPLICIT_FORMULATION)
-    try:
-        kernel = get_launchable(signature, DEVICE, substitutions=substitution)  # on the formulation it names
-    except Exception as e:  # noqa: BLE001 - a configuration that does not build is reported, not fatal
-        return f"{type(e).__name__}: {str(e)[:80]}"
-    return kernel if kernel.verified and kernel.substitution is not None else "not verified"
+    return substituted(signature, "bench_wgrad", (problem, config),
+                       lambda executables: wgrad.implicit_plan(problem, executables, config), wgrad.generate,
+                       "hopper_wgrad", wgrad.IMPLICIT_FORMULATION)
 
 
 def main() -> None:
@@ -68,23 +59,18 @@ def main() -> None:
         problem = wgrad.problem_of(signature)
         if problem is not None and problem.taps > 1 and not problem.gathered and args.only in name:
             rows.append((name, signature, candidates(signature)))
-    jobs = [(signature, config) for _, signature, configs in rows for config in configs]
-    with ThreadPoolExecutor(16) as pool:  # build (compile and verify) in parallel, time one by one
-        built = dict(zip(jobs, pool.map(lambda job: launchable(*job), jobs)))
+    built = build_all(rows, launchable)  # in parallel; timed one by one
     for name, signature, configs in rows:
         problem = wgrad.problem_of(signature)
         chosen = wgrad.choose_config(problem, linalg_formulations.parts(signature))
         inputs = signature.get_sample_args(device=DEVICE)
         kernels = {config: built[signature, config] for config in configs}
-        timed = sorted(((float("inf") if isinstance(kernel, str) else device_us(kernel, inputs), config)
-                        for config, kernel in kernels.items()), key=lambda timing: timing[0])
+        found = timed(kernels, inputs)
         print(f"{name}: {linalg_formulations.parts(signature)} parts; chosen [{chosen}]")
-        for us, config in timed[:5]:
+        for us, config in found[:5]:
             print(f"  {us:7.1f} us  {config}{'  (chosen)' if config == chosen else ''}")
-        print(f"  chosen: {next(us for us, config in timed if config == chosen):.1f} us")
-        for config, kernel in kernels.items():
-            if isinstance(kernel, str):
-                print(f"  {config}: {kernel}")
+        print(f"  chosen: {next(us for us, config in found if config == chosen):.1f} us")
+        print_failures(kernels)
 
 
 if __name__ == "__main__":
