@@ -478,6 +478,7 @@ def test_a_weight_gradients_other_tiles_come_after_its_chosen_candidates():
     assert all(problem.k % t.bm == 0 and problem.c % t.bn == 0 for t in tiles)
     assert (chosen.bm, chosen.bn, chosen.num_warps, chosen.num_stages) not in {
         (t.bm, t.bn, t.num_warps, t.num_stages) for t in tiles}
+    assert chosen.tiles == wgrad.WgradTiles(chosen.bm, chosen.bn, chosen.num_warps, chosen.num_stages)
     # a tile's splits are one wave again, within the workspace's parts
     config = wgrad.choose_config(problem, parts=8, tiles=wgrad.WgradTiles(64, 64, 4, 3))
     assert (config.bm, config.bn, config.num_stages) == (64, 64, 3) and 1 <= config.splits <= 8

@@ -166,13 +166,6 @@ def _wgrad_substitutions(signature: Any, target: Target, problem: wgrad.WgradPro
         make(tiles, f"hopper_conv_{tiles}") for make in makers for tiles in wgrad.alternatives(problem, chosen)]
 
 
-def _conv_substitution(signature: Any, target: Target) -> list[Substitution] | None:
-    if getattr(signature, "mode", None) == "wrw":
-        problem = wgrad.problem_of(signature)
-        return _wgrad_substitutions(signature, target, problem) if problem is not None else None
-    return conv_candidates(signature, target) or None
-
-
 def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
     """A convolution's (or CBAInfer's) candidates, whether or not this machine can build
     them: each module's kernel with the tiles chosen for it, the one likely fastest first;
@@ -186,9 +179,10 @@ def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
         modules.append((lambda config, name, pb=by_phase: _phase_launches(pb, config, name),
                         dgrad.choose_config(by_phase), by_phase.k, by_phase.c))
     if problem is not None:
+        # reading x (or dY) unpadded, where the kernel can: no padded copy, ahead of the pad + conv
         implicit = conv.padding_as_it_reads(problem)
         for pb, formulation in ((implicit, CHANNELS_LAST_FORMULATION), (problem, CONV_FORMULATION)):
-            if pb is not None:  # no padded copy of x (or dY), ahead of the pad + conv
+            if pb is not None:
                 modules.append((lambda config, name, pb=pb, f=formulation: _conv_launches(pb, f, config, name),
                                 conv.choose_config(pb), pb.cin, pb.cout))
     chosen = [make(None, "hopper_conv") for make, _, _, _ in modules]
@@ -219,9 +213,12 @@ def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.Con
 def candidates(signature: Any, target: Target) -> list[Substitution] | None:
     """What this library offers ``signature`` on CUDA ``target``, in the order BOO tries it,
     whether or not this machine can build it (None: nothing)."""
-    if getattr(signature, "op_name", None) in ("conv", "cbainfer"):
-        return _conv_substitution(signature, target)
-    return _gemm_substitutions(signature, target)
+    if getattr(signature, "op_name", None) not in ("conv", "cbainfer"):
+        return _gemm_substitutions(signature, target)
+    if getattr(signature, "mode", None) == "wrw":
+        problem = wgrad.problem_of(signature)
+        return _wgrad_substitutions(signature, target, problem) if problem is not None else None
+    return conv_candidates(signature, target) or None
 
 
 @hookimpl

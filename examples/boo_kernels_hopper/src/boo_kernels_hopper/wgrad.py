@@ -139,6 +139,11 @@ class WgradConfig:
     def __str__(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} warps {self.num_warps} stages {self.num_stages} splits {self.splits}"
 
+    @property
+    def tiles(self) -> WgradTiles:
+        """The configuration without its splits."""
+        return WgradTiles(self.bm, self.bn, self.num_warps, self.num_stages)
+
 
 def problem_of(signature: Any) -> WgradProblem | None:
     """The problem for a BOO ``conv`` signature this module serves (module docstring), else None."""
@@ -226,9 +231,7 @@ def alternatives(problem: WgradProblem, chosen: WgradConfig) -> list[WgradTiles]
     and 4 pipeline stages (their splits again about one wave)."""
     found = [WgradTiles(bm, bn, warps, stages) for bm, bn, warps in TILES if _fits(problem, bm, bn)
              for stages in (4, 3)]
-    return [tiles for tiles in found
-            if (tiles.bm, tiles.bn, tiles.num_warps, tiles.num_stages) != (chosen.bm, chosen.bn, chosen.num_warps,
-                                                                            chosen.num_stages)]
+    return [tiles for tiles in found if tiles != chosen.tiles]
 
 
 # -- IREE's module --------------------------------------------------------------------------------
