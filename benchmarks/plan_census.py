@@ -20,7 +20,7 @@ import importlib.util
 
 import torch
 
-from boo_core import BooOpRegistry
+from boo_core import BooOpRegistry, Formulation
 from boo_core.dynamo import kernel_signatures
 from boo_core.kernels.launch_plan import Copy, Dispatch, Fill, LaunchPlan
 from boo_core.kernels.request import KernelRequest
@@ -32,15 +32,17 @@ from boo_core.testing.models import workload_on
 LIBRARY = importlib.util.find_spec("boo_kernels_hopper") is not None
 
 
-def route(signature: Signature, target: Target) -> tuple[str, str]:
+def route(signature: Signature, target: Target) -> tuple[Formulation, str]:
     """The formulation that would serve ``signature`` on a Hopper GPU, and what says so."""
+    offered = BooOpRegistry.default().formulations(signature, target)
     if LIBRARY:
         from boo_kernels_hopper import hooks
 
-        offered = hooks.candidates(signature, target)
-        if offered:
-            return offered[0].formulation or "default", f"library: {offered[0].name}"
-    return BooOpRegistry.default().formulations(signature, target)[0].name, "op"
+        library = hooks.candidates(signature, target)
+        if library:
+            name = library[0].formulation
+            return next(f for f in offered if f.name == name) if name else offered[0], f"library: {library[0].name}"
+    return offered[0], "op"
 
 
 def census(plan: LaunchPlan) -> tuple[int, int, int, int]:
@@ -72,12 +74,11 @@ def main() -> None:
             if args.only not in func_name:
                 continue
             formulation, why = route(signature, target)
-            [chosen] = [f for f in BooOpRegistry.default().formulations(signature, target) if f.name == formulation]
-            plan = KernelRequest.create(signature, target, chosen).fetch().plan
+            plan = KernelRequest.create(signature, target, formulation).fetch().plan
             if isinstance(plan, str):
-                rows.append((func_name, formulation, why, None, plan))
+                rows.append((func_name, formulation.name, why, None, plan))
             else:
-                rows.append((func_name, formulation, why, census(plan), ""))
+                rows.append((func_name, formulation.name, why, census(plan), ""))
     rows.sort(key=lambda r: -(r[3][1] + r[3][2]) if r[3] else 0)
     print(f"{len(rows)} kernels, target {target.name}; MB = 1e6 bytes, each kernel counted once")
     print(f"{'kernel':<80} {'formulation':<16} {'disp':>4} {'fill MB':>8} {'copy MB':>8} {'transient MB':>12}  route")
