@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -279,3 +281,35 @@ def test_a_gpu_backward_computes_ys_gradient_where_it_reads_it(residual):
     plain = cuda_plan_commands(S((32, 256, 14, 14), **common))
     assert plain == ["Dispatch"] * 5
     assert cuda_plan_commands(S((32, 256, 14, 14), **common, residual=residual, activation="relu")) == plain
+
+
+def test_a_substitution_leaves_the_formulations_configuration_on_the_executables_it_does_not_replace(
+        private_cache, tmp_path):
+    """Cross-compiled for CUDA: the staged module's first stage replaced by IREE's own PTX for
+    it (as a kernel library replaces it with its own), the pass writing dx keeps the
+    formulation's configuration (16-byte accesses, 256-thread workgroups) instead of falling
+    back to IREE's (docs/gpu.md: 1.5-2x slower there)."""
+    from boo_core import Target
+    from boo_core.kernels.request import KernelRequest
+    from boo_core.signatures.installed import installed_ops
+    from boo_core.substitute import Substitution, dump_kernel
+
+    signature = S((32, 256, 14, 14), mode="bwd", channels_last=True, save=True, dtype=torch.bfloat16)
+    sm80 = Target.parse("cuda:sm_80")
+    staged = installed_ops().formulations(signature, sm80)[0]
+    assert staged.config and staged.config["thread"] == [1, 8]
+    dump = dump_kernel(signature, sm80, tmp_path / "dump", formulation=staged.name)
+    first = dump.executables[0].name.split("$")[-1]
+    [ptx] = [p for p in (dump.directory / "binaries").iterdir() if first in p.name]
+    substitution = Substitution("first stage", {f"binaries/{ptx.name}": ptx.read_bytes()}, formulation=staged.name)
+    request = KernelRequest.create(signature, sm80, staged, substitution=substitution)
+    assert request.config == staged.config
+    kernel = request.fetch()
+    command = (kernel.directory / "compile_command.txt").read_text()
+    assert "--iree-hal-substitute-executable-objects-from=" in command
+    assert f"--iree-hal-substitute-executable-configurations-from={kernel.directory}/configurations" in command
+    [configured] = list((kernel.directory / "configurations").glob("*.mlir"))
+    assert "elementwise" in configured.read_text() and first not in configured.name
+    without = KernelRequest.create(signature, sm80, dataclasses.replace(staged, config=None),
+                                   substitution=substitution)
+    assert without.config is None and without.key.digest != request.key.digest

@@ -156,7 +156,7 @@ WGRAD_ROWS = [  # weight gradients: (input channels, output channels, window, st
     (128, 128, 3, 2, 56, "wrw"),  # 3x3 strided
     (256, 256, 3, 1, 14, "wrw"),  # 3x3, the last split masked
     (512, 512, 3, 1, 7, "wrw"),  # 3x3, 1568 pixels
-    (3, 64, 7, 2, 224, "wrw"),  # the stem: 3 channels, 147 columns gathered one by one, 49 taps' copies
+    (3, 64, 7, 2, 224, "wrw"),  # the stem: implicit_split, 147 columns gathered from x unpadded (or 49 taps' copies)
 ]
 
 

@@ -73,7 +73,7 @@ class KernelRequest:
         registry = registry if registry is not None else installed_ops()
         if formulation is None:
             formulation = registry.formulations(signature, target)[0]
-        if config is None and substitution is None:
+        if config is None:  # with a substitution, for the executables it does not replace
             config = formulation.config
         settings = get_settings()
         spec_flags: tuple[str, ...] = ()
@@ -138,16 +138,21 @@ class KernelRequest:
         except CompileError as e:
             raise _with_scratch_reproducer(e, mlir, self.flags, self.signature.func_name) from None
 
+    def configured_flags(self, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...]) -> tuple[str, ...]:
+        """``flags`` and, where the kernel has a configuration, the flags that apply it (its
+        edited executables written into ``entry``'s folder, from a compile with ``flags``)."""
+        if not self.config:
+            return flags
+        command = compile_command(mlir_path, entry.kernel_path, flags)[:-2]  # without "-o output"
+        try:
+            return (*flags, *compile_with_config(command, entry.directory, self.config,
+                                                 get_settings().compile_timeout))
+        except OSError as e:
+            raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
+
     def _compile(self, entry: cache.CacheEntry, mlir: str) -> tuple[str, bytes]:
         mlir_path = entry.write_text(cache.MLIR_FILE, mlir)
-        flags = self.flags
-        if self.config:
-            command = compile_command(mlir_path, entry.kernel_path, flags)[:-2]  # without "-o output"
-            try:
-                flags = (*flags, *compile_with_config(command, entry.directory, self.config,
-                                                      get_settings().compile_timeout))
-            except OSError as e:
-                raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
+        flags = self.configured_flags(entry, mlir_path, self.flags)
         shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
         return shown, self.compile_in_entry(entry, mlir_path, flags, shown, self._run)

@@ -152,10 +152,13 @@ def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
     mlir_path = entry.write_text(cache.MLIR_FILE, request.source())
     directory = entry.directory / SUBSTITUTION_DIR
     try:
-        flags, _ = prepare(request, mlir_path, directory)
+        flags, files = prepare(request, mlir_path, directory)
     except OSError as e:
         raise cache.CacheUnwritable(f"cannot write in {directory}: {e.strerror or e}") from e
     flags = (*request.flags, *flags)
+    if "configurations" not in stage_files(files):  # else the substitution decides every configured executable
+        # the formulation's configuration, applied to the executables the substitution leaves IREE's
+        flags = request.configured_flags(entry, mlir_path, flags)
     shown = reproducer(mlir_path, entry.kernel_path, flags)
     entry.write_text(cache.COMMAND_FILE, shown + "\n")
     try:

@@ -249,11 +249,11 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
     through an R x S window at stride (SH, SW) over a P x Q output, its columns (r, s, c)
     never materialized: BN divides C (a tile's columns are one tap's channels), or, with
     ``GATHER`` (few channels: the 3-channel stem), each column is gathered on its own and
-    columns past R*S*C are masked. The image
-    holds its padding, or, with ``PAD_H``/``PAD_W`` (not with ``GATHER``), is x itself, the
-    windows reading zeros that many pixels around it by masked loads. Program ``pid`` is
-    tile ``pid % tiles`` of split ``pid // tiles``: the programs of one split run together
-    and read the same pixels (L2). Pixels past M read as zeros."""
+    columns past R*S*C are masked. The image holds its padding, or, with ``PAD_H``/``PAD_W``,
+    is x itself, the windows reading zeros that many pixels around it by masked loads (with
+    ``GATHER``, a mask per column's tap). Program ``pid`` is tile ``pid % tiles`` of split
+    ``pid // tiles``: the programs of one split run together and read the same pixels (L2).
+    Pixels past M read as zeros."""
     TC: tl.constexpr = R * S * C
     tiles_n: tl.constexpr = (TC + BN - 1) // BN
     tiles: tl.constexpr = (K // BM) * tiles_n
@@ -301,7 +301,17 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
             corner = ((inside // (P * Q) * HP + top) * WP + left) * C
             if not GATHER:
                 corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
-        if PADS:
+        if PADS and GATHER:  # each column's tap inside the image, and columns past R*S*C masked
+            row = top[:, None] + tap_r[None, :]
+            col = left[:, None] + tap_s[None, :]
+            ok = (row >= 0) & (row < HP) & (col >= 0) & (col < WP) & column_ok[None, :]
+            if MASKED:
+                ok = ok & (pix < M)[:, None]
+                g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=(pix < M)[:, None], other=0.0)
+            else:
+                g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
+            v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok, other=0.0)
+        elif PADS:
             ok = (top + tap_r >= 0) & (top + tap_r < HP) & (left + tap_s >= 0) & (left + tap_s < WP)
             if MASKED:
                 ok = ok & (pix < M)

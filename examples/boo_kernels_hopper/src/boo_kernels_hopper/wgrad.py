@@ -432,12 +432,11 @@ IMPLICIT_FORMULATION = "implicit_split"
 
 def reads_x_itself_first(problem: WgradProblem) -> bool:
     """Whether the products over x itself (:func:`implicit_plan`) come before the columns'
-    module: for every window of several taps, and for a 1x1 window whose columns' module
-    moves x or dY (a strided window's subsample; pixels no split tiles, which IREE copies into
-    zero-padded transients). A stride-1 1x1 window whose split tiles the pixels moves
-    nothing either way, and keeps the columns' module, measured first."""
-    if problem.gathered:
-        return False
+    module: for every window of several taps (the 3-channel stem's too: its columns' module
+    moves the image in 53 executables, 49 of them a tap's copy), and for a 1x1 window whose
+    columns' module moves x or dY (a strided window's subsample; pixels no split tiles, which
+    IREE copies into zero-padded transients). A stride-1 1x1 window whose split tiles the
+    pixels moves nothing either way, and keeps the columns' module, measured first."""
     return problem.taps > 1 or problem.strided or _tiling_split(problem) is None
 
 
@@ -452,12 +451,10 @@ def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: W
     parts of the batch) by ``boo_hopper_wgrad`` reading x itself, its padding applied by
     masked loads; the sum by ``boo_hopper_sum``. The tiles (``tiles``, else the chosen) and
     the splits follow from the parts IREE's module holds (:func:`choose_config`), unless
-    ``config`` is given. ValueError for any other module, or for a problem whose columns are
-    gathered (the 3-channel stem)."""
+    ``config`` is given; a problem whose columns are gathered (the 3-channel stem) has each
+    column's tap masked on its own. ValueError for any other module."""
     pb = problem
     names = [e.name for e in executables]
-    if pb.gathered:
-        raise ValueError(f"{pb}: the implicit module's kernel reads whole taps of 64-channel multiples")
     if len(executables) != 2:
         raise ValueError(f"{len(executables)} executables {names}: not the implicit_split module")
     products, total = executables
