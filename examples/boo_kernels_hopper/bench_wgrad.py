@@ -1,7 +1,8 @@
 """Tiles and splits of the weight gradient read from x itself, through BOO, on ResNet-50's rows.
 
 For each ResNet-50 weight gradient of benchmarks/gpu.py with a window (bf16, NHWC, batch 32),
-every tile (128x128 with 4 and 3 stages, 128x64, 64x64, 128x256) and a few split counts up to
+every tile (128x128 with 4 and 3 stages, 128x64, 64x64, 128x256; for the 3-channel stem,
+whose columns are gathered, 64x64, 64x32 and 64x16) and a few split counts up to
 the parts the op's ``implicit_split`` module holds, substituted into that module, verified by
 BOO against float64 PyTorch, and timed (device time from the profiler). Prints the fastest
 configurations of each row beside the one ``wgrad.choose_config`` picks.
@@ -23,18 +24,20 @@ from tile_sweep import DEVICE, build_all, print_failures, substituted, timed  # 
 from boo_ops_conv import ConvSignature, linalg_formulations  # noqa: E402
 
 TILES = [(128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 64, 4, 4), (128, 256, 8, 3)]  # bm, bn, warps, stages
+#: The 3-channel stem's (its columns gathered one by one: any BN, a tile's columns across taps).
+GATHERED_TILES = [(64, 64, 4, 4), (64, 64, 4, 3), (64, 32, 4, 4), (64, 32, 4, 3), (64, 32, 2, 4), (64, 16, 4, 4)]
 
 
 def candidates(signature: ConvSignature) -> list[wgrad.WgradConfig]:
     problem = wgrad.problem_of(signature)
     parts = linalg_formulations.parts(signature)
     found = []
-    for bm, bn, warps, stages in TILES:
-        if problem.k % bm or problem.c % bn:
+    for bm, bn, warps, stages in GATHERED_TILES if problem.gathered else TILES:
+        if problem.k % bm or (problem.c % bn and not problem.gathered):
             continue
         tiles = problem.tiles(bm, bn)
         waves = {max(1, min(parts, w * wgrad.SMS // tiles)) for w in (1, 2)}  # one and two waves of programs
-        for splits in sorted({1, 2, 4, *waves}):
+        for splits in sorted(waves if problem.gathered else {1, 2, 4, *waves}):  # the stem: 401408 pixels
             if splits <= parts:
                 found.append(wgrad.WgradConfig(bm, bn, 64, warps, stages, splits))
     chosen = wgrad.choose_config(problem, parts)
@@ -57,7 +60,7 @@ def main() -> None:
     for row in RESNET50:
         name, signature = resnet50_conv(row, "wrw")
         problem = wgrad.problem_of(signature)
-        if problem is not None and problem.taps > 1 and not problem.gathered and args.only in name:
+        if problem is not None and problem.taps > 1 and args.only in name:
             rows.append((name, signature, candidates(signature)))
     built = build_all(rows, launchable)  # in parallel; timed one by one
     for name, signature, configs in rows:

@@ -461,6 +461,18 @@ def test_the_tuners_tiles_fit_the_output_channels_and_leave_the_stem_alone():
     assert conv.alternatives(conv.ConvConfig(128, 64, 32, 8, 4, 2), 3, 64) == []  # the stem's gathered reduction
 
 
+def test_the_stems_gathered_columns_get_narrow_tiles_and_every_part_a_split():
+    """Its programs wait on scalar gathers: five tiles of 32 of its 147 columns, each over
+    every one of the 32 parts (160 programs) measured fastest (bench_wgrad.py, H200)."""
+    stem = wgrad.problem_of(resnet_conv(3, 64, 7, 2, 224, "wrw"))
+    config = wgrad.choose_config(stem, parts=32)
+    assert (config.bm, config.bn, config.num_warps, config.num_stages, config.splits) == (64, 32, 4, 4, 32)
+    assert stem.tiles(config.bm, config.bn) == 5
+    others = wgrad.alternatives(stem, config)
+    assert {(t.bm, t.bn) for t in others} == {(64, 32), (64, 64)} and config.tiles not in others
+    assert wgrad.choose_config(stem, parts=32, tiles=wgrad.WgradTiles(64, 64, 4, 3)).splits == 32
+
+
 def test_a_weight_gradients_other_tiles_come_after_its_chosen_candidates():
     """Over x itself, then over the columns, each with its chosen tiles; then both with every
     other tile shape and stage count that fits, each its own substitution, for ``boo tune``."""

@@ -182,6 +182,12 @@ def formulation_of(problem: WgradProblem) -> str:
 
 #: Tiles the weight gradient's kernel runs: (BM, BN, warps), the first that fills the GPU chosen.
 TILES = ((128, 128, 8), (128, 64, 4), (64, 64, 4))
+#: The tile of a problem whose columns are gathered (the 3-channel stem: 147 columns, five
+#: tiles of 32), with every part of the workspace a split: its programs wait on scalar
+#: gathers and two share a multiprocessor, so more of them is faster than one wave. H200,
+#: 2026-11-28 (``bench_wgrad.py --only "3->64"``, through BOO, the implicit module's 32
+#: parts): 64x32 with 32 splits 157.7 us, 26 splits 180.8; 64x16 (26) 185.4; 64x64 (32) 197.0.
+GATHERED_TILE = (64, 32, 4)
 
 
 @dataclass(frozen=True)
@@ -201,16 +207,22 @@ def choose_config(problem: WgradProblem, parts: int | None = None, tiles: WgradT
                   ) -> WgradConfig:
     """The tiles (the largest that, with as many splits as the workspace holds, fill the
     GPU; a tile's columns within one tap), or ``tiles``, and the splits (about one wave of
-    programs). ``parts``: how many partial sums the workspace holds (default: the parts of
-    :func:`formulation_of`'s module)."""
+    programs); for gathered columns :data:`GATHERED_TILE` and every part. ``parts``: how
+    many partial sums the workspace holds (default: the parts of :func:`formulation_of`'s
+    module)."""
     if parts is None:
         parts = _parts(problem.pixels, int(formulation_of(problem).removeprefix("im2col_split")))[0]
 
     def splits(bm: int, bn: int) -> int:
+        if problem.gathered:  # every part (GATHERED_TILE)
+            return parts
         return max(1, min(parts, SMS // problem.tiles(bm, bn)))
 
     if tiles is not None:
         return WgradConfig(tiles.bm, tiles.bn, 64, tiles.num_warps, tiles.num_stages, splits(tiles.bm, tiles.bn))
+    if problem.gathered:
+        bm, bn, warps = GATHERED_TILE
+        return WgradConfig(bm, bn, 64, warps, 4, splits(bm, bn))
     options = [option for option in TILES if _fits(problem, *option[:2])]
 
     def fills(bm: int, bn: int) -> bool:  # enough programs, and a last wave not mostly idle
@@ -229,7 +241,8 @@ def _fits(problem: WgradProblem, bm: int, bn: int) -> bool:
 def alternatives(problem: WgradProblem, chosen: WgradConfig) -> list[WgradTiles]:
     """Other tiles ``boo tune`` times beside ``chosen``: every tile shape that fits, with 3
     and 4 pipeline stages (their splits again about one wave)."""
-    found = [WgradTiles(bm, bn, warps, stages) for bm, bn, warps in TILES if _fits(problem, bm, bn)
+    shapes = (GATHERED_TILE, *TILES) if problem.gathered else TILES
+    found = [WgradTiles(bm, bn, warps, stages) for bm, bn, warps in shapes if _fits(problem, bm, bn)
              for stages in (4, 3)]
     return [tiles for tiles in found if tiles != chosen.tiles]
 
