@@ -63,10 +63,11 @@ and ``boo tune`` times them all.
   contraction over x and dY as stored (x's padding fused in) into float32 sums over parts of
   the batch, then their sum: no columns and no padded copy of x (:data:`IMPLICIT_SPLIT`).
 * ``phase_axes`` (CUDA, a channels-last strided data gradient at strides of 1 and 2 that
-  divide dX, last): written as linalg, dX's phases as axes of a free view of it, one
-  contraction over dY as stored (its padding fused in) and the filter gathered by phase:
-  no zero-inserted dY, no filled transient. It is the module the Hopper library computes
-  phase by phase in, each phase with the taps it reads (:data:`PHASE_AXES`).
+  divide dX; first for a dX of few channels under overlapping windows, the stem's, else
+  last): written as linalg, dX's phases as axes of a free view of it, one contraction over
+  dY as stored (its padding fused in) and the filter gathered by phase: no zero-inserted
+  dY, no filled transient. It is the module the Hopper library computes phase by phase in,
+  each phase with the taps it reads (:data:`PHASE_AXES`).
 
 CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
 computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
@@ -148,10 +149,16 @@ PATCH_WEIGHTS_SPLIT_FINER = 2**15
 #: im2col_split128's 4.3, bwd 76.8 against im2col's 3.5; bf16 256 @14 wrw 351.7 against 51.7,
 #: bwd 421.2 against 22.8).
 IMPLICIT_SPLIT = "implicit_split"
-#: The linalg data gradient at strides of 1 and 2 (linalg_formulations), offered on CUDA only
-#: and last: the module a kernel library computes phase by phase in. IREE's own kernel of it
-#: makes ``default``'s multiply-adds (one window covers every phase's taps; untimed).
+#: The linalg data gradient at strides of 1 and 2 (linalg_formulations), offered on CUDA only:
+#: the module a kernel library computes phase by phase in. IREE's own kernel of it makes the
+#: multiply-adds of a window spanning every phase's taps (2x2 at 3x3/2, 4x4 at 7x7/2) where
+#: ``default`` convolves a zero-inserted dY with the whole window. It comes first for a dX of
+#: fewer than :data:`PHASE_AXES_FIRST_BELOW` channels under windows that overlap (no kernel
+#: library's tiles take those): the 7x7/2 stem's (3 channels, bf16, batch 32, H200) 1,009 us
+#: against ``default``'s 5,405 (benchmarks/gpu.py --formulations phase_axes); last elsewhere
+#: (untimed there).
 PHASE_AXES = "phase_axes"
+PHASE_AXES_FIRST_BELOW = 64
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -264,7 +271,9 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             "channels_last", mlir=lambda: linalg_formulations.data_gradient_mlir(s), flags=linalg_formulations.FLAGS,
             description="one contraction over dY as stored (its padding fused in) and the filter flipped"))
     if cuda and linalg_formulations.serves_strided_data_gradient(s):
-        later.append(Formulation(
+        overlapping = any(f > st for f, st in zip(s.window, s.stride))  # not a 1x1's, not a patchifying one's
+        few_channels = s.input_shape[1] < PHASE_AXES_FIRST_BELOW and overlapping
+        (first if few_channels else later).append(Formulation(
             PHASE_AXES, mlir=lambda: linalg_formulations.strided_data_gradient_mlir(s),
             flags=linalg_formulations.FLAGS,
             description="dX's phases as axes: one contraction over dY as stored and the filter's taps by phase"))
