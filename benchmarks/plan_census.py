@@ -7,7 +7,9 @@ kernel; else the op's first formulation), cross-compiled for ``--target`` (the s
 builds for an H100 or H200), and its launch plan
 (docs/gpu.md, "Memory and streams"): dispatches, the bytes its fills zero and its copies move,
 its transient buffers. A substituted kernel replaces dispatches, not fills or copies, so what
-this lists is what a step pays on top of its kernels. Kernels with the most such bytes first.
+this lists is what a step pays on top of its kernels. Kernels with the most such bytes first,
+each with the calls one step of each pass makes of it; the totals are per kernel and per
+step (dispatches launched, bytes filled and copied).
 
     python benchmarks/plan_census.py [--models resnet50] [--passes training,inference] [--batch 32]
                                      [--target cuda:sm_80] [--only TEXT]
@@ -21,7 +23,7 @@ import importlib.util
 import torch
 
 from boo_core import BooOpRegistry, Formulation
-from boo_core.dynamo import kernel_signatures
+from boo_core.dynamo import kernel_calls
 from boo_core.kernels.launch_plan import Copy, Dispatch, Fill, LaunchPlan
 from boo_core.kernels.request import KernelRequest
 from boo_core.kernels.target import Target
@@ -63,11 +65,13 @@ def main() -> None:
     args = parser.parse_args()
     target = Target.parse(args.target)
     signatures: dict[str, Signature] = {}
+    calls: dict[str, int] = {}
     for name in args.models.split(","):
         model, x = workload_on(name, args.batch, "cpu", torch.bfloat16)
         for training in [p == "training" for p in args.passes.split(",")]:
-            for signature in kernel_signatures(model.train(training), x, backward=training):
+            for signature, count in kernel_calls(model.train(training), x, backward=training):
                 signatures.setdefault(signature.func_name, signature)
+                calls[signature.func_name] = calls.get(signature.func_name, 0) + count
     rows = []
     with settings_override(cuda_launch="direct"):
         for func_name, signature in signatures.items():
@@ -80,19 +84,25 @@ def main() -> None:
             else:
                 rows.append((func_name, formulation.name, why, census(plan), ""))
     rows.sort(key=lambda r: -(r[3][1] + r[3][2]) if r[3] else 0)
-    print(f"{len(rows)} kernels, target {target.name}; MB = 1e6 bytes, each kernel counted once")
-    print(f"{'kernel':<80} {'formulation':<16} {'disp':>4} {'fill MB':>8} {'copy MB':>8} {'transient MB':>12}  route")
-    totals = [0, 0, 0, 0]
+    print(f"{len(rows)} kernels, target {target.name}; MB = 1e6 bytes; calls: per step of each pass")
+    print(f"{'kernel':<80} {'formulation':<16} {'calls':>5} {'disp':>4} {'fill MB':>8} {'copy MB':>8} "
+          f"{'transient MB':>12}  route")
+    totals, per_step, step_calls = [0, 0, 0, 0], [0, 0, 0], 0
     for func_name, formulation, why, counts, error in rows:
+        n = calls[func_name]
         if counts is None:
-            print(f"{func_name[:80]:<80} {formulation:<16} no plan: {error}")
+            print(f"{func_name[:80]:<80} {formulation:<16} {n:>5} no plan: {error}")
             continue
         totals = [a + b for a, b in zip(totals, counts)]
+        per_step = [a + n * b for a, b in zip(per_step, counts[:3])]
+        step_calls += n
         d, filled, copied, transient = counts
-        print(f"{func_name[:80]:<80} {formulation:<16} {d:>4} {filled / 1e6:8.1f} {copied / 1e6:8.1f} "
+        print(f"{func_name[:80]:<80} {formulation:<16} {n:>5} {d:>4} {filled / 1e6:8.1f} {copied / 1e6:8.1f} "
               f"{transient / 1e6:12.1f}  {why}")
-    print(f"{'total':<80} {'':<16} {totals[0]:>4} {totals[1] / 1e6:8.1f} {totals[2] / 1e6:8.1f} "
-          f"{totals[3] / 1e6:12.1f}")
+    print(f"{'total, each kernel once':<80} {'':<16} {'':>5} {totals[0]:>4} {totals[1] / 1e6:8.1f} "
+          f"{totals[2] / 1e6:8.1f} {totals[3] / 1e6:12.1f}")
+    print(f"{'per step (each kernel times its calls)':<80} {'':<16} {step_calls:>5} {per_step[0]:>4} "
+          f"{per_step[1] / 1e6:8.1f} {per_step[2] / 1e6:8.1f}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import boo_core.dynamo.rewrite as rewrite
-from boo_core.dynamo import kernel_signatures
+from boo_core.dynamo import kernel_calls, kernel_signatures
 from boo_core.settings import settings_override
 
 
@@ -59,6 +59,21 @@ def test_the_kernels_found_without_building_are_those_a_compile_builds(training,
     else:
         assert kinds == [("cbainfer", ""), ("matmul", "")], kinds  # conv + batch norm + ReLU as one
     assert sorted(_built_by_a_compile(copy.deepcopy(model), x, training, monkeypatch)) == sorted(names)
+
+
+def test_it_counts_the_calls_a_step_makes_of_each_kernel():
+    """Two convolutions of one shape are one kernel called twice; in training, their weight
+    gradients too, and one data gradient (the first conv's input asks for none)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1, bias=False),
+                                torch.nn.Conv2d(4, 4, 3, padding=1, bias=False))
+    x = torch.randn(2, 4, 6, 6)
+    [(forward, calls)] = kernel_calls(model.eval(), x)
+    assert (forward.op_name, forward.mode, calls) == ("conv", "fwd", 2)
+    found = {s.mode: n for s, n in kernel_calls(model.train(), x, backward=True)}
+    assert found == {"fwd": 2, "bwd": 1, "wrw": 2}
+    assert [s.func_name for s, _ in kernel_calls(model.train(), x, backward=True)] == \
+        [s.func_name for s in kernel_signatures(model.train(), x, backward=True)]
 
 
 def test_the_step_it_runs_is_pytorchs():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -45,18 +46,32 @@ T = TypeVar("T")
 
 _module_logger = logging.getLogger(__name__)
 
+class CollectedSignatures(dict):
+    """``func_name`` -> signature, in the order first met; ``calls[func_name]``: how many
+    kernel calls of the compiled graphs launch it (once per matched node that does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def record(self, signature: Signature) -> None:
+        self.setdefault(signature.func_name, signature)
+        self.calls[signature.func_name] += 1
+
+
 #: Open :func:`collecting_signatures` blocks' records, the innermost last.
-_collectors: list[dict[str, Signature]] = []
+_collectors: list[CollectedSignatures] = []
 
 
 @contextlib.contextmanager
-def collecting_signatures() -> Iterator[dict[str, Signature]]:
+def collecting_signatures() -> Iterator[CollectedSignatures]:
     """While open, :func:`rewrite` builds no kernel and replaces no node: it records the
-    signatures each graph's matches would launch (by ``func_name``, in the order first met)
-    into the dict this yields. Graphs compiled meanwhile keep their ops and run them on the
-    nested backend. Every graph compiled in the process records, whatever its thread (the
-    backward graph compiles on autograd's); open one block at a time."""
-    found: dict[str, Signature] = {}
+    signatures each graph's matches would launch (by ``func_name``, in the order first met,
+    with how many calls launch each) into what this yields. Graphs compiled meanwhile keep
+    their ops and run them on the nested backend. Every graph compiled in the process
+    records, whatever its thread (the backward graph compiles on autograd's); open one
+    block at a time."""
+    found = CollectedSignatures()
     _collectors.append(found)
     try:
         yield found
@@ -102,7 +117,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     signatures = [_signatures_ahead(pattern, match, report) for _, _, pattern, match in claims]
     if _collectors:
         for signature in (s for found in signatures for s in found or ()):
-            _collectors[-1].setdefault(signature.func_name, signature)
+            _collectors[-1].record(signature)
         gm.graph.lint()
         gm.recompile()
         return report

@@ -21,6 +21,12 @@ def kernel_signatures(fn: Callable[..., object], *inputs: object, backward: bool
     PyTorch (no kernel is built or loaded); without ``backward`` it runs under ``no_grad``.
     Put a model in ``train()`` or ``eval()`` first: its batch norms' kernels differ. Dynamo
     is reset before and after."""
+    return [signature for signature, _ in kernel_calls(fn, *inputs, backward=backward)]
+
+
+def kernel_calls(fn: Callable[..., object], *inputs: object, backward: bool = False) -> list[tuple[Signature, int]]:
+    """:func:`kernel_signatures`, each with how many times one step calls it (a ResNet-50's
+    bottleneck blocks call the same few kernels again and again)."""
     torch._dynamo.reset()
     try:
         with collecting_signatures() as found, settings_override(use_backward_kernels=backward):
@@ -32,8 +38,8 @@ def kernel_signatures(fn: Callable[..., object], *inputs: object, backward: bool
                 outputs = [t for t in pytree.tree_leaves(compiled(*inputs))
                            if isinstance(t, torch.Tensor) and t.requires_grad]
                 if not outputs:
-                    raise ValueError("kernel_signatures(backward=True): no output of fn requires a gradient")
+                    raise ValueError("backward=True: no output of fn requires a gradient")
                 sum(t.float().sum() for t in outputs).backward()
     finally:
         torch._dynamo.reset()
-    return list(found.values())
+    return [(signature, found.calls[name]) for name, signature in found.items()]
