@@ -26,6 +26,9 @@ a fraction of the step's total.
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
 kernels (by name, with their launches per step) and the step's total device time.
+Under each row with CUDA graphs it prints the step's device timeline instead: the time its kernels kept
+the GPU busy, the span from the first kernel's start to the last one's end, the idle time between
+kernels by the length of the gap, and the N longest gaps with the kernels around them.
 ``--host-profile N`` prints, under every row (CUDA graphs' too), where one step's host time goes: the N
 Python functions with the most time of their own over a few steps (cProfile, which slows
 every Python call alike), in microseconds per step, with their calls per step.
@@ -147,6 +150,42 @@ def kernel_profile(step: Callable[[], object], device: str, top: int) -> list[st
     return rows
 
 
+#: Gaps between a graphed step's kernels, by length (µs): a graph's own spacing of dependent
+#: kernels, short host work, and the host between the graphs (or a synchronization).
+GAP_CLASSES = ((2.0, "under 2 us"), (20.0, "2-20 us"), (float("inf"), "20 us and more"))
+
+
+def device_timeline(step: Callable[[], object], top: int) -> list[str]:
+    """Table rows: one step's kernels on the GPU's timeline (CUDA graphs' replays included),
+    their busy time against their span, the idle gaps by length, and the ``top`` longest."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    if not spans:
+        return ["|  |  | device timeline: the profiler saw no kernel |"]
+    busy, gaps, end, before = 0.0, [], spans[0][0], spans[0][2]
+    for start, stop, name in spans:
+        if start > end:
+            gaps.append((start - end, before, name))
+        busy += max(0.0, stop - max(start, end))
+        if stop > end:
+            end, before = stop, name
+    span = end - spans[0][0]
+    by_class, low = [], 0.0
+    for high, label in GAP_CLASSES:
+        chosen = [g for g, _, _ in gaps if low <= g < high]
+        by_class.append(f"{label}: {len(chosen)} = {sum(chosen) / 1e3:.2f} ms")
+        low = high
+    rows = [f"|  |  | device timeline: {len(spans)} kernels busy {busy / 1e3:.2f} ms of a {span / 1e3:.2f} ms span; "
+            f"gaps {'; '.join(by_class)} |"]
+    for gap, after, next_name in sorted(gaps, reverse=True)[:top]:
+        rows.append(f"|  |  | {gap:9.1f} us idle after {after[:60]} before {next_name[:60]} |")
+    return rows
+
+
 def host_profile(step: Callable[[], object], sync: Callable[[], None], top: int, steps: int = 5) -> list[str]:
     """Table rows: the ``top`` Python functions of a step by their own time (cProfile), per step."""
     sync()
@@ -189,13 +228,19 @@ def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: 
     got_y, got_grads = step(x)
     y_err = relative_error(got_y, want_y)
     g_err = max((relative_error(g, w) for g, w in zip(got_grads, want_grads)), default=0.0)
+    # Gradients held past the next backward keep BOO's CUDA graphs from lending theirs (cuda_graphs).
+    del got_y, got_grads
     boo = backend is not None and "iree" in backend
     summary = offload_summary()
     total = summary.boo_flops + sum(summary.nested_flops.values())
     torch_share = None
     if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
         torch_share = profiled_torch_flops(lambda: step(x), device) / total
-    profile = kernel_profile(lambda: step(x), device, profile_top) if profile_top and mode is None else []
+    profile = []
+    if profile_top:
+        graphed = mode is not None and device.startswith("cuda")
+        profile = device_timeline(lambda: step(x), profile_top) if graphed else \
+            kernel_profile(lambda: step(x), device, profile_top)
     if host_top:  # cProfile sees the host's side of a replayed step too
         profile += host_profile(lambda: step(x), sync, host_top)
     return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons, profile

@@ -41,16 +41,20 @@ def graphs(monkeypatch) -> dict[str, GraphedFunction]:
     return made
 
 
-def _train(model: torch.nn.Module, batches: list[torch.Tensor], accumulate: int = 1) -> list[torch.Tensor]:
-    """SGD steps over ``batches``, ``accumulate`` forwards summed into each backward; the losses."""
+def _train(model: torch.nn.Module, batches: list[torch.Tensor], accumulate: int = 1,
+           backwards: int = 1) -> list[torch.Tensor]:
+    """SGD steps over ``batches``, ``accumulate`` forwards summed into each backward and the
+    gradients of ``backwards`` backwards into each step; the losses."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
-    for start in range(0, len(batches), accumulate):
+    per_step = accumulate * backwards
+    for start in range(0, len(batches), per_step):
         optimizer.zero_grad()
-        loss = sum(model(x).square().mean() for x in batches[start:start + accumulate])
-        loss.backward()
+        for first in range(start, start + per_step, accumulate):
+            loss = sum(model(x).square().mean() for x in batches[first:first + accumulate])
+            loss.backward()
+            losses.append(loss.detach())
         optimizer.step()
-        losses.append(loss.detach())
     return losses
 
 
@@ -74,6 +78,29 @@ def test_training_replays_and_the_backward_reads_the_forwards_saved_tensors_in_p
     # The activations the backward reads are the forward's memory: none is copied in per step.
     assert len(backward._borrowed) >= 4, backward._borrowed
     assert not set(dict(backward._borrowed)) & set(backward._copied)
+    # The gradients are the backward's memory too: lent, not cloned, and let go of in time.
+    assert backward.unlent_runs == 0 and backward._lends_outputs
+    graph_memory = {o.data_ptr() for o in backward._outputs if isinstance(o, torch.Tensor)}
+    assert all(p.grad.data_ptr() in graph_memory for p in model.parameters())
+    torch._dynamo.reset()
+
+
+def test_gradients_accumulated_over_several_backwards_are_never_overwritten(graphs):
+    """Three backwards into each step's gradients: a replay must not overwrite the lent
+    gradients the caller still accumulates into, so the backward runs without its graph until
+    they are let go, then replays cloning its outputs."""
+    torch._dynamo.reset()
+    model, reference = _model(), _model()
+    batches = _batches(18)
+    got = _train(torch.compile(model, backend="iree_boo", mode="reduce-overhead", dynamic=False), batches,
+                 backwards=3)
+    want = _train(reference, batches, backwards=3)
+    torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-3, atol=1e-4)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
+    backward = graphs["backward"]
+    assert backward.unlent_runs >= 1 and not backward._lends_outputs
+    assert backward.replays >= 3, backward.replays
     torch._dynamo.reset()
 
 

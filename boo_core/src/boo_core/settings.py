@@ -200,7 +200,8 @@ SETTINGS: tuple[Setting, ...] = (
             "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
             "into a 1-D or 3-D convolution before it, or one whose statistics have another dtype than the data; "
             "a 2-D conv + batch norm is one CBAInfer kernel instead): `auto` in graphs on GPUs, `1` on every "
-            "device, `0` never "
+            "device, `0` never; the rewrites of a training step's joint graph, which change no value (a "
+            "training batch norm's gradient without the running statistics), apply on every device unless `0` "
             "(measured: docs/plugins.md, Graph rewrites)",
             selects_kernel=False),
     Setting("verify", "BOO_VERIFY", _verify, _const("auto"), "`auto`",
@@ -306,6 +307,11 @@ class Settings:
     def rewrites_graphs(self, device_type: str) -> bool:
         """Whether torch.compile applies graph rewrites to a graph on ``device_type``."""
         return _switched_on(self.graph_rewrites, device_type)
+
+    def rewrites_joint_graphs(self) -> bool:
+        """Whether torch.compile applies joint rewrites (what a training forward saves, no
+        value changed) to a training step: on every device unless the switch is off."""
+        return self.graph_rewrites != "off"
 
 
 def _switched_on(switch: str, device_type: str) -> bool:

@@ -12,6 +12,7 @@ from boo_core.tune.space import TuningCandidate, elementwise_configs, reduction_
 from .folding import FoldIntoConvolution
 from .fusion import PATTERNS
 from .parser import BatchNormParser
+from .saved import BackwardReadsNoRunningStatistics
 from .signature import BatchNormSignature
 
 #: iree-compile flags on the CPU: aggressive fusion puts the statistics' reductions and the
@@ -132,5 +133,5 @@ def boo_register_ops(register):
         compile_flags=compile_flags,
         tuning_space=tuning_space,
         fusion_patterns=PATTERNS,
-        graph_rewrites=(FoldIntoConvolution(),),
+        graph_rewrites=(FoldIntoConvolution(), BackwardReadsNoRunningStatistics()),
     ))

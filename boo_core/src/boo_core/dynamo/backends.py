@@ -21,7 +21,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .cuda_graphs import graphed
 from .decompose import decompose_remaining
 from .inductor_calls import install
-from .rewrite import rewrite
+from .rewrite import rewrite, rewrite_joint
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
@@ -68,7 +68,17 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
     return aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                         bw_compiler=functools.partial(compiler, kind="backward"),
                         inference_compiler=functools.partial(compiler, kind="inference"),
-                        keep_inference_input_mutations=True)
+                        partition_fn=_partition, keep_inference_input_mutations=True)
+
+
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+    """AOTAutograd's default partition of a training step's joint graph, after the plugins'
+    joint rewrites (:func:`.rewrite.rewrite_joint`)."""
+    from torch._functorch.partitioners import default_partition
+
+    if rewrite_joint(joint.graph):
+        joint.recompile()
+    return default_partition(joint, joint_inputs, **kwargs)
 
 
 def _saved_for_backward(gm: torch.fx.GraphModule) -> range:
@@ -116,7 +126,9 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     # Inductor's caches (AOTAutograd's and the FX graph cache) key on the graph and Inductor's
     # configuration, not on BOO's pass: a hit would hand back a graph compiled without BOO (by
     # plain Inductor, say) or with other BOO kernels. BOO's own kernel cache keeps recompiles short.
-    with config.patch({"triton.cudagraphs": cuda_graphs, "fx_graph_cache": False}), \
+    # The plugins' joint rewrites run among Inductor's own passes over the joint graph, before its partition.
+    with config.patch({"triton.cudagraphs": cuda_graphs, "fx_graph_cache": False,
+                       "joint_custom_pre_pass": rewrite_joint}), \
             functorch_config.patch(enable_autograd_cache=False):
         return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
 

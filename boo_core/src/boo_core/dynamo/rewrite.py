@@ -79,6 +79,26 @@ def collecting_signatures() -> Iterator[CollectedSignatures]:
         _collectors.remove(found)
 
 
+#: Joint rewrites applied to the training graph being compiled, which its forward's report
+#: takes over (AOTAutograd partitions the joint graph, then compiles its forward, in one thread).
+_joint_rewritten: collections.Counter[str] = collections.Counter()
+
+
+def rewrite_joint(graph: torch.fx.Graph) -> bool:
+    """Apply the plugins' joint rewrites (``GraphRewrite.graph == "joint"``) to a training
+    step's joint forward and backward graph, in place, before it is partitioned, unless
+    ``BOO_GRAPH_REWRITES=0``; whether any applied. They change what the forward saves, not
+    what it computes."""
+    if not get_settings().rewrites_joint_graphs():
+        return False
+    report = GraphReport(backend="", kind="joint", index=-1)
+    _apply_rewrites(graph, BooOpRegistry.default().graph_rewrites("joint"), report)
+    if report.rewritten:
+        graph.lint()
+        _joint_rewritten.update(report.rewritten)
+    return bool(report.rewritten)
+
+
 def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
             autotune: bool = False) -> GraphReport:
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
@@ -96,6 +116,9 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     BOO only where its kernel is not slower.
     """
     report = new_report(backend, kind)
+    if kind == "forward":
+        report.rewritten.update(_joint_rewritten)
+        _joint_rewritten.clear()
     patterns = BooOpRegistry.default().fusion_patterns()
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"

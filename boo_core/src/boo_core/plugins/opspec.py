@@ -12,7 +12,7 @@ import torch
 from ..kernels.formulation import Formulation, default_formulations
 from ..signatures.parser import CommandParser
 from ..signatures.signature import Signature
-from .patterns import FusionPattern, GraphRewrite
+from .patterns import REWRITTEN_GRAPHS, FusionPattern, GraphRewrite
 
 if TYPE_CHECKING:
     from ..kernels.target import Target
@@ -42,7 +42,8 @@ class OpSpec:
     * ``compile_flags(signature, target)``: iree-compile flags for every formulation.
     * ``fusion_patterns``: subgraphs the torch.compile backends may hand to this op.
     * ``graph_rewrites``: equivalent rewrites of aten nodes the backends apply before any
-      pattern matches (this op expressed in another op's terms).
+      pattern matches (this op expressed in another op's terms), or to a training step's
+      joint graph before it is partitioned (what the forward saves).
     * ``tuning_space(signature, target)``: candidates ``boo tune`` sweeps (docs/plugins.md).
     """
 
@@ -107,4 +108,7 @@ def _checked_patterns(op: str, patterns: object, *, rewrites: bool = False) -> t
                 not all(isinstance(a, torch._ops.OpOverload) for a in anchors):
             raise TypeError(f"op {op!r}: {what} {name} has anchors {anchors!r:.80}; expected a non-empty "
                             "tuple of aten overloads (torch.ops.aten.convolution.default...)")
+        if rewrites and getattr(pattern, "graph", None) not in REWRITTEN_GRAPHS:
+            raise ValueError(f"op {op!r}: graph rewrite {name} has graph {getattr(pattern, 'graph', None)!r}; "
+                             f"expected one of {', '.join(map(repr, REWRITTEN_GRAPHS))}")
     return tuple(patterns)

@@ -197,11 +197,11 @@ class OpRegistry:
                     for keyword, suffix, entry in found))
         return messages
 
-    def graph_rewrites(self) -> list[GraphRewrite]:
-        """Every op's graph rewrites, ops in name order (as :meth:`fusion_patterns`). Ops
-        whose name or keyword is in conflict offer none."""
+    def graph_rewrites(self, graph: str = "forward") -> list[GraphRewrite]:
+        """Every op's graph rewrites of ``graph`` (:attr:`GraphRewrite.graph`), ops in name
+        order (as :meth:`fusion_patterns`). Ops whose name or keyword is in conflict offer none."""
         return [rewrite for entry in self.list_ops() if len(self._ops[entry.name]) == 1
-                for rewrite in entry.spec.graph_rewrites]
+                for rewrite in entry.spec.graph_rewrites if rewrite.graph == graph]
 
     def fusion_patterns(self) -> list[FusionPattern]:
         """Every op's fusion patterns, for the torch.compile backends: ops in name order,
