@@ -121,16 +121,18 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
         return compile_fx_inner(graph, inputs, **kwargs)
 
     from torch._functorch import config as functorch_config
-    from torch._inductor import config
 
     # Inductor's caches (AOTAutograd's and the FX graph cache) key on the graph and Inductor's
     # configuration, not on BOO's pass: a hit would hand back a graph compiled without BOO (by
     # plain Inductor, say) or with other BOO kernels. BOO's own kernel cache keeps recompiles short.
-    # The plugins' joint rewrites run among Inductor's own passes over the joint graph, before its partition.
-    with config.patch({"triton.cudagraphs": cuda_graphs, "fx_graph_cache": False,
-                       "joint_custom_pre_pass": rewrite_joint}), \
-            functorch_config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions)
+    # The plugins' joint rewrites run among Inductor's own passes over the joint graph, before its
+    # partition. Given as compile_fx's patches, these hold for the backward graph too, which
+    # compiles at the first backward, after this call (CUDA graphs patched around the call
+    # alone left every training backward without them: 17.2 ms a ResNet-50 step against 8.3).
+    patches = {"triton.cudagraphs": cuda_graphs, "fx_graph_cache": False, "joint_custom_pre_pass": rewrite_joint}
+    with functorch_config.patch(enable_autograd_cache=False):
+        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=decompositions,
+                          config_patches=patches)
 
 
 #: torch.compile modes that record CUDA graphs (as Inductor's do).
