@@ -63,15 +63,23 @@ def _batches(n: int) -> list[torch.Tensor]:
     return [torch.randn(4, 8, 10, 10, device=DEVICE, generator=generator) for _ in range(n)]
 
 
-def test_training_replays_and_the_backward_reads_the_forwards_saved_tensors_in_place(graphs):
+def _trains_like_eager(n: int, **schedule: int) -> torch.nn.Module:
+    """``n`` batches of SGD (``schedule``: ``_train``'s) compiled with CUDA graphs and in
+    eager: the same losses and parameters. The compiled model."""
     torch._dynamo.reset()
     model, reference = _model(), _model()
-    batches = _batches(8)
-    got = _train(torch.compile(model, backend="iree_boo", mode="reduce-overhead", dynamic=False), batches)
-    want = _train(reference, batches)
+    batches = _batches(n)
+    got = _train(torch.compile(model, backend="iree_boo", mode="reduce-overhead", dynamic=False), batches,
+                 **schedule)
+    want = _train(reference, batches, **schedule)
     torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-3, atol=1e-4)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
+    return model
+
+
+def test_training_replays_and_the_backward_reads_the_forwards_saved_tensors_in_place(graphs):
+    model = _trains_like_eager(8)
     forward, backward = graphs["forward"], graphs["backward"]
     assert forward.replays >= 5 and backward.replays >= 5, (forward.replays, backward.replays)
     assert forward.unlent_runs == 0
@@ -89,15 +97,7 @@ def test_gradients_accumulated_over_several_backwards_are_never_overwritten(grap
     """Three backwards into each step's gradients: a replay must not overwrite the lent
     gradients the caller still accumulates into, so the backward runs without its graph until
     they are let go, then replays cloning its outputs."""
-    torch._dynamo.reset()
-    model, reference = _model(), _model()
-    batches = _batches(18)
-    got = _train(torch.compile(model, backend="iree_boo", mode="reduce-overhead", dynamic=False), batches,
-                 backwards=3)
-    want = _train(reference, batches, backwards=3)
-    torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-3, atol=1e-4)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
+    _trains_like_eager(18, backwards=3)
     backward = graphs["backward"]
     assert backward.unlent_runs >= 1 and not backward._lends_outputs
     assert backward.replays >= 3, backward.replays
@@ -107,15 +107,7 @@ def test_gradients_accumulated_over_several_backwards_are_never_overwritten(grap
 def test_a_forward_whose_lent_memory_is_still_held_runs_without_its_graph(graphs):
     """Two forwards summed into one backward: the second must not overwrite the activations
     the first lent, which the backward has not read yet."""
-    torch._dynamo.reset()
-    model, reference = _model(), _model()
-    batches = _batches(12)
-    got = _train(torch.compile(model, backend="iree_boo", mode="reduce-overhead", dynamic=False), batches,
-                 accumulate=2)
-    want = _train(reference, batches, accumulate=2)
-    torch.testing.assert_close(torch.stack(got), torch.stack(want), rtol=1e-3, atol=1e-4)
-    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4, msg=name)
+    _trains_like_eager(12, accumulate=2)
     assert graphs["forward"].unlent_runs >= 1
     torch._dynamo.reset()
 
