@@ -9,7 +9,8 @@ builds for an H100 or H200), and its launch plan
 its transient buffers. A substituted kernel replaces dispatches, not fills or copies, so what
 this lists is what a step pays on top of its kernels. Kernels with the most such bytes first,
 each with the calls one step of each pass makes of it; the totals are per kernel and per
-step (dispatches launched, bytes filled and copied).
+step (dispatches launched, bytes filled and copied); for a training pass, the tensors the
+step's forward saves for its backward (each one autograd holds and hands over every step).
 
     python benchmarks/plan_census.py [--models resnet50] [--passes training,inference] [--batch 32]
                                      [--target cuda:sm_80] [--only TEXT]
@@ -23,7 +24,7 @@ import importlib.util
 import torch
 
 from boo_core import BooOpRegistry, Formulation
-from boo_core.dynamo import kernel_calls
+from boo_core.dynamo import kernel_calls, offload_summary, reset_offload_summary
 from boo_core.kernels.launch_plan import Copy, Dispatch, Fill, LaunchPlan
 from boo_core.kernels.request import KernelRequest
 from boo_core.kernels.target import Target
@@ -66,12 +67,16 @@ def main() -> None:
     target = Target.parse(args.target)
     signatures: dict[str, Signature] = {}
     calls: dict[str, int] = {}
+    saved: list[str] = []
     for name in args.models.split(","):
         model, x = workload_on(name, args.batch, "cpu", torch.bfloat16)
         for training in [p == "training" for p in args.passes.split(",")]:
+            reset_offload_summary()
             for signature, count in kernel_calls(model.train(training), x, backward=training):
                 signatures.setdefault(signature.func_name, signature)
                 calls[signature.func_name] = calls.get(signature.func_name, 0) + count
+            if training:
+                saved.append(f"{name}: {sum(g.saved_for_backward for g in offload_summary().graphs)}")
     rows = []
     with settings_override(cuda_launch="direct"):
         for func_name, signature in signatures.items():
@@ -103,6 +108,8 @@ def main() -> None:
           f"{totals[2] / 1e6:8.1f} {totals[3] / 1e6:12.1f}")
     print(f"{'per step (each kernel times its calls)':<80} {'':<16} {step_calls:>5} {per_step[0]:>4} "
           f"{per_step[1] / 1e6:8.1f} {per_step[2] / 1e6:8.1f}")
+    if saved:
+        print(f"tensors a training step's forward saves for its backward: {', '.join(saved)}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .cuda_graphs import graphed
 from .decompose import decompose_remaining
 from .inductor_calls import install
-from .rewrite import rewrite, rewrite_joint
+from .rewrite import rewrite, rewrite_joint, saved_for_backward
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
@@ -55,7 +55,7 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
         boxed = compiled if getattr(compiled, "_boxed_call", False) else make_boxed_func(compiled)
         if not cuda_graphs:
             return boxed
-        return graphed(boxed, f"{name} {kind} graph", lent=_saved_for_backward(gm) if kind == "forward" else (),
+        return graphed(boxed, f"{name} {kind} graph", lent=saved_for_backward(gm) if kind == "forward" else (),
                        borrows=kind == "backward")
 
     from functorch.compile import make_boxed_func
@@ -79,20 +79,6 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) ->
     if rewrite_joint(joint.graph):
         joint.recompile()
     return default_partition(joint, joint_inputs, **kwargs)
-
-
-def _saved_for_backward(gm: torch.fx.GraphModule) -> range:
-    """The positions of the outputs of ``gm``, the forward graph being compiled, that only its
-    backward reads (AOTAutograd's saved activations); none where AOTAutograd does not say."""
-    from torch._guards import TracingContext
-
-    context = TracingContext.try_get()
-    outputs = gm.graph.output_node().args[0]
-    try:
-        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
-    except (AttributeError, AssertionError):
-        return range(0)
-    return range(*saved.indices(len(outputs))) if isinstance(outputs, (list, tuple)) else range(0)
 
 
 def _lookup(name: str) -> Backend:

@@ -79,6 +79,20 @@ def collecting_signatures() -> Iterator[CollectedSignatures]:
         _collectors.remove(found)
 
 
+def saved_for_backward(gm: torch.fx.GraphModule) -> range:
+    """The positions of the outputs of ``gm``, the forward graph being compiled, that only its
+    backward reads (AOTAutograd's saved activations); none where AOTAutograd does not say."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    outputs = gm.graph.output_node().args[0]
+    try:
+        saved = context.fw_metadata.tensors_saved_for_backwards_slice  # type: ignore[union-attr]
+    except (AttributeError, AssertionError):
+        return range(0)
+    return range(*saved.indices(len(outputs))) if isinstance(outputs, (list, tuple)) else range(0)
+
+
 #: Joint rewrites applied to the training graph being compiled, which its forward's report
 #: takes over (AOTAutograd partitions the joint graph, then compiles its forward, in one thread).
 _joint_rewritten: collections.Counter[str] = collections.Counter()
@@ -119,6 +133,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     if kind == "forward":
         report.rewritten.update(_joint_rewritten)
         _joint_rewritten.clear()
+        report.saved_for_backward = len(saved_for_backward(gm))
     patterns = BooOpRegistry.default().fusion_patterns()
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
