@@ -116,5 +116,16 @@ def test_reduction_configurations_tile_the_loops_evenly_with_more_threads_than_i
         assert config["workgroup_size"] == [threads, 1, 1] and 64 <= threads <= 256
 
 
+@pytest.mark.parametrize("parallel", [(3136, 2, 64), (196, 2, 256), (784, 2, 128)])
+def test_reduction_configurations_with_whole_middle_loops_give_each_thread_every_term(parallel):
+    configs = reduction_configs(parallel, vector=8, whole_middle=True)
+    assert configs
+    for config in configs:
+        assert config["thread"] == [1, 2, 8] and config["workgroup"][1:-1] == [2]
+        assert all(size % tile == 0 for size, tile in zip(parallel, config["workgroup"], strict=True))
+        threads = config["workgroup"][0] * config["workgroup"][-1] // 8  # the terms within each thread
+        assert config["workgroup_size"] == [threads, 1, 1] and 64 <= threads <= 256
+
+
 def test_no_reduction_configuration_where_the_columns_do_not_split_into_vectors():
     assert reduction_configs((10, 2, 3)) == [] and reduction_configs((64,)) == []

@@ -50,10 +50,14 @@ def elementwise_pass_configs(signature: BatchNormSignature, target: Target) -> l
 def first_stage_configs(signature: BatchNormSignature, target: Target, groups: int) -> list[dict]:
     """The core's reduction configurations for the first stage of a channels-last spatial
     input's staged sums on a GPU (parts of ``groups`` rows x 2 sums x channels: IREE gives
-    it 32-thread workgroups); none elsewhere."""
+    it 32-thread workgroups, each thread one sum of 4 channels): threads of one sum each,
+    then threads of both sums of 16 bytes of channels (one read of each input serving both:
+    compiled, not yet timed); none elsewhere."""
     if target.backend == "llvm-cpu" or not (signature.spatial and signature.channels_last):
         return []
-    return reduction_configs((signature.first_stage_parts(groups), 2, signature.channels))
+    shape = (signature.first_stage_parts(groups), 2, signature.channels)
+    return [*reduction_configs(shape),
+            *reduction_configs(shape, vector=16 // signature.dtype.itemsize, limit=2, whole_middle=True)]
 
 
 def two_stage_groups(signature: BatchNormSignature) -> int | None:

@@ -146,24 +146,31 @@ def elementwise_configs(rows: int, columns: int, element_bytes: int, *, limit: i
     return configs[:limit]
 
 
-def reduction_configs(parallel: Sequence[int], *, vector: int = 4, limit: int = 3) -> list[dict[str, Any]]:
+def reduction_configs(parallel: Sequence[int], *, vector: int = 4, limit: int = 3,
+                      whole_middle: bool = False) -> list[dict[str, Any]]:
     """Configurations of IREE's TileAndFuse pipeline for the root of a reduction dispatch on
     an NVIDIA GPU whose innermost parallel loops have the sizes ``parallel`` (innermost last:
     contiguous outputs), for the ``reductions`` key of a configuration. IREE 3.13 gives such
     a root (batch norm's first stage of sums: parts x terms x channels) workgroups of 32
     threads, half an H100 multiprocessor's threads at most; these give 128, 256 or 64
     threads, each ``vector`` outputs of the innermost loop, the middle loops whole, and
-    tiles of the innermost and outermost loops that divide them (the fewest columns first)."""
+    tiles of the innermost and outermost loops that divide them (the fewest columns first).
+
+    ``whole_middle``: each thread computes the middle loops whole too (batch norm's terms:
+    every sum of the ``vector`` columns it reads, from one read; cross-compiled for sm_80,
+    bf16 columns 8 to a thread load 16 bytes at a time, both terms from each load, where
+    IREE's own tiles load 8 bytes, or 2 for a backward's second input, once per term)."""
     if len(parallel) < 2 or parallel[-1] % vector:
         return []
-    middle = math.prod(parallel[1:-1])
+    middle = 1 if whole_middle else math.prod(parallel[1:-1])
     configs = []
     for threads in (128, 256, 64):
         for inner in (32, 64, 128, 256):
             outer, rest = divmod(threads * vector, inner * middle)
             if not rest and outer >= 1 and parallel[0] % outer == 0 and parallel[-1] % inner == 0:
-                configs.append({"workgroup": [outer, *parallel[1:-1], inner],
-                                "thread": [*[1] * (len(parallel) - 1), vector], "workgroup_size": [threads, 1, 1]})
+                thread = [1, *(parallel[1:-1] if whole_middle else [1] * (len(parallel) - 2)), vector]
+                configs.append({"workgroup": [outer, *parallel[1:-1], inner], "thread": thread,
+                                "workgroup_size": [threads, 1, 1]})
                 break
     return configs[:limit]
 
