@@ -31,7 +31,7 @@ def test_training_batch_norms_replay_in_inductors_cuda_graph_trees():
     reset_offload_summary()
     for _ in range(4):  # warm-up, recording, replays
         # The backward replays too: a cudagraph tree overwrites the gradients it handed out
-        # last time, so each step starts from none (accumulating into them raises, as under Inductor).
+        # last time, so each step starts from none (accumulating into them raises: the trees' own check).
         model.zero_grad(set_to_none=True)
         reference.zero_grad(set_to_none=True)
         x = torch.randn(8, 16, 14, 14, device=DEVICE, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
