@@ -301,24 +301,19 @@ def boo_hopper_wgrad(a, b, part, DY_OFF: tl.constexpr, X_OFF: tl.constexpr, PART
             corner = ((inside // (P * Q) * HP + top) * WP + left) * C
             if not GATHER:
                 corner = tl.multiple_of(corner, 64)  # C is a multiple of 64: 16-byte loads along the channels
-        if PADS and GATHER:  # each column's tap inside the image, and columns past R*S*C masked
-            row = top[:, None] + tap_r[None, :]
-            col = left[:, None] + tap_s[None, :]
-            ok = (row >= 0) & (row < HP) & (col >= 0) & (col < WP) & column_ok[None, :]
+        if PADS:  # the tap inside the image: one per pixel, or (GATHER) each column's own
+            if GATHER:  # columns past R*S*C masked too
+                row = top[:, None] + tap_r[None, :]
+                col = left[:, None] + tap_s[None, :]
+                ok = (row >= 0) & (row < HP) & (col >= 0) & (col < WP) & column_ok[None, :]
+            else:
+                ok = ((top + tap_r >= 0) & (top + tap_r < HP) & (left + tap_s >= 0) & (left + tap_s < WP))[:, None]
             if MASKED:
                 ok = ok & (pix < M)[:, None]
                 g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=(pix < M)[:, None], other=0.0)
             else:
                 g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
             v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok, other=0.0)
-        elif PADS:
-            ok = (top + tap_r >= 0) & (top + tap_r < HP) & (left + tap_s >= 0) & (left + tap_s < WP)
-            if MASKED:
-                ok = ok & (pix < M)
-                g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=(pix < M)[:, None], other=0.0)
-            else:
-                g = tl.load(dy + pix[:, None] * K + offs_k[None, :])
-            v = tl.load(x + corner[:, None] + offs_x[None, :], mask=ok[:, None], other=0.0)
         elif GATHER:
             ok = (pix < M)[:, None]
             g = tl.load(dy + pix[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
