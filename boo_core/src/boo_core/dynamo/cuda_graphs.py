@@ -90,12 +90,12 @@ class GraphedFunction:
         self._ticket: int | None = None  # the lent output handed out as a fresh, tagged view (module docstring)
         self._ticket_use_count = 0  # its storage's use count while nothing outside the graph holds it
         self.unlent_runs = 0  # calls run without the graph because what it lent was still held
-        self._output_use_counts: list[tuple[int, int]] = []  # (storage, use count) of each output when recorded
         self.unreplayable_runs = 0  # calls run without the graph because their tensors differ from the recorded
         self._read_back = True  # whether a backward read what this graph lent at its last replay
         self._read_on: Any = None  # the stream that backward ran on
         self._lends_outputs = borrows  # a backward's gradients: lent while the caller lets go of them in time
-        self._outputs_out: list[tuple[int, int]] = []  # (storage, baseline use count) of outputs lent last replay
+        self._output_use_counts: list[tuple[int, int]] = []  # (storage, use count) of each output when recorded
+        self._outputs_out = False  # whether the last replay lent its outputs
 
     def __call__(self, args: list[Any]) -> Any:
         if self._borrows:
@@ -116,14 +116,14 @@ class GraphedFunction:
             self.unlent_runs += 1
             return self.fn(args)
         if self._outputs_out:
-            if not all(_storage_use_count(storage) <= baseline for storage, baseline in self._outputs_out):
+            if not all(_storage_use_count(storage) <= baseline for storage, baseline in self._output_use_counts):
                 self.unlent_runs += 1
                 if self._lends_outputs:
                     logger.info("%s: the gradients it lent are still held at the next backward; it runs without "
                                 "its graph until they are let go, and clones its gradients from then on", self.name)
                 self._lends_outputs = False  # what is still held is the graph's memory: no replay until let go
                 return self.fn(args)
-            self._outputs_out = []
+            self._outputs_out = False
         if self._read_on is not None:  # overwrite the lent memory only after the backward's reads
             stream = torch.cuda.current_stream()
             if self._read_on != stream:
@@ -168,7 +168,7 @@ class GraphedFunction:
         view of its own, tagged with this replay), a backward's gradients fresh views while
         it lends them, others cloned."""
         if self._lends_outputs and isinstance(self._outputs, (list, tuple)):
-            self._outputs_out = self._output_use_counts
+            self._outputs_out = True
             return type(self._outputs)(o.detach() if isinstance(o, torch.Tensor) else o for o in self._outputs)
         if not self._lent or not isinstance(self._outputs, (list, tuple)):
             return _clone(self._outputs)
@@ -206,8 +206,9 @@ class GraphedFunction:
         self._others_described = tuple(_describe(args[i]) for i in self._others)
         self._copied = [i for i in self._others if isinstance(args[i], torch.Tensor)]
         self._lend(state)
-        self._output_use_counts = [(o.untyped_storage()._cdata, _use_count(o)) for o in outputs
-                                   if isinstance(o, torch.Tensor)] if isinstance(outputs, (list, tuple)) else []
+        if self._lends_outputs and isinstance(outputs, (list, tuple)):
+            self._output_use_counts = [(o.untyped_storage()._cdata, _use_count(o)) for o in outputs
+                                       if isinstance(o, torch.Tensor)]
         graph.replay()
         self.replays += 1
         return self._handed_out()
