@@ -116,5 +116,9 @@ def test_discarded_outputs_keep_their_metadata_and_survive_or_else():
     assert call.discarded == (1, 2)
     assert [m[0] for m in call.outputs] == [(4, 6), (4,), (4,)]
     assert call.or_else(lambda *t: None).discarded == (1, 2)
+    # Their memory is made with the call (when the graph compiles), not by a first launch,
+    # which may run inside a CUDA graph pool (tests/gpu/test_direct_launch.py); shared by the copy.
+    assert [tuple(t.shape) for t in call._sinks] == [(4,), (4,)]
+    assert all(a is b for a, b in zip(call.or_else(lambda *t: None)._sinks, call._sinks))
     with pytest.raises(ValueError, match="out of range"):
         settle(Recorder(), [spec(4, 6)], outputs, [x], (), (), META, hal.generation, discarded=(3,))

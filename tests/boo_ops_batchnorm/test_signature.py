@@ -199,13 +199,23 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
                                                          for c in others]
     train = S((32, 64, 56, 56), save=True, running=True, channels_last=True, dtype=torch.bfloat16)
     assert [(f.name, f.config is not None) for f in formulations(train, gpu)] == [
-        ("staged_sums", True), ("staged_sums_64", True), ("staged_sums_iree_tiles", False), ("default", False)]
-    assert {c.formulation for c in tuning_space(train, gpu)} == {"staged_sums", "staged_sums_64"}
-    # the first stage of sums (3136 parts of 32 rows x 2 sums x 64 channels) configured: candidates only
-    staged = formulations(train, gpu)[0]
-    first_stages = [c.config["reductions"] for c in tuning_space(train, gpu) if "reductions" in c.config]
+        ("staged_sums_paired", True), ("staged_sums", True), ("staged_sums_64", True),
+        ("staged_sums_iree_tiles", False), ("default", False)]
+    space = tuning_space(train, gpu)
+    assert {c.formulation for c in space} == {"staged_sums_paired", "staged_sums", "staged_sums_64"}
+    # the first stage of sums (3136 parts of 32 rows x 2 sums x 64 channels) configured
+    paired, staged = formulations(train, gpu)[:2]
+    first_stages = [c.config["reductions"] for c in space
+                    if c.formulation == "staged_sums" and "reductions" in c.config]
     assert first_stages and all(c["workgroup"][1:] == [2, 32] and 3136 % c["workgroup"][0] == 0 for c in first_stages)
     assert "reductions" not in staged.config
+    # a training forward's default: each thread both sums of 8 channels (one 16-byte read)
+    assert paired.config["reductions"]["thread"] == [1, 2, 8] and paired.config["reductions"] in first_stages
+    # its elementwise candidates keep that first stage
+    assert all(c.config["reductions"] == paired.config["reductions"] for c in space
+               if c.formulation == "staged_sums_paired")
+    backward = S((32, 64, 56, 56), mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
+    assert formulations(backward, gpu)[0].name == "staged_sums"  # paired sums were slower there
     assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]

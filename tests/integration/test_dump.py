@@ -9,6 +9,7 @@ import pytest
 from boo_core.tools.cli import main
 
 COMMANDS = {
+    "bnorm": "bnorm -n 2 -c 8 -H 4 -W 4 -m 1 -F 1 -s 1 -r 1",
     "conv": "conv -n 1 -c 4 -H 8 -W 8 -k 4 -y 3 -x 3 -p 1 -q 1 -F 1",
     "layernorm": "layernorm -X 4x64 -o 1 -m 1 -F 1",
     "matmul": "gemm -m 16 -n 8 -k 32",
@@ -41,3 +42,25 @@ def test_dump_every_installed_op_for_the_cpu_and_cuda(op, fresh_default_registry
                     ptx = (kernel / files["binaries"][0]).read_text()
                     assert f".entry {export['kernel_name']}(" in ptx
                     assert export["pipeline"]  # the lowering IREE chose
+
+
+def test_a_configured_formulation_is_dumped_as_it_is_built(fresh_default_registry, private_cache, tmp_path, capsys):
+    """A formulation's configuration (the staged batch norm's elementwise pass: 256
+    threads, 16-byte accesses) is applied in the dump, not only in the cached kernel."""
+    from boo_core import Target
+    from boo_core.signatures.installed import installed_ops
+
+    command = "bnormbfp16 -n 2 -c 64 -H 8 -W 8 -m 1 -F 1 -s 1 -r 1 -L NHWC"
+    target = Target.parse("cuda:sm_80")
+    registry = installed_ops()
+    signature = registry.parse_command(command)
+    formulation = registry.formulations(signature, target)[0]
+    assert formulation.config, "the test needs a configured formulation"
+    assert main(["dump", "--to", str(tmp_path), "--target", "cuda:sm_80", *command.split()]) == 0, \
+        capsys.readouterr().out
+    kernel = tmp_path / "cuda-sm_80" / signature.func_name
+    index = json.loads((kernel / "index.json").read_text())
+    assert index["formulation"] == formulation.name
+    sizes = [e["workgroup_size"] for x in index["executables"] for e in x["exports"]]
+    assert formulation.config["workgroup_size"] in sizes, sizes
+    assert "--iree-hal-substitute-executable-configurations-from=" in (kernel / "compile_commands.txt").read_text()

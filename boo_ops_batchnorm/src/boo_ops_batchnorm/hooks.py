@@ -51,13 +51,24 @@ def first_stage_configs(signature: BatchNormSignature, target: Target, groups: i
     """The core's reduction configurations for the first stage of a channels-last spatial
     input's staged sums on a GPU (parts of ``groups`` rows x 2 sums x channels: IREE gives
     it 32-thread workgroups, each thread one sum of 4 channels): threads of one sum each,
-    then threads of both sums of 16 bytes of channels (one read of each input serving both:
-    compiled, not yet timed); none elsewhere."""
+    then threads of both sums of 16 bytes of channels (one read of each input serving both);
+    none elsewhere."""
     if target.backend == "llvm-cpu" or not (signature.spatial and signature.channels_last):
         return []
     shape = (signature.first_stage_parts(groups), 2, signature.channels)
-    return [*reduction_configs(shape),
-            *reduction_configs(shape, vector=16 // signature.dtype.itemsize, limit=2, whole_middle=True)]
+    return [*reduction_configs(shape), *paired_first_stage_configs(signature, target, groups)]
+
+
+def paired_first_stage_configs(signature: BatchNormSignature, target: Target, groups: int) -> list[dict]:
+    """Of :func:`first_stage_configs`, those whose threads compute both sums of 16 bytes of
+    channels, from one read of each input (IREE's own tiles read 8 bytes, once per sum).
+    The first is a training forward's default: on an H200, 6-14% faster than IREE's first
+    stage on 8 of ResNet-50's 10 rows that take it, 2-3% slower on two 14x14 rows; backwards
+    measured up to 40% slower, so it is only a tuning candidate for them."""
+    if target.backend == "llvm-cpu" or not (signature.spatial and signature.channels_last):
+        return []
+    shape = (signature.first_stage_parts(groups), 2, signature.channels)
+    return reduction_configs(shape, vector=16 // signature.dtype.itemsize, limit=2, whole_middle=True)
 
 
 def two_stage_groups(signature: BatchNormSignature) -> int | None:
@@ -77,7 +88,9 @@ def two_stage_groups(signature: BatchNormSignature) -> int | None:
 def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formulation, ...]:
     """On GPUs, where the kernel sums over the batch (training, backward, inference without
     running statistics), the sums in two stages where the reduction is short
-    (:func:`two_stage_groups`), in stages of ``GROUPS`` rows, then of ``SECOND_GROUPS``;
+    (:func:`two_stage_groups`), then, for a training forward, in stages of ``GROUPS`` rows
+    whose first stage's threads compute both sums (:func:`paired_first_stage_configs`),
+    in stages of ``GROUPS`` rows, then of ``SECOND_GROUPS``;
     a channels-last input's elementwise pass configured (the first of
     :func:`elementwise_pass_configs`: within 1-3% of the best of them on an H200), then the
     same without that configuration; then the reference's export. On the CPU the export."""
@@ -95,6 +108,10 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     variants = [("staged_sums", GROUPS, config), (f"staged_sums_{SECOND_GROUPS}", SECOND_GROUPS, config)]
     if (first_groups := two_stage_groups(signature)) is not None:
         variants.insert(0, ("staged_sums_two_stages", first_groups, config))
+    paired = paired_first_stage_configs(signature, target, GROUPS) if signature.mode == "train" else []
+    if config is not None and paired:  # before the plain stages: 2-3% slower to 14% faster (docs/gpu.md)
+        variants.insert(variants.index(("staged_sums", GROUPS, config)),
+                        ("staged_sums_paired", GROUPS, {**config, REDUCTIONS: paired[0]}))
     if config is not None:  # should IREE refuse the configuration, the sums with its own
         variants.append(("staged_sums_iree_tiles", GROUPS, None))
     staged = [Formulation(name, computation=functools.partial(compute, groups=groups), config=tiles,
@@ -106,18 +123,23 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
 
 def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCandidate]:
     """The other elementwise configurations (:func:`elementwise_pass_configs`) on each
-    configured formulation, each replacing the formulation's own; then ``staged_sums`` with
+    configured formulation, each replacing the formulation's own (its first stage's kept); then ``staged_sums`` with
     its first stage configured (:func:`first_stage_configs`). As every row's formulation on
     an H100 (ResNet-50's rows, one run), the first of those took a training forward from 2%
     slower to 7% faster, a backward from 4% faster to 33% slower: candidates, not a default."""
     configured = [f for f in formulations(signature, target) if f.config]
-    candidates = [TuningCandidate(f.name, config) for f in configured
+    candidates = [TuningCandidate(f.name, {**config, **_first_stage(f)}) for f in configured
                   for config in elementwise_pass_configs(signature, target)[1:]]
     for f in configured:
         if f.name == "staged_sums":
             candidates += [TuningCandidate(f.name, {**f.config, REDUCTIONS: sums})
                            for sums in first_stage_configs(signature, target, GROUPS)]
     return candidates
+
+
+def _first_stage(formulation: Formulation) -> dict:
+    """The part of ``formulation``'s configuration that configures its first stage of sums."""
+    return {REDUCTIONS: formulation.config[REDUCTIONS]} if REDUCTIONS in formulation.config else {}
 
 
 def compile_flags(signature: BatchNormSignature, target: Target) -> tuple[str, ...]:

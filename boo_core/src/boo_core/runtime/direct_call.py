@@ -10,7 +10,7 @@ strides and enqueues the kernel: no view, no copy, no allocation but the outputs
 arguments the graph does not pass (a batch norm's momentum) may be bound as constants: tensors
 made once, which the call keeps and passes after the caller's. Outputs nothing reads (an
 inference graph's layer-norm statistics) may be bound as discarded: the kernel writes them
-into memory the call made once, and the call returns None in their place, so it allocates
+into memory the call made with itself, and the call returns None in their place, so it allocates
 only what the graph uses.
 """
 
@@ -59,7 +59,7 @@ class DirectCall:
     """``launchable(*tensors)`` for tensors exactly like the bound ones, enqueued on torch's
     current stream, followed by the bound ``constants``. Returns the output (a tuple where the
     kernel has several) laid out as :attr:`outputs` says, None in place of each ``discarded``
-    output (written into memory made on the first launch and kept), or, for any other tensors
+    output (written into memory made with the call and kept), or, for any other tensors
     or in a process forked since binding, ``fallback(*tensors)`` (None, launching nothing,
     without one)."""
 
@@ -69,7 +69,7 @@ class DirectCall:
     def __init__(self, launcher: Callable[[list[int], int], None], expected: Sequence[Metadata],
                  outputs: Sequence[Metadata], device: torch.device, generation: int,
                  fallback: Callable[..., Any] | None = None, constants: Sequence[torch.Tensor] = (),
-                 discarded: Sequence[int] = ()) -> None:
+                 discarded: Sequence[int] = (), sinks: tuple[torch.Tensor, ...] | None = None) -> None:
         self._launcher = launcher
         self._expected = tuple(expected)
         self._constants = tuple(constants)  # kept alive for as long as the call is
@@ -86,7 +86,13 @@ class DirectCall:
         if any(not 0 <= i < len(self.outputs) for i in self.discarded):
             raise ValueError(f"discarded outputs {self.discarded} out of range for {len(self.outputs)} outputs")
         self._allocated = tuple(m for i, m in enumerate(self.outputs) if i not in self.discarded)
-        self._sinks: tuple[torch.Tensor, ...] | None = None  # the discarded outputs' memory, made on first launch
+        # The discarded outputs' memory (no reader, so every launch may overwrite it), made
+        # here, when the graph compiles: made on a first launch, it would be a block of the CUDA
+        # graph pool that launch ran in (Inductor's cudagraph trees warm up in their pool), kept
+        # alive by no output of the graph, which the trees refuse.
+        self._sinks = sinks if sinks is not None else tuple(
+            torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2], device=device)
+            for i in self.discarded)
         # The metadata checks in one C++ call, made from the first tensors launched (False: none to make).
         self._guards: Any = None
         self._remakes = 0  # times the checks were made again after a miss by tensors as bound
@@ -94,7 +100,7 @@ class DirectCall:
     def or_else(self, fallback: Callable[..., Any]) -> DirectCall:
         """This call, with ``fallback(*tensors)`` run for tensors it was not bound for."""
         return DirectCall(self._launcher, self._expected, self.outputs, self._device, self._generation, fallback,
-                          self._constants, self.discarded)
+                          self._constants, self.discarded, self._sinks)
 
     def __call__(self, *tensors: torch.Tensor) -> Any:
         result = self.try_launch(*tensors)
@@ -140,9 +146,6 @@ class DirectCall:
 
     def _launch_discarding(self, pointers: list[int], outputs: list[torch.Tensor], index: int) -> tuple:
         """Launch with the discarded outputs in the call's own memory; None in their places."""
-        if self._sinks is None:  # no reader, so every launch may overwrite the same memory
-            self._sinks = tuple(torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2],
-                                                    device=self._device) for i in self.discarded)
         kept, sinks, returned = iter(outputs), iter(self._sinks), []
         for position in range(len(self.outputs)):
             if position in self.discarded:

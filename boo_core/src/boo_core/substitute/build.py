@@ -143,6 +143,16 @@ def _relative_files(directory: Path) -> list[str]:
     return [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()]
 
 
+def configured_flags(request: Any, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...],
+                     files: Mapping[str, bytes]) -> tuple[str, ...]:
+    """``flags`` and those applying ``request``'s configuration (its formulation's, or a
+    tuning candidate's) to the executables a substitution's ``files`` leave IREE's; a
+    substitution that brings configured executables of its own decides them all."""
+    if "configurations" in stage_files(files):
+        return flags
+    return request.configured_flags(entry, mlir_path, flags)
+
+
 def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
     """Compile ``request`` (which has a substitution): the command and the kernel. Without
     a cache entry (cache disabled or unwritable), the files go to a scratch directory."""
@@ -155,10 +165,7 @@ def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
         flags, files = prepare(request, mlir_path, directory)
     except OSError as e:
         raise cache.CacheUnwritable(f"cannot write in {directory}: {e.strerror or e}") from e
-    flags = (*request.flags, *flags)
-    if "configurations" not in stage_files(files):  # else the substitution decides every configured executable
-        # the formulation's configuration, applied to the executables the substitution leaves IREE's
-        flags = request.configured_flags(entry, mlir_path, flags)
+    flags = configured_flags(request, entry, mlir_path, (*request.flags, *flags), files)
     shown = reproducer(mlir_path, entry.kernel_path, flags)
     entry.write_text(cache.COMMAND_FILE, shown + "\n")
     try:

@@ -7,6 +7,7 @@ made on the way. The kernel's directory, ``<root>/<target>/<func_name>/``, holds
 
     source.mlir              what BOO hands to IREE
     compile_commands.txt     the two iree-compile commands (the reproducer; they dump into .iree/)
+    config/                  a configured kernel's executables as its configuration edits them
     kernel.vmfb              the module (executables not linked together: one binary each)
     sources/<exe>.mlir       each executable as IREE formed it        -> substitutable
     configurations/<exe>.mlir  ... with the lowering configuration IREE chose -> substitutable
@@ -30,17 +31,20 @@ from typing import Any
 
 from ..errors import CompileError, SubstitutionError
 from ..files import MAX_KERNEL_FILE_BYTES, read_text
+from ..kernels import cache
 from ..kernels.chain import plan_kernels
 from ..kernels.compiler import compiler_version, reproducer, run_compile
 from ..kernels.request import KernelRequest
 from ..kernels.target import Target
 from ..signatures.installed import installed_ops
-from .build import SUBSTITUTION_DIR, prepare
+from .build import SUBSTITUTION_DIR, configured_flags, prepare
 from .candidates import kernel_directory, target_directory
 from .mlir_text import Executable, merge, parse_executable, split_executables
 from .substitution import Substitution
 
 INDEX_FORMAT = 1
+#: Where a configured kernel's edited executables go (the compile commands read them there).
+CONFIG_DIR = "config"
 _STAGE_DIRS = ("sources", "configurations", "benchmarks", "binaries", "intermediates")
 
 
@@ -97,15 +101,19 @@ def _dump(request: KernelRequest, directory: Path, passed_over: list[tuple[str, 
     mlir = directory / "source.mlir"
     mlir.write_text(request.source())
     substituted: tuple[str, ...] = ()
+    files: dict[str, bytes] = {}
     if request.substitution is not None:
-        substituted, _ = prepare(request, mlir, directory / SUBSTITUTION_DIR)
+        substituted, files = prepare(request, mlir, directory / SUBSTITUTION_DIR)
+    # the configuration the kernel is built with (its edited executables kept in CONFIG_DIR)
+    config_entry = cache.CacheEntry(directory / CONFIG_DIR, request.key, scratch=True)
+    flags = configured_flags(request, config_entry, mlir, (*request.flags, *substituted), files)
     dumps = {kind: scratch / kind for kind in _STAGE_DIRS}
     targets = directory / "intermediates" / "executable-targets.mlir"  # where the second command reads it
     targets.parent.mkdir()
-    first = (*request.flags, *substituted, "--compile-to=executable-targets",
+    first = (*flags, "--compile-to=executable-targets",
              *(f"--iree-hal-dump-executable-{kind}-to={dumps[kind]}" for kind in ("sources", "configurations",
                                                                                   "benchmarks")))
-    second = (*request.flags, *substituted, "--compile-from=executable-targets", "--iree-hal-link-executables=false",
+    second = (*flags, "--compile-from=executable-targets", "--iree-hal-link-executables=false",
               *(f"--iree-hal-dump-executable-{kind}-to={dumps[kind]}" for kind in ("binaries", "intermediates")))
     commands = [reproducer(mlir, targets, first), reproducer(targets, directory / "kernel.vmfb", second)]
     (directory / "compile_commands.txt").write_text("\n".join(commands) + "\n")
