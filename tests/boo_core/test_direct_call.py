@@ -119,6 +119,11 @@ def test_discarded_outputs_keep_their_metadata_and_survive_or_else():
     # Their memory is made with the call (when the graph compiles), not by a first launch,
     # which may run inside a CUDA graph pool (tests/gpu/test_direct_launch.py); shared by the copy.
     assert [tuple(t.shape) for t in call._sinks] == [(4,), (4,)]
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    cpu = torch.empty(4, 6, dtype=bf16)
+    with FakeTensorMode():  # as when a backend binds while the compiler traces: the memory is still real
+        faked = settle(Recorder(), [spec(4, 6)], outputs, [cpu], (), (), cpu.device, hal.generation, discarded=(1,))
+    assert not any(isinstance(t, FakeTensor) for t in faked._sinks) and faked._sinks[0].data_ptr()
     assert all(a is b for a, b in zip(call.or_else(lambda *t: None)._sinks, call._sinks))
     with pytest.raises(ValueError, match="out of range"):
         settle(Recorder(), [spec(4, 6)], outputs, [x], (), (), META, hal.generation, discarded=(3,))

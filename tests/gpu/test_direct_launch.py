@@ -390,6 +390,50 @@ def test_compiled_training_with_backward_kernels_through_direct_calls_is_right(b
     assert isinstance(backward._bound, DirectCall) and backward._exact
 
 
+def test_layer_norms_of_sequence_first_rows_reach_their_direct_calls(bound_calls, monkeypatch):
+    """A batch-first attention's residual stream lies in sequence-first order, so its layer
+    norms get a non-contiguous x (and their backwards a non-contiguous dy or x): the bound
+    calls make them contiguous and launch directly, never through the pattern's general
+    launch; gradients match PyTorch's."""
+    from boo_core.runtime.launchable import Launchable
+    from boo_ops_layernorm import fusion
+
+    checked: list[str] = []
+    try_call = Launchable.try_call
+    monkeypatch.setattr(Launchable, "try_call", lambda self, *args: checked.append(self.signature.func_name) or
+                        try_call(self, *args))
+    general: list[str] = []
+    for pattern in (fusion.LayerNormForward, fusion.LayerNormBackward):
+        original = pattern.launch
+        monkeypatch.setattr(pattern, "launch", lambda self, spec, inputs, original=original:
+                            general.append(self.name) or original(self, spec, inputs))
+
+    class SequenceFirst(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(256, 256)
+            self.norm = torch.nn.LayerNorm(256)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (sequence, batch, 256)
+            return self.norm(self.linear(x).transpose(0, 1) + x.transpose(0, 1))
+
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = SequenceFirst().to(DEVICE, bf16)
+    reference = copy.deepcopy(model).float()
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(model, backend="iree_boo", dynamic=False)
+        for _ in range(3):
+            x = torch.randn(64, 32, 256, device=DEVICE, dtype=bf16)
+            probe = torch.randn(32, 64, 256, device=DEVICE)
+            _gradients_match(compiled, model, reference, x, probe)
+    assert general == [], general
+    norms = [c for c in bound_calls if c.pattern.name.startswith("layernorm")]
+    assert sorted(c.pattern.name for c in norms) == ["layernorm.backward", "layernorm.forward"]
+    # every layer-norm call served by its DirectCall, none by the checked launch
+    assert [name for name in checked if name.startswith("layernorm")] == [], checked
+
+
 @pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
 def test_every_later_call_of_a_compiled_step_passes_the_direct_calls_cpp_check(backend, monkeypatch):
     """Under Inductor a node's first call ran under another thread dispatch state than the

@@ -49,6 +49,21 @@ def _reshaping(shape: Sequence[int]) -> Callable[[torch.Tensor], torch.Tensor]:
     return lambda t: t.reshape(shape)
 
 
+def _dense(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """``tensors`` as the kernels take them: contiguous (a tensor that is stays itself)."""
+    return tuple(t.contiguous() for t in tensors)
+
+
+def _densing(call: Callable[..., Any], examples: Sequence[torch.Tensor]) -> Callable[..., Any]:
+    """``call`` (bound for contiguous tensors) for tensors laid out like ``examples``: where
+    one is not contiguous (a batch-first attention's residual stream, whose rows lie in
+    sequence-first order), the call copies it first, which the general launch did too, after
+    its lookups and checks."""
+    if all(t.is_contiguous() for t in examples):
+        return call
+    return lambda *tensors: call(*_dense(tensors))
+
+
 def _reads_statistics(node: torch.fx.Node) -> bool:
     """Whether the graph reads ``native_layer_norm``'s mean or rstd (anything but ``y = out[0]``)."""
     return any(user.target is not operator.getitem or user.args[1] != 0 for user in node.users)
@@ -88,7 +103,7 @@ class LayerNormForward(FusionPattern):
         forward = forward_launchable(x, tuple(spec["normalized_shape"]), *_split(spec, params), spec["eps"])
 
         def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-            outputs = forward.try_call(*tensors)
+            outputs = forward.try_call(*_dense(tensors))
             return None if outputs is None else _as_torch_returns(spec, forward.signature, outputs)
 
         # On a GPU, the statistics are returned as views of the kernel's where torch's dtype is theirs.
@@ -97,8 +112,8 @@ class LayerNormForward(FusionPattern):
             return run
         # An inference graph reads only y: the kernel writes the statistics where no one allocates them.
         discarded = () if spec.get("stats_read", True) else (1, 2)
-        direct = forward.bind(inputs, (), (None, _reshaping(keep), _reshaping(keep)), discarded=discarded)
-        return run if direct is None else direct.or_else(run)
+        direct = forward.bind(_dense(inputs), (), (None, _reshaping(keep), _reshaping(keep)), discarded=discarded)
+        return run if direct is None else _densing(direct.or_else(run), inputs)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         x, *params = inputs
@@ -161,7 +176,7 @@ class LayerNormBackward(FusionPattern):
         def run(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                 *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
             stats = (mean.reshape(stats_shape).to(stats_dtype), rstd.reshape(stats_shape).to(stats_dtype))
-            outputs = kernel.try_call(dy, x, *stats, *params)
+            outputs = kernel.try_call(*_dense((dy, x, *stats, *params)))
             if outputs is None:
                 return None
             found = by_gradient(gradients, outputs)
@@ -170,11 +185,11 @@ class LayerNormBackward(FusionPattern):
         # On a GPU, tensors laid out as bound go to the kernel as they are (the statistics' reshapes are views).
         if inputs[2].dtype != stats_dtype or inputs[3].dtype != stats_dtype:
             return run
-        direct = kernel.bind(inputs, (None, None, _reshaping(stats_shape), _reshaping(stats_shape)))
+        direct = kernel.bind(_dense(inputs), (None, None, _reshaping(stats_shape), _reshaping(stats_shape)))
         if direct is None:
             return run
         if gradients == GRADIENTS:  # the kernel returns (dx, dw, db): the node's values as they are
-            return direct.or_else(run)
+            return _densing(direct.or_else(run), inputs)
 
         def run_direct(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                        *params: torch.Tensor) -> tuple[torch.Tensor | None, ...] | None:
@@ -184,7 +199,7 @@ class LayerNormBackward(FusionPattern):
             found = by_gradient(gradients, outputs)
             return tuple(found.get(g) for g in GRADIENTS)
 
-        return run_direct
+        return _densing(run_direct, inputs)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
         dy, x, mean, rstd, *params = inputs

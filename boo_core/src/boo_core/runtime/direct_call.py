@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from ..signatures.signature import TensorSpec
 from . import hal
@@ -90,9 +90,12 @@ class DirectCall:
         # here, when the graph compiles: made on a first launch, it would be a block of the CUDA
         # graph pool that launch ran in (Inductor's cudagraph trees warm up in their pool), kept
         # alive by no output of the graph, which the trees refuse.
-        self._sinks = sinks if sinks is not None else tuple(
-            torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2], device=device)
-            for i in self.discarded)
+        # Real tensors, even under the compiler's fake-tensor mode.
+        if sinks is None:
+            with unset_fake_temporarily():
+                sinks = tuple(torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2],
+                                                  device=device) for i in self.discarded)
+        self._sinks = sinks
         # The metadata checks in one C++ call, made from the first tensors launched (False: none to make).
         self._guards: Any = None
         self._remakes = 0  # times the checks were made again after a miss by tensors as bound
