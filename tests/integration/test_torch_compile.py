@@ -352,6 +352,56 @@ def test_a_residual_in_a_linear_layers_kernel_trains_like_eager():
     assert not offload_summary().graphs[0].fallbacks["aten.add"]
 
 
+class _StridedOperands(nn.Module):
+    """A residual stream kept in sequence-first order behind a batch-first view (as a batch-
+    first attention leaves it), a residual linear layer on it, and a class token's head:
+    operands no kernel takes as they are (strided rows)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.mlp = nn.LayerNorm(16), nn.Linear(16, 16)
+        self.final_norm, self.head = nn.LayerNorm(16), nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (sequence, batch, 16)
+        stream = x.transpose(0, 1) * 2
+        stream = stream + self.mlp(self.norm(stream))
+        return self.head(self.final_norm(stream)[:, 0])
+
+
+def test_strided_operands_go_through_the_bound_call_not_the_general_launch(monkeypatch):
+    """Matmuls whose operands are strided rows take their bound calls, which make those
+    contiguous (as the general launch does, after a lookup per call); forward and backward
+    match eager."""
+    from boo_ops_matmul import fusion
+
+    general: list[str] = []
+    original = fusion._Product.launch
+    monkeypatch.setattr(fusion._Product, "launch", lambda self, spec, inputs: general.append(self.name) or
+                        original(self, spec, inputs))
+    torch.manual_seed(0)
+    block = _StridedOperands()
+    reference = copy.deepcopy(block)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    with settings_override(use_backward_kernels=True):
+        compiled = torch.compile(block, backend="iree_boo", dynamic=False)
+        for _ in range(2):
+            x = torch.randn(5, 3, 16, requires_grad=True)
+            got = compiled(x)
+            got.square().sum().backward()
+            x_grad, x.grad = x.grad, None
+            want = reference(x)
+            want.square().sum().backward()
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(x_grad, x.grad, rtol=1e-5, atol=1e-5)
+            for p, q in zip(block.parameters(), reference.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+                p.grad = q.grad = None
+    summary = offload_summary()
+    assert sum(n for name, n in summary.offloaded.items() if name.startswith("matmul.")) >= 4, summary
+    assert general == [], general
+
+
 def test_a_kernel_boo_cannot_compile_falls_back_with_a_warning():
     torch._dynamo.reset()
     reset_offload_summary()

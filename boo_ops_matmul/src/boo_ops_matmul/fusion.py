@@ -58,7 +58,9 @@ class _Product(FusionPattern):
         a, b, c, bias = _operands(spec, inputs)  # bound_matmul takes a (1, N) bias row as it is
         residual_shape = _product_shape(a, b) if spec.get("residual") else None  # r viewed in the product's
         call = bound_matmul(a, b, c, **{**_keywords(spec, inputs), "bias": bias}, c_shape=residual_shape)
-        if call is None or spec.get("view") is None:
+        if call is None:
+            return self._bind_copying(spec, inputs)
+        if spec.get("view") is None:
             return call
 
         def viewed(*tensors: torch.Tensor) -> torch.Tensor | None:
@@ -66,6 +68,18 @@ class _Product(FusionPattern):
             return None if y is None else _viewed(spec, y)
 
         return viewed
+
+    def _bind_copying(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch | None:
+        """Where an input is laid out as no kernel takes it (a class token's rows, a residual
+        stream in sequence-first order), the call bound for it made contiguous, which the
+        call then makes it: the copy the general launch makes too, without its lookups."""
+        copied = frozenset(i for i, t in enumerate(inputs) if not _kernel_ready(t, operand=i < 2))
+        if not copied:
+            return None
+        call = self.bind(spec, [t.contiguous() if i in copied else t for i, t in enumerate(inputs)])
+        if call is None:
+            return None
+        return lambda *tensors: call(*(t.contiguous() if i in copied else t for i, t in enumerate(tensors)))
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, c, bias = _operands(spec, inputs)
@@ -80,6 +94,12 @@ class _Product(FusionPattern):
 def _viewed(spec: Mapping[str, Any], y: torch.Tensor) -> torch.Tensor:
     """The product in the shape the matched view gave it (``spec["view"]``), if any."""
     return y if spec.get("view") is None else y.view(spec["view"])
+
+
+def _kernel_ready(t: torch.Tensor, *, operand: bool) -> bool:
+    """Whether a kernel takes ``t`` as it is: dense, or for a product's operand (a or b) the
+    transpose of a dense tensor."""
+    return t.is_contiguous() or (operand and t.dim() >= 2 and t.mT.is_contiguous())
 
 
 def _product_shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
