@@ -26,7 +26,8 @@ class GraphReport:
     ``skipped_reorders`` the copies that only reordered elements and are no longer made
     (:mod:`.reorders`), ``updates_in_place`` the writes into graph inputs made in place
     instead of computed and copied, ``batched_writes`` the copies into graph inputs made as
-    one ``_foreach_copy_`` (:mod:`.copies`). ``saved_for_backward``: the tensors a training
+    one ``_foreach_copy_`` (:mod:`.copies`), ``stacked_gradients`` the sums of selections'
+    gradients made one stack (:mod:`.gradient_sums`). ``saved_for_backward``: the tensors a training
     forward graph saves for its backward (each one autograd holds and hands over every step).
     """
 
@@ -45,6 +46,7 @@ class GraphReport:
     skipped_reorders: int = 0
     updates_in_place: int = 0
     batched_writes: int = 0
+    stacked_gradients: int = 0
     saved_for_backward: int = 0
 
     @property
@@ -72,6 +74,8 @@ class GraphReport:
             text += f"; {self.updates_in_place} updates of graph inputs made in place"
         if self.batched_writes:
             text += f"; {self.batched_writes} copies into graph inputs made as one"
+        if self.stacked_gradients:
+            text += f"; {self.stacked_gradients} sums of selections' gradients made one stack"
         if self.saved_for_backward:
             text += f"; {self.saved_for_backward} tensors saved for the backward"
         if self.substituted:

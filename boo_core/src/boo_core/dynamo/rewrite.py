@@ -38,6 +38,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
 from .copies import batch_final_writes, drop_noop_clones, update_in_place
 from .flops import node_flops
+from .gradient_sums import stack_selection_gradients
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .reorders import skip_reordering_copies
 from .report import GraphReport, logger, new_report
@@ -118,7 +119,9 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
     A forward or inference graph first loses its clones that copy nothing (:mod:`.copies`)
     and, for an eager nested backend, the copies matmuls and attention can do without
-    (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops).
+    (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops); for an
+    eager nested backend, a sum of selections' gradients that fill a tensor becomes one
+    stack (:mod:`.gradient_sums`).
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
@@ -138,6 +141,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
         patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
     by_anchor = _by_anchor(patterns)
+    if not as_custom_op:  # Inductor fuses the sum into one kernel itself
+        report.stacked_gradients = stack_selection_gradients(gm.graph)
     if kind != "backward":
         if not as_custom_op:
             report.skipped_reorders = skip_reordering_copies(gm)
