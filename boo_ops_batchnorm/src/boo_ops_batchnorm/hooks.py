@@ -116,7 +116,9 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
         variants.append(("staged_sums_iree_tiles", GROUPS, None))
     staged = [Formulation(name, computation=functools.partial(compute, groups=groups), config=tiles,
                           flags=STAGED_FLAGS,
-                          description=f"sums over the batch in stages of {groups} rows (a thread per output)")
+                          description=f"sums over the batch in stages of {groups} rows ("
+                          + ("the first stage's threads each both sums of 16 bytes of channels)"
+                             if name == "staged_sums_paired" else "a thread per output)"))
               for name, groups, tiles in variants]
     return (*staged, default)
 

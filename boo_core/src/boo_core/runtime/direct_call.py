@@ -86,11 +86,11 @@ class DirectCall:
         if any(not 0 <= i < len(self.outputs) for i in self.discarded):
             raise ValueError(f"discarded outputs {self.discarded} out of range for {len(self.outputs)} outputs")
         self._allocated = tuple(m for i, m in enumerate(self.outputs) if i not in self.discarded)
-        # The discarded outputs' memory (no reader, so every launch may overwrite it), made
-        # here, when the graph compiles: made on a first launch, it would be a block of the CUDA
-        # graph pool that launch ran in (Inductor's cudagraph trees warm up in their pool), kept
-        # alive by no output of the graph, which the trees refuse.
-        # Real tensors, even under the compiler's fake-tensor mode.
+        # The discarded outputs' memory (no reader, so every launch may overwrite it): real
+        # tensors made here, when the graph compiles, even under the compiler's fake-tensor
+        # mode. Made on a first launch, it would be a block of the CUDA graph pool that launch
+        # ran in (Inductor's cudagraph trees warm up in their pool), kept alive by no output
+        # of the graph, which the trees refuse.
         if sinks is None:
             with unset_fake_temporarily():
                 sinks = tuple(torch.empty_strided(self.outputs[i][0], self.outputs[i][1], dtype=self.outputs[i][2],
