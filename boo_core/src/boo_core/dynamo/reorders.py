@@ -81,8 +81,7 @@ def skip_reordering_copies(gm: torch.fx.GraphModule) -> int:
             if not removed + skipped:
                 break
     finally:
-        global _count
-        _count = torch.empty(0, dtype=torch.int64)  # the offsets' memory is the pass's only
+        release_offsets()
         _rows_of.cache_clear()
         _leaf_layouts.cache_clear()
     saved = clones - len(_reordering_clones(graph)) - len(reshaped & set(graph.nodes))
@@ -329,6 +328,12 @@ def _offsets(layout: Layout) -> torch.Tensor:
 
 
 _count = torch.empty(0, dtype=torch.int64)
+
+
+def release_offsets() -> None:
+    """Free the counting tensor :func:`_offsets` keeps between calls (a pass's memory only)."""
+    global _count
+    _count = torch.empty(0, dtype=torch.int64)
 
 
 def _counting(span: int) -> torch.Tensor:

@@ -27,7 +27,8 @@ class GraphReport:
     (:mod:`.reorders`), ``updates_in_place`` the writes into graph inputs made in place
     instead of computed and copied, ``batched_writes`` the copies into graph inputs made as
     one ``_foreach_copy_`` (:mod:`.copies`), ``stacked_gradients`` the sums of selections'
-    gradients made one stack (:mod:`.gradient_sums`). ``saved_for_backward``: the tensors a training
+    gradients made one stack (:mod:`.gradient_sums`), ``collapsed_copies`` the copies no
+    longer made where a chain of copies became one (:mod:`.copy_chains`). ``saved_for_backward``: the tensors a training
     forward graph saves for its backward (each one autograd holds and hands over every step).
     """
 
@@ -47,6 +48,7 @@ class GraphReport:
     updates_in_place: int = 0
     batched_writes: int = 0
     stacked_gradients: int = 0
+    collapsed_copies: int = 0
     saved_for_backward: int = 0
 
     @property
@@ -76,6 +78,8 @@ class GraphReport:
             text += f"; {self.batched_writes} copies into graph inputs made as one"
         if self.stacked_gradients:
             text += f"; {self.stacked_gradients} sums of selections' gradients made one stack"
+        if self.collapsed_copies:
+            text += f"; {self.collapsed_copies} copies of copy chains no longer made"
         if self.saved_for_backward:
             text += f"; {self.saved_for_backward} tensors saved for the backward"
         if self.substituted:

@@ -37,6 +37,7 @@ from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
 from .copies import batch_final_writes, drop_noop_clones, update_in_place
+from .copy_chains import collapse_copy_chains
 from .flops import node_flops
 from .gradient_sums import stack_selection_gradients
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
@@ -121,7 +122,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     and, for an eager nested backend, the copies matmuls and attention can do without
     (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops); for an
     eager nested backend, a sum of selections' gradients that fill a tensor becomes one
-    stack (:mod:`.gradient_sums`).
+    stack (:mod:`.gradient_sums`) and a chain of copies one copy (:mod:`.copy_chains`).
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
@@ -150,6 +151,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         if not as_custom_op:  # Inductor fuses the updates and their copies itself
             report.updates_in_place = update_in_place(gm.graph)
             report.batched_writes = batch_final_writes(gm.graph)
+    if not as_custom_op:  # Inductor fuses copies itself
+        report.collapsed_copies = collapse_copy_chains(gm.graph)
     if kind != "backward" and get_settings().rewrites_graphs(_device_type(gm.graph)):
         _apply_rewrites(gm.graph, BooOpRegistry.default().graph_rewrites(), report,
                         spanned=_spanned(gm.graph, by_anchor, backend, kind))
