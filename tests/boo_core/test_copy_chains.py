@@ -73,9 +73,10 @@ def test_chains_with_a_value_read_elsewhere_or_a_single_copy_stay():
 
 
 def test_attentions_backward_copies_collapse_and_train_like_eager():
-    """nn.MultiheadAttention (batch first) under iree_boo: its backward graph moves dq, dk
-    and dv through chains of copies into the packed projection's gradient; those become one
-    copy, and gradients match eager."""
+    """nn.MultiheadAttention (batch first) under iree_boo: its backward graph sums three
+    selections' gradients into the packed projection's gradient (made one stack,
+    boo_core.dynamo.gradient_sums) and moves dq, dk and dv there through chains of copies
+    (made one copy); gradients match eager."""
     torch.manual_seed(0)
     attention = nn.MultiheadAttention(16, 2, batch_first=True)
     reference = copy.deepcopy(attention)
@@ -92,4 +93,5 @@ def test_attentions_backward_copies_collapse_and_train_like_eager():
             torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5)
             got.grad = want.grad = None
     [backward] = [g for g in offload_summary().graphs if g.kind == "backward"]
-    assert backward.collapsed_copies >= 4, backward
+    assert backward.stacked_gradients == 1 and backward.collapsed_copies >= 4, backward
+    assert not backward.fallbacks["aten.select_backward"], backward.fallbacks

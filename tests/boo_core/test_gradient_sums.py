@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.dynamo.gradient_sums import stack_selection_gradients
 
 aten = torch.ops.aten
@@ -96,22 +92,4 @@ def test_the_stack_stops_where_something_else_is_added():
     _same_values(_something_else_added, gm, [4, 5], [4, 5], [4, 5])
 
 
-def test_attentions_packed_gradient_is_one_stack_and_trains_like_eager():
-    """nn.MultiheadAttention (batch first) splits its packed projection by selection: under
-    iree_boo its backward stacks the three gradients, and gradients match eager."""
-    torch.manual_seed(0)
-    attention = nn.MultiheadAttention(16, 2, batch_first=True)
-    reference = copy.deepcopy(attention)
-    torch._dynamo.reset()
-    reset_offload_summary()
-    compiled = torch.compile(lambda t: attention(t, t, t, need_weights=False)[0], backend="iree_boo", dynamic=False)
-    x = torch.randn(3, 5, 16, requires_grad=True)
-    compiled(x).square().sum().backward()
-    x_grad, x.grad = x.grad, None
-    reference(x, x, x, need_weights=False)[0].square().sum().backward()
-    torch.testing.assert_close(x_grad, x.grad, rtol=1e-5, atol=1e-5)
-    for got, want in zip(attention.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(got.grad, want.grad, rtol=1e-5, atol=1e-5)
-    backward = [g for g in offload_summary().graphs if g.kind == "backward"]
-    assert [g.stacked_gradients for g in backward] == [1], backward
-    assert not backward[0].fallbacks["aten.select_backward"], backward[0].fallbacks
+# Attention's packed gradient under iree_boo, stacked and trained like eager: tests/boo_core/test_copy_chains.py
