@@ -24,7 +24,7 @@ import torch
 import torch.fx
 
 from .copies import writes_in_place
-from .reorders import _VIEWS, Layout, _affine, _layout, _offsets, _value, release_offsets
+from .layouts import VIEWS, Layout, affine_layout, dense_layout, node_value, release_offsets, storage_offsets
 
 aten = torch.ops.aten
 _MOVES = frozenset({aten.clone.default, aten.stack.default})
@@ -116,7 +116,7 @@ def _chain(last: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx.Node
         for source in inputs:
             if not isinstance(source, torch.fx.Node):
                 return None
-            inside = source.op == "call_function" and (source.target in _MOVES or source.target in _VIEWS)
+            inside = source.op == "call_function" and (source.target in _MOVES or source.target in VIEWS)
             if inside and len(source.users) == 1:
                 pending.append(source)
             elif source not in sources:
@@ -128,8 +128,8 @@ def _chain(last: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx.Node
 def _gathered(last: torch.fx.Node, nodes: list[torch.fx.Node], sources: list[torch.fx.Node]) -> Gathered | None:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    traced = [_layout(_value(s)) if _value(s) is not None else None for s in sources]
-    result = _value(last)
+    traced = [dense_layout(node_value(s)) if node_value(s) is not None else None for s in sources]
+    result = node_value(last)
     if any(t is None for t in traced) or result is None or not result.is_contiguous():
         return None
     position = {s: i for i, s in enumerate(sources)}
@@ -139,8 +139,9 @@ def _gathered(last: torch.fx.Node, nodes: list[torch.fx.Node], sources: list[tor
         return None
     with unset_fake_temporarily():  # real tensors of storage offsets, whatever mode the compiler runs in
         try:
-            span = max(int(_offsets(t).max()) + 1 for t in traced)
-            encoded = [_offsets(t) + i * span for i, t in enumerate(traced)]
+            offsets = [storage_offsets(t) for t in traced]
+            span = max(int(o.max()) + 1 for o in offsets)
+            encoded = [o + i * span for i, o in enumerate(offsets)]
             values = _replay(steps, encoded)
             parts = _parts(values, span)
         except (RuntimeError, ValueError):
@@ -157,7 +158,7 @@ def _parts(values: torch.Tensor, span: int) -> tuple[int | None, tuple[tuple[int
     """(the dim, each slice's source and view layout), or (None, the one part) for one source."""
     source, offsets = values // span, values % span
     if int(source.min()) == int(source.max()):
-        found = _affine(offsets)
+        found = affine_layout(offsets)
         return None if found is None else (None, ((int(source.min()), (tuple(values.shape), *found)),))
     for dim in range(values.dim()):
         per_slice = source.movedim(dim, 0).reshape(values.shape[dim], -1)
@@ -166,7 +167,7 @@ def _parts(values: torch.Tensor, span: int) -> tuple[int | None, tuple[tuple[int
         parts = []
         for index in range(values.shape[dim]):
             piece = offsets.select(dim, index)
-            found = _affine(piece)
+            found = affine_layout(piece)
             if found is None:
                 return None
             parts.append((int(per_slice[index, 0]), (tuple(piece.shape), *found)))

@@ -31,22 +31,27 @@ from typing import Any
 import torch
 import torch.fx
 
-from ..plugins.patterns import only_user, tensor_value
+from ..plugins.patterns import only_user
 from .copies import writes_in_place
+from .layouts import (
+    VIEWS,
+    Layout,
+    affine_layout,
+    counting,
+    dense_layout,
+    node_value,
+    release_offsets,
+    static_layout,
+    storage_offsets,
+)
 
 aten = torch.ops.aten
 
-_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
-                    aten.transpose.int, aten.select.int, aten.slice.Tensor, aten.unsqueeze.default,
-                    aten.squeeze.dim, aten.squeeze.default, aten.t.default, aten.alias.default})
 _ROW_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
 _ATTENTION = frozenset({aten._scaled_dot_product_flash_attention.default,
                         aten._scaled_dot_product_efficient_attention.default,
                         aten._scaled_dot_product_cudnn_attention.default,
                         aten._scaled_dot_product_flash_attention_for_cpu.default})
-
-Layout = tuple[tuple[int, ...], tuple[int, ...], int]
-"""(shape, strides, storage offset) of a tensor."""
 
 Rows = tuple[torch.fx.Node, torch.fx.Node, tuple[torch.fx.Node, ...]]
 """A matrix of rows a copy reorders: (the node giving the matrix, its source, the copies it replaces)."""
@@ -126,16 +131,16 @@ def _reordering_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     found = []
     for node in graph.find_nodes(op="call_function", target=aten.clone.default):
         source = node.args[0] if node.args else None
-        before, after = _value(source), _value(node)
+        before, after = node_value(source), node_value(node)
         if before is not None and after is not None and after.is_contiguous() and not before.is_contiguous() \
-                and _layout(before) is not None and not _returned(node):
+                and dense_layout(before) is not None and not _returned(node):
             found.append(node)
     return found
 
 
 def _returned_layouts(graph: torch.fx.Graph) -> list[Layout | None]:
-    return [_strides(value) if value is not None else None
-            for value in map(_value, graph.output_node().all_input_nodes)]
+    return [static_layout(value) if value is not None else None
+            for value in map(node_value, graph.output_node().all_input_nodes)]
 
 
 def _reordered_rows(graph: torch.fx.Graph) -> list[Rows]:
@@ -147,8 +152,8 @@ def _reordered_rows(graph: torch.fx.Graph) -> list[Rows]:
         if rows is not None and rows.target in _ROW_VIEWS:
             found.append((rows, clone.args[0], (clone,)))
     for rows in graph.find_nodes(op="call_function", target=aten.reshape.default):
-        source = _value(rows.args[0])
-        if source is not None and not source.is_contiguous() and _layout(source) is not None:
+        source = node_value(rows.args[0])
+        if source is not None and not source.is_contiguous() and dense_layout(source) is not None:
             found.append((rows, rows.args[0], ()))
     return found
 
@@ -157,24 +162,24 @@ def _rows_in_storage_order(graph: torch.fx.Graph, found: Rows) -> bool:
     """The first rewrite (module docstring) for one of :func:`_reordered_rows`, if its uses
     have that shape."""
     rows, source, copies = found
-    if len(_value(rows).shape) != 2 or _returned(rows):
+    if len(node_value(rows).shape) != 2 or _returned(rows):
         return False
     product = only_user(rows)
     if product is None or product.target not in (aten.mm.default, aten.addmm.default) or _returned(product):
         return False
     position = 1 if product.target is aten.addmm.default else 0
     if product.args[position] is not rows or rows in product.args[position + 1:] \
-            or (position and not _is_row(_value(product.args[0]), _value(product))):
+            or (position and not _is_row(node_value(product.args[0]), node_value(product))):
         return False  # an addmm's addend must be one row for all (a bias), or rows would need reordering too
-    traced = _layout(_value(source))
-    m, k = _value(rows).shape
+    traced = dense_layout(node_value(source))
+    m, k = node_value(rows).shape
     order = _rows_of(traced, m, k)
     result = only_user(product)
-    if order is None or torch.equal(order, _counting(m)) or result is None or result.target not in _ROW_VIEWS:
+    if order is None or torch.equal(order, counting(m)) or result is None or result.target not in _ROW_VIEWS:
         return False
-    n = _value(product).shape[1]
-    shape = tuple(_value(result).shape)
-    rows_affine = _affine(order.view(*shape[:-1])) if shape[-1] == n and len(shape) > 1 else None
+    n = node_value(product).shape[1]
+    shape = tuple(node_value(result).shape)
+    rows_affine = affine_layout(order.view(*shape[:-1])) if shape[-1] == n and len(shape) > 1 else None
     bias = _bias_after(result, n)
     last = bias if bias is not None else result
     if rows_affine is None or _returned(last):
@@ -206,7 +211,7 @@ def _attention_reads_views(graph: torch.fx.Graph, clone: torch.fx.Node) -> bool:
     if not leaves:
         return False
     source = clone.args[0]
-    traced = _layout(_value(source))
+    traced = dense_layout(node_value(source))
     position = {node: i for i, node in enumerate([clone, *tree])}
     steps = tuple((position[node.args[0]], node.target, _hashable(node.args[1:]), _hashable(node.kwargs))
                   for node in tree)
@@ -231,12 +236,12 @@ def _leaf_layouts(traced: Layout, steps: tuple[tuple[int, Any, Any, Any], ...], 
     """The layouts of the leaves of a view tree (``steps``: each node's parent position, op and
     other arguments; position 0 the clone) over a source of layout ``traced``, each a view with
     contiguous rows; None if some leaf is not one."""
-    offsets = [_offsets(traced).contiguous()]
+    offsets = [storage_offsets(traced).contiguous()]
     for parent, target, args, kwargs in steps:
         offsets.append(target(offsets[parent], *_listed(args), **dict(_listed(kwargs))))
     layouts = []
     for leaf in leaves:
-        found = _affine(offsets[leaf])
+        found = affine_layout(offsets[leaf])
         if found is None or not _attention_can_read(tuple(offsets[leaf].shape), *found):
             return None
         layouts.append((tuple(offsets[leaf].shape), *found))
@@ -274,7 +279,7 @@ def _view_tree(clone: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx
     while pending:
         node = pending.pop()
         for user in node.users:
-            if user.op == "call_function" and user.target in _VIEWS and user.args[0] is node \
+            if user.op == "call_function" and user.target in VIEWS and user.args[0] is node \
                     and not any(isinstance(a, torch.fx.Node) for a in (*user.args[1:], *user.kwargs.values())):
                 tree.append(user)
                 pending.append(user)
@@ -289,91 +294,19 @@ def _view_tree(clone: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx
     return sorted(tree, key=order.__getitem__), list(dict.fromkeys(leaves))
 
 
-# -- storage offsets ------------------------------------------------------------------------------
-
-
-def _value(argument: object) -> torch.Tensor | None:
-    """:func:`tensor_value` of an argument that may not be a node (a scalar: None)."""
-    return tensor_value(argument) if isinstance(argument, torch.fx.Node) else None
-
-
-def _strides(value: torch.Tensor) -> Layout | None:
-    """The layout of a tensor of static shape; None for symbolic sizes."""
-    try:
-        return tuple(map(int, value.shape)), tuple(map(int, value.stride())), int(value.storage_offset())
-    except (TypeError, RuntimeError):
-        return None
-
-
-def _layout(value: torch.Tensor) -> Layout | None:
-    """The layout of a dense, non-overlapping tensor of static shape; None otherwise."""
-    layout = _strides(value)
-    if layout is None:
-        return None
-    shape, strides, offset = layout
-    expected = 1  # dense: ordered by stride, each dimension steps over all the ones inside it
-    for size, stride in sorted(((size, stride) for size, stride in zip(shape, strides) if size != 1),
-                               key=lambda pair: pair[1]):
-        if stride != expected:
-            return None
-        expected *= size
-    return shape, strides, offset
-
-
-def _offsets(layout: Layout) -> torch.Tensor:
-    """A tensor of ``layout``'s shape holding each element's storage offset."""
-    shape, strides, offset = layout
-    span = offset + sum((size - 1) * stride for size, stride in zip(shape, strides)) + 1
-    return _counting(span).as_strided(shape, strides, offset)
-
-
-_count = torch.empty(0, dtype=torch.int64)
-
-
-def release_offsets() -> None:
-    """Free the counting tensor :func:`_offsets` keeps between calls (a pass's memory only)."""
-    global _count
-    _count = torch.empty(0, dtype=torch.int64)
-
-
-def _counting(span: int) -> torch.Tensor:
-    """0, 1, ..., span - 1 (int64; one tensor serves every call of a pass, made again only to grow)."""
-    global _count
-    if _count.numel() < span:
-        _count = torch.arange(span, dtype=torch.int64)
-    return _count[:span]
-
-
-def _affine(offsets: torch.Tensor) -> tuple[tuple[int, ...], int] | None:
-    """(strides, offset) with ``offsets[i] == offset + sum(i_d * strides[d])`` everywhere,
-    all strides non-negative; None if there are none."""
-    if offsets.numel() == 0:
-        return None
-    corner = [0] * offsets.dim()
-    origin = int(offsets[tuple(corner)])
-    strides = tuple(int(offsets[tuple(corner[:d] + [1] + corner[d + 1:])]) - origin if size > 1 else 0
-                    for d, size in enumerate(offsets.shape))
-    if any(s < 0 for s in strides) or origin < 0:
-        return None
-    expected = _counting(origin + sum((n - 1) * s for n, s in zip(offsets.shape, strides)) + 1)
-    if not torch.equal(expected.as_strided(offsets.shape, strides, origin), offsets):
-        return None
-    return strides, origin
-
-
 @functools.lru_cache(maxsize=64)
 def _rows_of(layout: Layout, m: int, k: int) -> torch.Tensor | None:
     """Where each row of the (m, k) matrix read from a tensor of ``layout`` in logical order
     lies among the m rows memory holds: a permutation of range(m), if memory holds every
     row as k consecutive elements; None otherwise."""
-    offsets = _offsets(layout).contiguous().view(m, k)
-    if not torch.equal(offsets - offsets[:, :1], _counting(k).expand(m, k)):
+    offsets = storage_offsets(layout).contiguous().view(m, k)
+    if not torch.equal(offsets - offsets[:, :1], counting(k).expand(m, k)):
         return None
     starts = offsets[:, 0] - int(offsets.min())
     if bool((starts % k).any()):
         return None
     order = starts // k
-    if not torch.equal(order.sort().values, _counting(m)):
+    if not torch.equal(order.sort().values, counting(m)):
         return None
     return order
 
@@ -389,7 +322,7 @@ def _bias_after(result: torch.fx.Node, n: int) -> torch.fx.Node | None:
     if add is None or add.target is not aten.add.Tensor or add.args[0] is not result or len(add.args) != 2 \
             or add.kwargs:
         return None
-    bias, value = _value(add.args[1]), _value(result)
+    bias, value = node_value(add.args[1]), node_value(result)
     if bias is None or bias.dim() != 1 or bias.numel() != n or bias.dtype != value.dtype:
         return None
     return add

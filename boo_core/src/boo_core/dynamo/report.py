@@ -68,20 +68,9 @@ class GraphReport:
             text += f"; {self.offload_share:.1%} of the conv/matmul/attention/norm FLOPs on BOO"
         if self.rewritten:
             text += f"; rewritten first: {listing(self.rewritten)}"
-        if self.dropped_copies:
-            text += f"; {self.dropped_copies} copies of a tensor into its own layout dropped"
-        if self.skipped_reorders:
-            text += f"; {self.skipped_reorders} reordering copies read as views instead"
-        if self.updates_in_place:
-            text += f"; {self.updates_in_place} updates of graph inputs made in place"
-        if self.batched_writes:
-            text += f"; {self.batched_writes} copies into graph inputs made as one"
-        if self.stacked_gradients:
-            text += f"; {self.stacked_gradients} sums of selections' gradients made one stack"
-        if self.collapsed_copies:
-            text += f"; {self.collapsed_copies} copies of copy chains no longer made"
-        if self.saved_for_backward:
-            text += f"; {self.saved_for_backward} tensors saved for the backward"
+        for count, what in _COUNTED:
+            if getattr(self, count):
+                text += f"; {getattr(self, count)} {what}"
         if self.substituted:
             text += "; SUBSTITUTED executables: " + ", ".join(f"{k} ({v})" for k, v in self.substituted.items())
         if self.reasons:
@@ -89,6 +78,16 @@ class GraphReport:
         if self.note:
             text += f"; {self.note}"
         return text
+
+
+#: The graph passes' counts a report line shows where not zero: (field, what it counts).
+_COUNTED = (("dropped_copies", "copies of a tensor into its own layout dropped"),
+            ("skipped_reorders", "reordering copies read as views instead"),
+            ("updates_in_place", "updates of graph inputs made in place"),
+            ("batched_writes", "copies into graph inputs made as one"),
+            ("stacked_gradients", "sums of selections' gradients made one stack"),
+            ("collapsed_copies", "copies of copy chains no longer made"),
+            ("saved_for_backward", "tensors saved for the backward"))
 
 
 @dataclass(frozen=True)
