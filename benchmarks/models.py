@@ -50,7 +50,7 @@ from unittest import mock
 
 import torch
 
-from boo_core.dynamo import cuda_graphs, offload_summary, reorders, reset_offload_summary, rewrite
+from boo_core.dynamo import copy_chains, cuda_graphs, offload_summary, reorders, reset_offload_summary, rewrite
 from boo_core.settings import settings_override
 from boo_core.testing.models import WORKLOADS, workload_on
 
@@ -327,7 +327,7 @@ def main() -> None:
                     overrides = {"cuda_graph_replay": replay == "1"}
                     if bwd != "-":
                         overrides["use_backward_kernels"] = bwd == "1"
-                    fallbacks = reorders.fallbacks
+                    fallbacks, chain_fallbacks = reorders.fallbacks, copy_chains.fallbacks
                     with settings_override(**overrides), \
                             mock.patch.object(rewrite, "skip_reordering_copies", _keeping_copies) if reorder == "0" \
                             else contextlib.nullcontext():
@@ -352,10 +352,16 @@ def main() -> None:
                         for f in cuda_graphs.graphed_functions():
                             print(f"|  |  | {f.name}: {f.replays} replays; without the graph: "
                                   f"{f.unreplayable_runs} (other tensors), {f.unlent_runs} (lent memory held) |")
-                    skipped = sum(g.skipped_reorders for g in offload_summary().graphs)
+                    graphs = offload_summary().graphs
+                    skipped = sum(g.skipped_reorders for g in graphs)
                     if skipped or reorders.fallbacks != fallbacks:
                         print(f"|  |  | reordering copies skipped: {skipped} per compile; views that met another "
                               f"layout and copied: {reorders.fallbacks - fallbacks} |")
+                    collapsed = sum(g.collapsed_copies for g in graphs)
+                    if collapsed or copy_chains.fallbacks != chain_fallbacks:
+                        print(f"|  |  | copies of copy chains not made: {collapsed} per compile; chains that met "
+                              f"another layout and copied: {copy_chains.fallbacks - chain_fallbacks}; sums of "
+                              f"selections' gradients stacked: {sum(g.stacked_gradients for g in graphs)} |")
                     if share is not None and reasons:
                         left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])
                         print(f"|  |  | left to the nested backend: {left} |")

@@ -85,6 +85,10 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
         # Per encoder layer: two layer norms and the MLP's two linears (plus the final norm and head).
         assert offloaded["layernorm.forward"] == 5 and offloaded["layernorm.backward"] == 5, offloaded
         assert offloaded["conv.forward"] == 1, offloaded  # the patch embedding
+        # Each layer's sum after attention, made in the residual's layout, keeps the whole
+        # stream contiguous for the layer norms (boo_core.dynamo.sum_layouts; eager nesting only).
+        forward = next(g for g in summary.graphs if g.kind == "forward")
+        assert forward.contiguous_sums == (2 if backend == "iree_boo" else 0), forward.line()
     # Everything counted that is left is attention's own kernels.
     left = set(summary.nested_flops)
     assert left <= {"aten._scaled_dot_product_flash_attention_for_cpu",

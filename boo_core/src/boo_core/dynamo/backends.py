@@ -21,7 +21,7 @@ from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .cuda_graphs import graphed
 from .decompose import decompose_remaining
 from .inductor_calls import install
-from .rewrite import rewrite, rewrite_joint, saved_for_backward
+from .rewrite import keep_joint_sums_contiguous, rewrite, rewrite_joint, saved_for_backward
 
 Backend = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
@@ -68,15 +68,17 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
     return aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                         bw_compiler=functools.partial(compiler, kind="backward"),
                         inference_compiler=functools.partial(compiler, kind="inference"),
-                        partition_fn=_partition, keep_inference_input_mutations=True)
+                        partition_fn=functools.partial(_partition, eager=not as_custom_op),
+                        keep_inference_input_mutations=True)
 
 
-def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, **kwargs: Any) -> Any:
+def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, *, eager: bool, **kwargs: Any) -> Any:
     """AOTAutograd's default partition of a training step's joint graph, after the plugins'
-    joint rewrites (:func:`.rewrite.rewrite_joint`)."""
+    joint rewrites (:func:`.rewrite.rewrite_joint`) and, for an eager nested backend, the
+    residual sums' layouts (:mod:`.sum_layouts`: Inductor picks its own)."""
     from torch._functorch.partitioners import default_partition
 
-    if rewrite_joint(joint.graph):
+    if rewrite_joint(joint.graph) | (eager and keep_joint_sums_contiguous(joint.graph)):
         joint.recompile()
     return default_partition(joint, joint_inputs, **kwargs)
 

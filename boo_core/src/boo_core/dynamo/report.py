@@ -28,7 +28,9 @@ class GraphReport:
     instead of computed and copied, ``batched_writes`` the copies into graph inputs made as
     one ``_foreach_copy_`` (:mod:`.copies`), ``stacked_gradients`` the sums of selections'
     gradients made one stack (:mod:`.gradient_sums`), ``collapsed_copies`` the copies no
-    longer made where a chain of copies became one (:mod:`.copy_chains`). ``saved_for_backward``: the tensors a training
+    longer made where a chain of copies became one (:mod:`.copy_chains`), ``contiguous_sums``
+    the residual sums made in their contiguous operand's layout (:mod:`.sum_layouts`; a
+    training step's are counted in its forward graph's report). ``saved_for_backward``: the tensors a training
     forward graph saves for its backward (each one autograd holds and hands over every step).
     """
 
@@ -49,6 +51,7 @@ class GraphReport:
     batched_writes: int = 0
     stacked_gradients: int = 0
     collapsed_copies: int = 0
+    contiguous_sums: int = 0
     saved_for_backward: int = 0
 
     @property
@@ -87,6 +90,7 @@ _COUNTED = (("dropped_copies", "copies of a tensor into its own layout dropped")
             ("batched_writes", "copies into graph inputs made as one"),
             ("stacked_gradients", "sums of selections' gradients made one stack"),
             ("collapsed_copies", "copies of copy chains no longer made"),
+            ("contiguous_sums", "sums kept in their contiguous operand's layout"),
             ("saved_for_backward", "tensors saved for the backward"))
 
 

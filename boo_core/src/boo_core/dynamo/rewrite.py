@@ -43,6 +43,7 @@ from .gradient_sums import stack_selection_gradients
 from .kernel_call import KernelCall, TensorMeta, raise_unless_absorbed
 from .reorders import skip_reordering_copies
 from .report import GraphReport, logger, new_report
+from .sum_layouts import keep_sums_contiguous
 
 T = TypeVar("T")
 
@@ -115,12 +116,25 @@ def rewrite_joint(graph: torch.fx.Graph) -> bool:
     return bool(report.rewritten)
 
 
+#: Sums the last joint graph's partition kept contiguous, for its forward graph's report.
+_joint_contiguous_sums = 0
+
+
+def keep_joint_sums_contiguous(graph: torch.fx.Graph) -> bool:
+    """:func:`.sum_layouts.keep_sums_contiguous` on a training step's joint graph (an eager
+    nested backend's partition); whether any sum changed layout."""
+    global _joint_contiguous_sums
+    _joint_contiguous_sums = keep_sums_contiguous(graph)
+    return _joint_contiguous_sums > 0
+
+
 def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: bool,
             autotune: bool = False) -> GraphReport:
     """Replace every node the plugins' patterns match with a BOO kernel call, in place.
     A forward or inference graph first loses its clones that copy nothing (:mod:`.copies`)
     and, for an eager nested backend, the copies matmuls and attention can do without
-    (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops); for an
+    (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops) and, in
+    inference, the layouts residual sums need not take (:mod:`.sum_layouts`); for an
     eager nested backend, a sum of selections' gradients that fill a tensor becomes one
     stack (:mod:`.gradient_sums`) and a chain of copies one copy (:mod:`.copy_chains`).
 
@@ -135,8 +149,10 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     """
     report = new_report(backend, kind)
     if kind == "forward":
+        global _joint_contiguous_sums
         report.rewritten.update(_joint_rewritten)
         _joint_rewritten.clear()
+        report.contiguous_sums, _joint_contiguous_sums = _joint_contiguous_sums, 0
         report.saved_for_backward = len(saved_for_backward(gm))
     patterns = BooOpRegistry.default().fusion_patterns()
     if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
@@ -144,6 +160,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     by_anchor = _by_anchor(patterns)
     if not as_custom_op:  # Inductor fuses the sum into one kernel itself
         report.stacked_gradients = stack_selection_gradients(gm.graph)
+    if kind == "inference" and not as_custom_op:
+        report.contiguous_sums = keep_sums_contiguous(gm.graph)
     if kind != "backward":
         if not as_custom_op:
             report.skipped_reorders = skip_reordering_copies(gm)
