@@ -121,3 +121,26 @@ def test_a_strided_input_goes_through_the_bound_call_not_the_general_launch(fres
     offloaded = offload_summary().offloaded
     assert offloaded["layernorm.forward"] == 1 and offloaded["layernorm.backward"] == 1
     assert general == [], general
+
+
+def test_a_call_given_strided_rows_keeps_the_outputs_it_sets_aside():
+    """A bound call that sets outputs aside (an inference layer norm's statistics: None in its
+    results) says so also where it is given strided rows to copy first; the compiled graph's
+    node reads ``discarded`` to accept those Nones (without it, every such layer norm of a ViT
+    under Inductor failed and fell back to PyTorch on the GPU)."""
+    from boo_ops_layernorm import fusion
+
+    seen: list[bool] = []
+
+    def call(*tensors: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        seen.append(all(t.is_contiguous() for t in tensors))
+        return tensors[0] * 2, None, None
+
+    call.discarded = (1, 2)
+    rows = torch.randn(7, 4, 16).transpose(0, 1)
+    assert fusion._densing(call, [rows.contiguous()]) is call
+    strided = fusion._densing(call, [rows])
+    assert strided.discarded == (1, 2)
+    y, mean, rstd = strided(rows)
+    assert seen == [True] and mean is None and rstd is None
+    torch.testing.assert_close(y, rows * 2, rtol=0, atol=0)
