@@ -22,6 +22,8 @@ a fraction of the step's total.
 ``BOO_CUDA_GRAPH_REPLAY`` (a kernel of several commands relaunched as one CUDA graph);
 ``--reorders 0,1`` with and without the pass that skips copies only reordering elements
 (``boo_core.dynamo.reorders``).
+A row where a BOO kernel failed at run time and PyTorch computed its node instead (a
+``BooFallbackWarning``) is followed by a ``FELL BACK TO PYTORCH`` line per distinct failure.
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
@@ -44,6 +46,7 @@ import itertools
 import pstats
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from unittest import mock
@@ -51,6 +54,7 @@ from unittest import mock
 import torch
 
 from boo_core.dynamo import copy_chains, cuda_graphs, offload_summary, reorders, reset_offload_summary, rewrite
+from boo_core.errors import BooFallbackWarning
 from boo_core.settings import settings_override
 from boo_core.testing.models import WORKLOADS, workload_on
 
@@ -330,9 +334,11 @@ def main() -> None:
                     fallbacks, chain_fallbacks = reorders.fallbacks, copy_chains.fallbacks
                     with settings_override(**overrides), \
                             mock.patch.object(rewrite, "skip_reordering_copies", _keeping_copies) if reorder == "0" \
-                            else contextlib.nullcontext():
+                            else contextlib.nullcontext(), warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always", BooFallbackWarning)
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
                                       args.device, args.steps, sync, args.profile, args.host_profile)
+                    fell_back = sorted({str(w.message) for w in caught if issubclass(w.category, BooFallbackWarning)})
                     label_text = label + ("" if replay == "1" else " (no graph replay)") + \
                         ("" if reorder == "1" else " (reordering copies kept)")
                     if isinstance(row, str):
@@ -344,6 +350,8 @@ def main() -> None:
                     flops_text = "-" if torch_share is None else f"{torch_share:.1%}"
                     print(f"| {work.name} | {pass_name} | {label_text} | {bwd} | {ms:.2f} | {ms / eager_ms:.2f} | "
                           f"{first:.1f} | {y_err:.2e} | {g_err:.2e} | {share_text} | {flops_text} |", flush=True)
+                    for message in fell_back:  # a BOO kernel PyTorch stood in for: the row is not all BOO's
+                        print(f"|  |  | FELL BACK TO PYTORCH: {message} |")
                     tree_skips = torch._dynamo.utils.counters["inductor"].pop("cudagraph_skips", 0)
                     if tree_skips:  # Inductor's cudagraph trees ran a graph without recording it
                         print(f"|  |  | graphs left unrecorded by the cudagraph trees: {tree_skips} "
