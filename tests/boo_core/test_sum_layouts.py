@@ -57,3 +57,11 @@ def test_a_sum_the_graph_returns_or_views_keeps_its_layout():
         args, stride = add.args, add.meta["val"].stride()
         assert keep_sums_contiguous(gm.graph) == 0, f.__name__
         assert add.args == args and add.meta["val"].stride() == stride, f.__name__
+
+
+def test_a_sum_of_symbolic_shape_keeps_its_layout():
+    gm = make_fx(_normed_sum, tracing_mode="symbolic")(*_inputs())
+    add = _adds(gm)[0]
+    args = add.args
+    assert keep_sums_contiguous(gm.graph) == 0
+    assert add.args == args

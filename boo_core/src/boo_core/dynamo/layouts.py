@@ -25,11 +25,15 @@ def node_value(argument: object) -> torch.Tensor | None:
 
 
 def static_layout(value: torch.Tensor) -> Layout | None:
-    """The layout of a tensor of static shape; None for symbolic sizes."""
+    """The layout of a tensor of static shape; None for symbolic sizes (``int()`` of a size
+    with a hint would answer for the traced example alone)."""
     try:
-        return tuple(map(int, value.shape)), tuple(map(int, value.stride())), int(value.storage_offset())
+        numbers = (*value.shape, *value.stride(), value.storage_offset())
     except (TypeError, RuntimeError):
         return None
+    if any(isinstance(n, torch.SymInt) for n in numbers):
+        return None
+    return tuple(map(int, value.shape)), tuple(map(int, value.stride())), int(value.storage_offset())
 
 
 def dense_layout(value: torch.Tensor) -> Layout | None:

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._prims_common import make_contiguous_strides_for
 
-from .layouts import dense_layout
+from .layouts import Layout, dense_layout
 
 aten = torch.ops.aten
 
@@ -60,11 +61,19 @@ def _candidate(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target is not aten.add.Tensor or node.kwargs or len(node.args) != 2:
         return False
     first, second = (_value(a) for a in node.args)
-    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)):
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)) \
+            or first.dtype != second.dtype or first.device != second.device:
         return False
-    return (first.shape == second.shape and first.dtype == second.dtype and first.device == second.device
-            and not first.is_contiguous() and dense_layout(first) is not None
-            and second.is_contiguous())
+    first_layout, second_layout = dense_layout(first), dense_layout(second)  # None for symbolic sizes
+    if first_layout is None or second_layout is None or first_layout[0] != second_layout[0]:
+        return False
+    return not _contiguous(first_layout) and _contiguous(second_layout)
+
+
+def _contiguous(layout: Layout) -> bool:
+    shape, strides, _ = layout
+    return all(stride == want for size, stride, want in zip(shape, strides, make_contiguous_strides_for(shape))
+               if size != 1)
 
 
 def _relaid(add: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
