@@ -339,8 +339,8 @@ def test_an_inference_layer_norm_writes_its_statistics_aside_and_y_is_right(back
     ViT's residual stream under Inductor) go through the call made contiguous, statistics
     still set aside (they once came back as None where the graph expected tensors: every
     such layer norm fell back to PyTorch)."""
+    from boo_core.plugins.patterns import ContiguousFirst
     from boo_core.runtime.direct_call import DirectCall
-    from boo_ops_layernorm.fusion import _Densing
 
     torch._dynamo.reset()
     torch.manual_seed(2)
@@ -358,10 +358,10 @@ def test_an_inference_layer_norm_writes_its_statistics_aside_and_y_is_right(back
             got.fill_(float("nan"))
             del got
     bound = [c._bound for c in bound_calls if c.pattern.name == "layernorm.forward"]
-    direct = [b.call if isinstance(b, _Densing) else b for b in bound]
+    direct = [b.call if isinstance(b, ContiguousFirst) else b for b in bound]
     assert len(bound) == 2 and all(isinstance(d, DirectCall) for d in direct), [type(b).__name__ for b in bound]
     assert all(b.discarded == (1, 2) for b in bound), [b.discarded for b in bound]
-    assert isinstance(bound[0], _Densing) == (rows == "sequence-first"), type(bound[0]).__name__
+    assert isinstance(bound[0], ContiguousFirst) == (rows == "sequence-first"), type(bound[0]).__name__
 
 
 def _gradients_match(compiled, model: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern
+from boo_core.plugins.patterns import BoundLaunch, ContiguousFirst, FusionMatch, FusionPattern
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
 from .eager import backward_launchable, by_gradient, forward_launchable, layer_norm_signature_for
@@ -54,24 +54,12 @@ def _dense(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     return tuple(t.contiguous() for t in tensors)
 
 
-class _Densing:
-    """A bound call for contiguous tensors, given tensors that may not be: it copies those
-    first. Its ``discarded`` outputs are the call's (None in the results: nothing reads them)."""
-
-    def __init__(self, call: Callable[..., Any]) -> None:
-        self.call = call
-        self.discarded: tuple[int, ...] = getattr(call, "discarded", ())
-
-    def __call__(self, *tensors: torch.Tensor) -> Any:
-        return self.call(*_dense(tensors))
-
-
 def _densing(call: Callable[..., Any], examples: Sequence[torch.Tensor]) -> Callable[..., Any]:
     """``call`` (bound for contiguous tensors) for tensors laid out like ``examples``: where
     one is not contiguous (a batch-first attention's residual stream, whose rows lie in
     sequence-first order), the call copies it first, which the general launch did too, after
     its lookups and checks."""
-    return call if all(t.is_contiguous() for t in examples) else _Densing(call)
+    return call if all(t.is_contiguous() for t in examples) else ContiguousFirst(call)
 
 
 def _reads_statistics(node: torch.fx.Node) -> bool:

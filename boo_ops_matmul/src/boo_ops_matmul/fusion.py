@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from boo_core.plugins.patterns import BoundLaunch, FusionMatch, FusionPattern, only_user, tensor_value
+from boo_core.plugins.patterns import BoundLaunch, ContiguousFirst, FusionMatch, FusionPattern, only_user, tensor_value
 
 from .eager import boo_matmul, bound_matmul, matmul_signature_for
 from .signature import ACTIVATIONS, MatmulSignature
@@ -79,7 +79,7 @@ class _Product(FusionPattern):
         call = self.bind(spec, [t.contiguous() if i in copied else t for i, t in enumerate(inputs)])
         if call is None:
             return None
-        return lambda *tensors: call(*(t.contiguous() if i in copied else t for i, t in enumerate(tensors)))
+        return ContiguousFirst(call, copied)
 
     def reference(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         a, b, c, bias = _operands(spec, inputs)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._guards import detect_fake_mode
 from torch._prims_common import make_contiguous_strides_for
 
 from .layouts import Layout, dense_layout
@@ -100,17 +101,11 @@ def _rerun(node: torch.fx.Node) -> Any:
     """``node``'s value computed from its inputs' traced values under their fake mode (None
     where they have none)."""
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _value)
-    modes = _fake_modes((args, kwargs))
-    if not modes:
+    mode = detect_fake_mode((args, kwargs))
+    if mode is None:
         return None
-    with modes[0]:
+    with mode:
         return node.target(*args, **kwargs)
-
-
-def _fake_modes(values: Any) -> list[Any]:
-    found: list[Any] = []
-    torch.fx.node.map_aggregate(values, lambda v: found.append(v.fake_mode) if hasattr(v, "fake_mode") else None)
-    return found
 
 
 def _same_layouts(new: Any, old: Any) -> bool:

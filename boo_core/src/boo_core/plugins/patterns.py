@@ -125,6 +125,23 @@ BoundLaunch = Callable[..., Any]
 """A pattern's launch with everything but the tensors decided (:meth:`FusionPattern.bind`)."""
 
 
+class ContiguousFirst:
+    """A bound launch (bound for contiguous tensors at ``positions``; every position where
+    None) given tensors that may not be: it makes those contiguous first (one that is stays
+    itself), the copy a general launch would make, without its lookups. It keeps ``call``'s
+    ``discarded`` outputs (a ``DirectCall``'s), which tell the graph's node that the Nones at
+    those places are outputs nothing reads."""
+
+    def __init__(self, call: BoundLaunch, positions: Collection[int] | None = None) -> None:
+        self.call = call
+        self.positions = None if positions is None else frozenset(positions)
+        self.discarded: tuple[int, ...] = getattr(call, "discarded", ())
+
+    def __call__(self, *tensors: torch.Tensor) -> Any:
+        return self.call(*(t.contiguous() if self.positions is None or i in self.positions else t
+                           for i, t in enumerate(tensors)))
+
+
 #: What :attr:`GraphRewrite.graph` may say.
 REWRITTEN_GRAPHS = ("forward", "joint")
 
