@@ -59,19 +59,25 @@ def error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple[torch.Tensor, ...]):
-    """A call of the library's kernel through Triton's own launcher."""
-    from boo_kernels_hopper._triton_gemm import boo_hopper_gemm
+    """A call of the library's kernel through Triton's own launcher (which allocates the TMA
+    kernel's scratch for its tensor maps)."""
+    import triton
+    from boo_kernels_hopper._triton_gemm import boo_hopper_gemm, boo_hopper_gemm_tma
 
     p = gemm.problem_of(signature)
     a, b, *rest = args
     c = rest.pop(0) if p.has_c else None
     bias = rest.pop(0) if p.bias else None
     out = torch.empty(signature.output_shape, device=a.device, dtype=a.dtype)
-    grid = (p.tiles(config), p.batch)
-    return out, functools.partial(
-        boo_hopper_gemm[grid], a, b, c, bias, out, p.m, p.n, p.k, p.trans_a, p.trans_b, p.alpha, p.beta, p.has_c,
-        p.bias, p.activation or "", config.bm, config.bn, config.bk, config.group, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+    common = (a, b, c, bias, out, p.m, p.n, p.k, p.trans_a, p.trans_b, p.alpha, p.beta, p.has_c, p.bias,
+              p.activation or "", config.bm, config.bn, config.bk, config.group)
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.tma:
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
+        programs = min(gemm.SMS, p.tiles(config))
+        return out, functools.partial(boo_hopper_gemm_tma[(programs,)], *common, programs,
+                                      2 if config.bn > 128 else 1, **options)
+    return out, functools.partial(boo_hopper_gemm[(p.tiles(config), p.batch)], *common, **options)
 
 
 def sweep(device: str) -> None:
@@ -93,26 +99,37 @@ def sweep(device: str) -> None:
 
 def any_shape(device: str) -> None:
     """BOO's kernel for each shape (the first configuration, verified, launched directly)
-    against torch's (cuBLAS), device time from the profiler."""
+    against torch's (cuBLAS), and BOO's without the TMA kernel, device time from the profiler."""
+    from boo_core import clear_launchables
+
     peak, _ = peaks(device)
     print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
-    print(f"{'signature':<64} {'torch us':>9} {'BOO us':>9} {'BOO/torch':>9} {'torch %':>8} {'BOO %':>6} "
-          f"{'error':>8}  served by")
-    ratios = []
+    print(f"{'signature':<64} {'torch us':>9} {'BOO us':>9} {'no TMA':>8} {'BOO/torch':>9} {'torch %':>8} "
+          f"{'BOO %':>6} {'error':>8}  served by")
+    ratios = {"boo": [], "no_tma": []}
     for signature in ANY_SHAPE:
         args = signature.get_sample_args(device=device)
-        launchable = get_launchable(signature, device)
+        ref = signature.reference(*(t.double() for t in args))
+        found = {}
+        for offered in (True, False):
+            gemm.OFFER_TMA = offered
+            clear_launchables()
+            found[offered] = get_launchable(signature, device)
+        gemm.OFFER_TMA = True
+        launchable = found[True]
         sub = launchable.substitution
         served = f"{launchable.formulation}{' + ' + sub.label if sub else ''}, verified={launchable.verified}"
         with torch.no_grad():
             torch_us = device_us(signature.eager, args)
-            boo_us = device_us(launchable, args)
-            err = error(launchable(*args), signature.reference(*(t.double() for t in args)))
-        ratios.append(boo_us / torch_us)
+            boo_us, no_tma_us = (device_us(found[o], args) for o in (True, False))
+            err = max(error(found[o](*args), ref) for o in (True, False))
+        ratios["boo"].append(boo_us / torch_us)
+        ratios["no_tma"].append(no_tma_us / torch_us)
         share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, boo_us)]
-        print(f"{signature.func_name:<64} {torch_us:>9.1f} {boo_us:>9.1f} {boo_us / torch_us:>9.2f} "
+        print(f"{signature.func_name:<64} {torch_us:>9.1f} {boo_us:>9.1f} {no_tma_us:>8.1f} {boo_us / torch_us:>9.2f} "
               f"{share[0]:>7.1f}% {share[1]:>5.1f}% {err:>8.1e}  {served}", flush=True)
-    print(f"geometric mean BOO/torch over {len(ratios)} shapes: {statistics.geometric_mean(ratios):.2f}")
+    print("geometric mean BOO/torch over {} shapes: {:.2f} (without the TMA kernel {:.2f})".format(
+        len(ratios["boo"]), statistics.geometric_mean(ratios["boo"]), statistics.geometric_mean(ratios["no_tma"])))
 
 
 def long_k(device: str) -> None:

@@ -101,3 +101,40 @@ SPLIT_K = [
 @pytest.mark.parametrize("signature", SPLIT_K, ids=lambda s: s.func_name)
 def test_a_long_k_weight_gradient_is_split_and_right(private_cache, signature):
     assert_served_and_right(signature, "hopper_split_k")
+
+
+# The persistent kernel fed by tensor maps it builds on the device (their memory the module's
+# own, boo_kernels_hopper.descriptor_scratch): first wherever it can read the operands' rows.
+TMA_SHAPES = [
+    MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=BF16),  # a ViT-B/16 qkv projection
+    MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=BF16),  # MLP down + residual
+    MatmulSignature(m=6304, n=3072, k=768, dtype=torch.float16, activation="gelu", bias=True, trans_b=True),
+    MatmulSignature(m=6304, n=768, k=3072, dtype=BF16),  # a data gradient
+    MatmulSignature(m=6300, n=1000, k=1000, dtype=BF16),  # edges in M, N and K: zeros from the hardware
+]
+
+
+@pytest.mark.parametrize("signature", TMA_SHAPES, ids=lambda s: s.func_name)
+def test_the_tma_kernel_serves_the_products_whose_rows_it_can_read(private_cache, signature):
+    assert_served_and_right(signature, "hopper_gemm_tma_")
+
+
+def test_launches_on_two_streams_at_once_each_read_their_own_tensors(private_cache):
+    """Two streams launching the same TMA kernel on different tensors, overlapping: each
+    program's tensor maps live in an area no running program holds, so neither launch reads
+    the other's operands."""
+    signature = MatmulSignature(m=2048, n=1024, k=4096, trans_b=True, dtype=BF16)  # 128 programs, a long K
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution.name.startswith("hopper_gemm_tma_") and launchable.launch == "direct"
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [signature.get_sample_args(device=DEVICE) for _ in streams]
+    outputs: list[list[torch.Tensor]] = [[], []]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream, args, outs in zip(streams, inputs, outputs, strict=True):
+            with torch.cuda.stream(stream):
+                outs.append(launchable(*args))
+    torch.cuda.synchronize()
+    for args, outs in zip(inputs, outputs, strict=True):
+        ref = signature.reference(*(a.double() for a in args))
+        assert all(relative_error(out, ref) < 1e-2 for out in outs)

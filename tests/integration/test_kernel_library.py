@@ -495,3 +495,29 @@ def test_a_weight_gradients_other_tiles_come_after_its_chosen_candidates():
     # a tile's splits are one wave again, within the workspace's parts
     config = wgrad.choose_config(problem, parts=8, tiles=wgrad.WgradTiles(64, 64, 4, 3))
     assert (config.bm, config.bn, config.num_stages) == (64, 64, 3) and 1 <= config.splits <= 8
+
+
+def test_the_tma_kernel_comes_first_where_it_can_read_the_operands():
+    vit_linear = gemm.problem_of(MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True,
+                                                 dtype=torch.bfloat16))
+    ranked = gemm.configs_for(vit_linear)
+    assert ranked[0].tma and not ranked[1].tma and (ranked[0].bm, ranked[0].bn) == (ranked[1].bm, ranked[1].bn)
+    assert sum(c.tma for c in ranked) == len(gemm.TMA_CONFIGS)
+    # A weight gradient (A stored transposed, long K): the cp.async kernel first, its TMA twin next
+    wgrad_product = gemm.problem_of(MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=torch.bfloat16))
+    ranked = gemm.configs_for(wgrad_product)
+    assert not ranked[0].tma and ranked[1].tma and ranked[1].bn == ranked[0].bn
+    # rows TMA cannot read (N = 50 bf16: 100 bytes), or several batches: the cp.async kernel alone
+    for other in (MatmulSignature(m=100, n=50, k=72, dtype=torch.bfloat16),
+                  MatmulSignature(m=100, n=56, k=70, trans_b=True, dtype=torch.bfloat16),
+                  MatmulSignature(m=197, n=197, k=64, batch=12, trans_b=True, dtype=torch.bfloat16)):
+        problem = gemm.problem_of(other)
+        assert not gemm.tma_serves(problem) and not any(c.tma for c in gemm.configs_for(problem))
+    assert gemm.tma_serves(gemm.problem_of(MatmulSignature(m=100, n=56, k=72, dtype=torch.bfloat16)))
+
+
+def test_every_matmul_candidate_has_its_own_name_and_key():
+    signature = MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=torch.bfloat16)
+    found = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
+    assert [s.name for s in found[:2]] == ["hopper_gemm_tma_128x256", "hopper_gemm_128x256"]
+    assert len({s.name for s in found}) == len({s.key for s in found}) == len(found)

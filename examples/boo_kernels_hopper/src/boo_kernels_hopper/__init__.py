@@ -4,6 +4,6 @@ supplied through the ``boo_kernel_substitutions`` hook (``boo_kernels_hopper.hoo
 from .gemm import GemmConfig, choose_config
 from .ptx import unavailable_reason
 
-__version__ = "0.10.0"
+__version__ = "0.11.0"
 
 __all__ = ["GemmConfig", "__version__", "choose_config", "unavailable_reason"]

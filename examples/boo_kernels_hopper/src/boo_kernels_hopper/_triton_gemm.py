@@ -1,4 +1,6 @@
-"""The Triton kernel (imported only where Triton is installed).
+"""The Triton kernels (imported only where Triton is installed): ``boo_hopper_gemm``, and
+``boo_hopper_gemm_tma``, its persistent form fed by tensor maps for operands whose rows TMA
+can read.
 
 ``out = act(alpha * op(a) @ op(b) + beta * c + bias)`` for 16-bit row-major operands of any
 size, batched or not: ``a`` is M×K (K×M when ``TRANS_A``), ``b`` K×N (N×K when ``TRANS_B``),
@@ -65,13 +67,70 @@ def boo_hopper_gemm(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K: tl.
         a_tile += a_step
         b_tile += b_step
 
+    store_tile(acc, c, bias, out, batch * (M * N), offs_m, offs_n, M, N, ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
+
+
+@triton.jit
+def store_tile(acc, c, bias, out, first, offs_m, offs_n, M: tl.constexpr, N: tl.constexpr, ALPHA: tl.constexpr,
+               BETA: tl.constexpr, HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """The epilogue: ``act(ALPHA * acc + BETA * c + bias)`` stored at rows ``offs_m`` and
+    columns ``offs_n`` of the M×N matrix ``first`` elements into ``out`` (and ``c``)."""
+    m_ok = offs_m < M
+    n_ok = offs_n < N
     if ALPHA != 1.0:
         acc = acc * ALPHA
     mn_ok = m_ok[:, None] & n_ok[None, :]
-    at = batch * (M * N) + offs_m[:, None] * N + offs_n[None, :]
+    at = first + offs_m[:, None] * N + offs_n[None, :]
     if HAS_C:
         acc += BETA * tl.load(c + at, mask=mn_ok, other=0.0).to(tl.float32)
     if HAS_BIAS:
         acc += tl.load(bias + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     acc = activation(acc, ACT)
     tl.store(out + at, acc.to(out.dtype.element_ty), mask=mn_ok)
+
+
+@triton.jit
+def boo_hopper_gemm_tma(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                        TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
+                        HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BM: tl.constexpr,
+                        BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, PROGRAMS: tl.constexpr,
+                        SPLIT: tl.constexpr):
+    """The same product for one batch, persistent and fed by the Tensor Memory Accelerator:
+    ``PROGRAMS`` programs take every ``PROGRAMS``-th output tile, A and B read through tensor
+    maps built on the device (the edges filled with zeros by the hardware: no masks), the
+    loop over tiles flattened so that the next tile's loads start under this tile's
+    epilogue, which stores ``SPLIT`` column slices one after another. The operands' rows must
+    be 16-byte multiples (``gemm.tma_serves``)."""
+    tiles_m: tl.constexpr = (M + BM - 1) // BM
+    tiles_n: tl.constexpr = (N + BN - 1) // BN
+    if TRANS_A:  # stored K×M
+        a_map = tl.make_tensor_descriptor(a, shape=[K, M], strides=[M, 1], block_shape=[BK, BM])
+    else:
+        a_map = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    if TRANS_B:  # stored N×K
+        b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    else:
+        b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for step in range(0, (K + BK - 1) // BK):
+            if TRANS_A:
+                a_values = a_map.load([step * BK, pid_m * BM]).T
+            else:
+                a_values = a_map.load([pid_m * BM, step * BK])
+            if TRANS_B:
+                b_values = b_map.load([pid_n * BN, step * BK]).T
+            else:
+                b_values = b_map.load([step * BK, pid_n * BN])
+            acc = tl.dot(a_values, b_values, acc)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        if SPLIT == 1:
+            store_tile(acc, c, bias, out, 0, offs_m, pid_n * BN + tl.arange(0, BN), M, N, ALPHA, BETA, HAS_C,
+                       HAS_BIAS, ACT)
+        else:
+            left, right = acc.reshape(BM, 2, BN // 2).permute(0, 2, 1).split()
+            store_tile(left, c, bias, out, 0, offs_m, pid_n * BN + tl.arange(0, BN // 2), M, N, ALPHA, BETA,
+                       HAS_C, HAS_BIAS, ACT)
+            store_tile(right, c, bias, out, 0, offs_m, pid_n * BN + BN // 2 + tl.arange(0, BN // 2), M, N, ALPHA,
+                       BETA, HAS_C, HAS_BIAS, ACT)

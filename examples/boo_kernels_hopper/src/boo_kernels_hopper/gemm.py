@@ -15,6 +15,12 @@ layer's weight gradient), IREE's module is one batched product of views of the s
 operands, P slices of K each, into a float32 transient, then IREE's sum over the slices with
 the epilogue. The library replaces the batched product: a batch of P products with A
 transposed and a float32 output.
+
+Two kernels (``_triton_gemm``): a program per output tile reading through ``cp.async``, and,
+where every stored row of A and B is a multiple of 16 bytes and there is one batch
+(:func:`tma_serves`), a persistent kernel reading through tensor maps it builds on the device
+(their memory: :mod:`.descriptor_scratch`). Each tile configuration of either is its own
+candidate (:func:`configs_for`).
 """
 
 from __future__ import annotations
@@ -47,10 +53,16 @@ class GemmConfig:
     group: int = 8
     num_warps: int = 8
     num_stages: int = 4
+    tma: bool = False  # the persistent kernel reading A and B through tensor maps (tma_serves)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
-                f"stages {self.num_stages}")
+                f"stages {self.num_stages}{' tma' if self.tma else ''}")
+
+    @property
+    def label(self) -> str:
+        """The name its candidate carries: ``hopper_gemm_<label>``."""
+        return f"{'tma_' if self.tma else ''}{self.bm}x{self.bn}"
 
 
 #: The best of five configurations swept on an H100 for the three large benchmark shapes
@@ -58,6 +70,12 @@ class GemmConfig:
 DEFAULT = GemmConfig()
 CONFIGS = (DEFAULT, GemmConfig(bm=128, bn=128), GemmConfig(bm=64, bn=128, num_warps=4),
            GemmConfig(bm=64, bn=64, num_warps=4))
+#: Whether to offer the TMA kernel at all (bench.py --any-shape measures without it too).
+OFFER_TMA = True
+#: The persistent TMA kernel's tiles, each tried beside the same tiles of the other kernel: the
+#: best of a sweep on an H200 over ViT-B/16's and a decoder block's products (docs/gpu.md).
+TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=3, tma=True), (128, 128): GemmConfig(bm=128, bn=128, num_stages=5,
+                                                                                      tma=True)}
 #: Guessed throughput of one SM on a tile of each size, relative to 128×256 (larger tiles
 #: reuse each loaded element more); only ranks the configurations, the tuner measures them.
 _TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.85, (64, 128): 0.7, (64, 64): 0.5}
@@ -126,9 +144,28 @@ def configs_for(problem: GemmProblem) -> list[GemmConfig]:
         return waves * config.bm * config.bn / _TILE_EFFICIENCY[(config.bm, config.bn)]
 
     ranked = sorted(CONFIGS, key=lambda c: (cost(c), CONFIGS.index(c)))
+    if OFFER_TMA and tma_serves(problem):
+        # ahead of the same tiles' cp.async kernel, except for A stored transposed (a weight
+        # gradient's long K), where the sweep found it no faster
+        ranked = [pair for c in ranked for pair in
+                  _with_tma_twin(c, behind=problem.trans_a)]
     # A reduction shorter than the pipeline needs fewer stages (less shared memory, same work).
     steps = math.ceil(problem.k / DEFAULT.bk)
     return [replace(c, num_stages=max(2, min(c.num_stages, steps))) for c in ranked]
+
+
+def _with_tma_twin(config: GemmConfig, behind: bool) -> list[GemmConfig]:
+    twin = TMA_CONFIGS.get((config.bm, config.bn))
+    if twin is None:
+        return [config]
+    return [config, twin] if behind else [twin, config]
+
+
+def tma_serves(problem: GemmProblem) -> bool:
+    """Whether the persistent TMA kernel computes ``problem``: one batch, and every stored
+    row of A and B a multiple of 16 bytes (what a tensor map's strides must be)."""
+    rows = [problem.m if problem.trans_a else problem.k, problem.k if problem.trans_b else problem.n]
+    return problem.batch == 1 and all(length * 2 % 16 == 0 for length in rows)
 
 
 def choose_config(problem: GemmProblem) -> GemmConfig:
@@ -192,7 +229,7 @@ ORDER = ["a", "b", "c", "bias", "out", "M", "N", "K", "TRANS_A", "TRANS_B", "ALP
 def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
     """Compile the kernel for ``problem`` to sm_90a PTX named ``entry``, taking one pointer
     per binding of :meth:`GemmProblem.bindings`."""
-    from ._triton_gemm import boo_hopper_gemm
+    from ._triton_gemm import boo_hopper_gemm, boo_hopper_gemm_tma
 
     p = problem
     constants: dict[str, Any] = {
@@ -203,7 +240,16 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
     constants.update({name: None for name in ("c", "bias") if name not in pointers})
     types = dict.fromkeys(pointers, POINTER_TYPES[p.dtype])
     types["out"] = POINTER_TYPES[p.out_dtype or p.dtype]
-    compiled, ptx = compile_for_iree(boo_hopper_gemm, pointers, constants, ORDER, config.num_warps,
-                                     config.num_stages, entry, types=types)
-    return Kernel(ptx, compiled.metadata.num_warps * 32, (p.tiles(config), p.batch, 1),
-                  int(compiled.metadata.shared))
+    if config.tma:
+        if not tma_serves(p):
+            raise ValueError(f"the TMA kernel cannot read the operands of {p}")
+        programs = min(SMS, p.tiles(config))
+        constants.update(PROGRAMS=programs, SPLIT=2 if config.bn > 128 else 1)
+        compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants, ORDER + ["PROGRAMS", "SPLIT"],
+                                         config.num_warps, config.num_stages, entry, types=types)
+        grid: tuple[int, int, int] = (programs, 1, 1)
+    else:
+        compiled, ptx = compile_for_iree(boo_hopper_gemm, pointers, constants, ORDER, config.num_warps,
+                                         config.num_stages, entry, types=types)
+        grid = (p.tiles(config), p.batch, 1)
+    return Kernel(ptx, compiled.metadata.num_warps * 32, grid, int(compiled.metadata.shared))

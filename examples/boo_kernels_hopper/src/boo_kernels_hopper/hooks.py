@@ -95,7 +95,7 @@ def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | 
         found += [Substitution(f"hopper_split_k_{rank + 1}", build=_gemm_build(_split_product(problem, rank)),
                                key=_key("split_k", problem, "rank", rank), formulation=SPLIT_K_FORMULATION)
                   for rank in range(len(gemm.CONFIGS))]
-    found += [Substitution(f"hopper_gemm_{config.bm}x{config.bn}", build=_gemm_build(_product(problem, config)),
+    found += [Substitution(f"hopper_gemm_{config.label}", build=_gemm_build(_product(problem, config)),
                            key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
               for config in gemm.configs_for(problem)]
     return found

@@ -2,7 +2,8 @@
 
 :func:`compile_for_iree` runs ``triton.compile`` for sm_90a and rewrites the PTX to IREE's
 CUDA kernel ABI (docs/gpu.md of BOO): the entry named after the export, one 64-bit pointer
-per binding and nothing else. Everything here but :func:`compile_for_iree` runs without
+per binding and nothing else (a kernel that builds tensor maps on the device gets their memory
+from its own module: :mod:`.descriptor_scratch`). Everything here but :func:`compile_for_iree` runs without
 Triton or a GPU.
 """
 
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .descriptor_scratch import give_descriptor_scratch, slots_for
 
 _compile_lock = threading.Lock()  # BOO sets kernels up from several threads; compile one at a time
 
@@ -75,10 +78,15 @@ def compile_for_iree(fn: Any, pointers: list[str], constants: dict[str, Any], or
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                                   options={"num_warps": num_warps, "num_stages": num_stages})
     metadata = compiled.metadata
-    if metadata.num_ctas != 1 or getattr(metadata, "global_scratch_size", 0) or \
-            getattr(metadata, "profile_scratch_size", 0):
+    if metadata.num_ctas != 1 or getattr(metadata, "profile_scratch_size", 0):
         raise RuntimeError(f"Triton's kernel needs what IREE cannot give it: {metadata}")
-    return compiled, to_iree_abi(compiled.asm["ptx"], metadata.name, entry, len(pointers))
+    ptx = compiled.asm["ptx"]
+    scratch = getattr(metadata, "global_scratch_size", 0)
+    if scratch:  # tensor maps built on the device (tl.make_tensor_descriptor): memory of the module's own
+        threads = metadata.num_warps * 32
+        ptx = give_descriptor_scratch(ptx, metadata.name, len(pointers), scratch, metadata.num_warps,
+                                      slots_for(threads, int(metadata.shared)))
+    return compiled, to_iree_abi(ptx, metadata.name, entry, len(pointers))
 
 
 def to_iree_abi(ptx: str, name: str, entry: str, bindings: int) -> str:
