@@ -16,6 +16,7 @@ import functools
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -97,11 +98,23 @@ def sweep(device: str) -> None:
                   f"{tflops:.0f} TFLOP/s {100 * tflops / peak:.1f}% error {error(out, ref):.1e}", flush=True)
 
 
+def with_and_without(module: Any, switch: str, signature: MatmulSignature, device: str) -> dict[bool, Any]:
+    """BOO's kernel for ``signature`` with the library's ``module.switch`` on (True) and off
+    (False), each chosen afresh."""
+    from boo_core import clear_launchables
+
+    found = {}
+    for offered in (True, False):
+        setattr(module, switch, offered)
+        clear_launchables()
+        found[offered] = get_launchable(signature, device)
+    setattr(module, switch, True)
+    return found
+
+
 def any_shape(device: str) -> None:
     """BOO's kernel for each shape (the first configuration, verified, launched directly)
     against torch's (cuBLAS), and BOO's without the TMA kernel, device time from the profiler."""
-    from boo_core import clear_launchables
-
     peak, _ = peaks(device)
     print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
     print(f"{'signature':<64} {'torch us':>9} {'BOO us':>9} {'no TMA':>8} {'BOO/torch':>9} {'torch %':>8} "
@@ -110,12 +123,7 @@ def any_shape(device: str) -> None:
     for signature in ANY_SHAPE:
         args = signature.get_sample_args(device=device)
         ref = signature.reference(*(t.double() for t in args))
-        found = {}
-        for offered in (True, False):
-            gemm.OFFER_TMA = offered
-            clear_launchables()
-            found[offered] = get_launchable(signature, device)
-        gemm.OFFER_TMA = True
+        found = with_and_without(gemm, "OFFER_TMA", signature, device)
         launchable = found[True]
         sub = launchable.substitution
         served = f"{launchable.formulation}{' + ' + sub.label if sub else ''}, verified={launchable.verified}"
@@ -137,8 +145,6 @@ def long_k(device: str) -> None:
     where the op offers it), and BOO's without the split-K candidates, device time."""
     from boo_kernels_hopper import hooks
 
-    from boo_core import clear_launchables
-
     peak, _ = peaks(device)
     print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
     print(f"{'signature':<52} {'torch us':>9} {'BOO us':>8} {'no split':>9} {'BOO/torch':>9} {'unsplit/torch':>13} "
@@ -147,12 +153,7 @@ def long_k(device: str) -> None:
     for signature in LONG_K:
         args = signature.get_sample_args(device=device)
         ref = signature.reference(*(t.double() for t in args))
-        found = {}
-        for offered in (True, False):
-            hooks.OFFER_SPLIT_K = offered
-            clear_launchables()
-            found[offered] = get_launchable(signature, device)
-        hooks.OFFER_SPLIT_K = True
+        found = with_and_without(hooks, "OFFER_SPLIT_K", signature, device)
         with torch.no_grad():
             torch_us = device_us(signature.eager, args)
             split_us, unsplit_us = (device_us(found[o], args) for o in (True, False))
