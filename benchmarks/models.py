@@ -370,6 +370,9 @@ def main() -> None:
                         print(f"|  |  | copies of copy chains not made: {collapsed} per compile; chains that met "
                               f"another layout and copied: {copy_chains.fallbacks - chain_fallbacks}; sums of "
                               f"selections' gradients stacked: {sum(g.stacked_gradients for g in graphs)} |")
+                    column_sums = sum(g.column_sums for g in graphs)
+                    if column_sums:
+                        print(f"|  |  | sums over leading dims made products with ones: {column_sums} per compile |")
                     if share is not None and reasons:
                         left = "; ".join(f"{op}: {why}" for op, why in list(reasons.items())[:4])
                         print(f"|  |  | left to the nested backend: {left} |")

@@ -30,7 +30,9 @@ class GraphReport:
     gradients made one stack (:mod:`.gradient_sums`), ``collapsed_copies`` the copies no
     longer made where a chain of copies became one (:mod:`.copy_chains`), ``contiguous_sums``
     the residual sums made in their contiguous operand's layout (:mod:`.sum_layouts`; a
-    training step's are counted in its forward graph's report). ``saved_for_backward``: the tensors a training
+    training step's are counted in its forward graph's report), ``column_sums`` the 16-bit
+    sums over a tensor's leading dims made products with ones (:mod:`.column_sums`).
+    ``saved_for_backward``: the tensors a training
     forward graph saves for its backward (each one autograd holds and hands over every step).
     """
 
@@ -52,6 +54,7 @@ class GraphReport:
     stacked_gradients: int = 0
     collapsed_copies: int = 0
     contiguous_sums: int = 0
+    column_sums: int = 0
     saved_for_backward: int = 0
 
     @property
@@ -91,6 +94,7 @@ _COUNTED = (("dropped_copies", "copies of a tensor into its own layout dropped")
             ("stacked_gradients", "sums of selections' gradients made one stack"),
             ("collapsed_copies", "copies of copy chains no longer made"),
             ("contiguous_sums", "sums kept in their contiguous operand's layout"),
+            ("column_sums", "sums over leading dims made products with ones"),
             ("saved_for_backward", "tensors saved for the backward"))
 
 

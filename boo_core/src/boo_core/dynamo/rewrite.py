@@ -36,6 +36,7 @@ from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
+from .column_sums import column_sums_as_products
 from .copies import batch_final_writes, drop_noop_clones, update_in_place
 from .copy_chains import collapse_copy_chains
 from .flops import node_flops
@@ -136,7 +137,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     (:mod:`.reorders`; Inductor fuses copies itself, and its graphs hold only ops) and, in
     inference, the layouts residual sums need not take (:mod:`.sum_layouts`); for an
     eager nested backend, a sum of selections' gradients that fill a tensor becomes one
-    stack (:mod:`.gradient_sums`) and a chain of copies one copy (:mod:`.copy_chains`).
+    stack (:mod:`.gradient_sums`), a chain of copies one copy (:mod:`.copy_chains`), and a
+    16-bit GPU tensor's sum over its leading dims a product with ones (:mod:`.column_sums`).
 
     Kernels are compiled here, before the graph runs; one that fails to compile leaves its
     nodes to the nested backend with a warning (an error under ``BOO_COMPILE_STRICT=1``).
@@ -214,6 +216,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
             flops = node_flops(node)
             if flops:
                 report.nested_flops[_op_name(node.target)] += flops
+    if not as_custom_op:  # after the patterns (none may take the product); Inductor fuses sums itself
+        report.column_sums = column_sums_as_products(gm.graph)
     gm.graph.lint()
     gm.recompile()
     logger.info("%s", report.line())
