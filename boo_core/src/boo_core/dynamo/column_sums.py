@@ -2,7 +2,7 @@
 
 A linear layer's bias gradient is ``dY.sum(0)`` (``dY.sum((0, 1))`` for batched tokens):
 summing a contiguous M×N tensor down its columns. torch's reduction kernel does that at
-0.3–1.8 TB/s on an H200 (a ViT-B/16 training step: 48 such sums, about 0.9 ms), where cuBLAS's
+0.3–1.8 TB/s on an H200 (a ViT-B/16 training step: 50 such sums, about 0.9 ms), where cuBLAS's
 ``ones(1, M) @ dY`` reads the same bytes 1.3–3.6 times faster (docs/gpu.md), with the same
 float32 accumulation and one rounding to the tensor's type (cuBLAS may reduce split parts
 in that type where torch's ``allow_bf16_reduced_precision_reduction`` /
