@@ -16,7 +16,7 @@ a fraction of the step's total.
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 (--models also takes resnext50_32x4d and convnext_tiny, on the GPU)
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
-                                [--graph-replay 0,1] [--reorders 0,1] [--profile N] [--host-profile N]
+                                [--graph-replay 0,1] [--reorders 0,1] [--profile N] [--timeline N] [--host-profile N]
 
 ``--graph-replay 0,1`` measures BOO's configurations with and without
 ``BOO_CUDA_GRAPH_REPLAY`` (a kernel of several commands relaunched as one CUDA graph);
@@ -31,9 +31,12 @@ kernels (by name, with their launches per step) and the step's total device time
 Under each row with CUDA graphs it prints the step's device timeline instead: the time its kernels kept
 the GPU busy, the span from the first kernel's start to the last one's end, the idle time between
 kernels by the length of the gap, and the N longest gaps with the kernels around them.
-``--host-profile N`` prints, under every row (CUDA graphs' too), where one step's host time goes: the N
-Python functions with the most time of their own over a few steps (cProfile, which slows
-every Python call alike), in microseconds per step, with their calls per step.
+``--timeline N`` prints that device timeline under every row on a GPU, graphless rows too (where
+a step's kernels wait on the host between launches; the profiler slows the host, so read its
+gaps against each other). ``--host-profile N`` prints, under every row (CUDA graphs' too), where
+one step's host time goes: the N Python functions with the most time of their own over a few
+steps (cProfile, which slows every Python call alike), in microseconds per step, with their
+calls per step.
 """
 
 from __future__ import annotations
@@ -212,7 +215,7 @@ def host_profile(step: Callable[[], object], sync: Callable[[], None], top: int,
 def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: list[torch.nn.Parameter],
             x: torch.Tensor, backend: str | None, mode: str | None, want_y: torch.Tensor,
             want_grads: list[torch.Tensor], device: str, steps: int, sync: Callable[[], None],
-            profile_top: int = 0, host_top: int = 0) -> tuple | str:
+            profile_top: int = 0, host_top: int = 0, timeline_top: int = 0) -> tuple | str:
     """One configuration: (ms per step, first step s, output error, gradient error, BOO share
     of FLOPs, torch's share by the profiler, reasons ops were left), or why it failed."""
     torch._dynamo.reset()
@@ -241,10 +244,12 @@ def measure(work: Workload, training: bool, probe: torch.Tensor | None, params: 
     if boo and total and mode is None:  # the profiler sees no op inside a CUDA graph
         torch_share = profiled_torch_flops(lambda: step(x), device) / total
     profile = []
+    graphed = mode is not None and device.startswith("cuda")
     if profile_top:
-        graphed = mode is not None and device.startswith("cuda")
         profile = device_timeline(lambda: step(x), profile_top) if graphed else \
             kernel_profile(lambda: step(x), device, profile_top)
+    if timeline_top and not (profile_top and graphed) and device.startswith("cuda"):
+        profile += device_timeline(lambda: step(x), timeline_top)
     if host_top:  # cProfile sees the host's side of a replayed step too
         profile += host_profile(lambda: step(x), sync, host_top)
     return ms, first, y_err, g_err, summary.offload_share if boo else None, torch_share, summary.reasons, profile
@@ -295,6 +300,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small models (a CPU smoke run)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print each row's N costliest kernels of one step (rows without CUDA graphs)")
+    parser.add_argument("--timeline", type=int, default=0, metavar="N",
+                        help="print every row's device timeline with its N longest idle gaps (graphless rows too)")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
                         help="print each row's N Python functions with the most host time")
     args = parser.parse_args()
@@ -337,7 +344,8 @@ def main() -> None:
                             else contextlib.nullcontext(), warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", BooFallbackWarning)
                         row = measure(work, training, probe, params, x, backend, mode, want_y, want_grads,
-                                      args.device, args.steps, sync, args.profile, args.host_profile)
+                                      args.device, args.steps, sync, args.profile, args.host_profile,
+                                      args.timeline)
                     fell_back = sorted({str(w.message) for w in caught if issubclass(w.category, BooFallbackWarning)})
                     label_text = label + ("" if replay == "1" else " (no graph replay)") + \
                         ("" if reorder == "1" else " (reordering copies kept)")
