@@ -24,7 +24,8 @@ from collections.abc import Collection
 import torch
 import torch.fx
 
-from .layouts import static_layout
+from ..plugins.patterns import tensor_value
+from .layouts import node_value, static_layout
 
 aten = torch.ops.aten
 #: The types whose sums become products (float32's would be a TF32 question, not asked here).
@@ -40,8 +41,7 @@ def column_sums_as_products(graph: torch.fx.Graph, devices: Collection[str] = ("
         found = _column_sum(node, devices)
         if found is None:
             continue
-        source, rows, columns = found
-        value = source.meta["val"]
+        source, value, rows, columns = found
         key = (rows, value.dtype, value.device)
         if key not in ones:
             with graph.inserting_before(first):
@@ -58,15 +58,17 @@ def column_sums_as_products(graph: torch.fx.Graph, devices: Collection[str] = ("
     return rewritten
 
 
-def _column_sum(node: torch.fx.Node, devices: Collection[str]) -> tuple[torch.fx.Node, int, int] | None:
-    """(the summed node, M, N) where ``node`` sums a contiguous tensor over its leading dims."""
+def _column_sum(node: torch.fx.Node, devices: Collection[str]
+                ) -> tuple[torch.fx.Node, torch.Tensor, int, int] | None:
+    """(the summed node, its traced value, M, N) where ``node`` sums a contiguous tensor over
+    its leading dims."""
     if node.op != "call_function" or node.target is not aten.sum.dim_IntList or node.kwargs \
             or not 2 <= len(node.args) <= 3:
         return None
     source, dims = node.args[0], node.args[1]
-    value, result = (source.meta.get("val") if isinstance(source, torch.fx.Node) else None), node.meta.get("val")
-    if not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor) \
-            or value.dtype not in SUMMED_TYPES or result.dtype != value.dtype or value.device.type not in devices:
+    value, result = node_value(source), tensor_value(node)
+    if value is None or result is None or value.dtype not in SUMMED_TYPES or result.dtype != value.dtype \
+            or value.device.type not in devices:
         return None
     layout, result_layout = static_layout(value), static_layout(result)
     if layout is None or result_layout is None or not value.is_contiguous():
@@ -78,4 +80,4 @@ def _column_sum(node: torch.fx.Node, devices: Collection[str]) -> tuple[torch.fx
     if leading != list(range(len(leading))) or len(leading) == value.dim():
         return None
     rows, columns = math.prod(shape[:len(leading)]), math.prod(shape[len(leading):])
-    return (source, rows, columns) if rows > 1 and columns > 0 else None
+    return (source, value, rows, columns) if rows > 1 and columns > 0 else None
