@@ -33,7 +33,9 @@ the GPU busy, the span from the first kernel's start to the last one's end, the 
 kernels by the length of the gap, and the N longest gaps with the kernels around them.
 ``--timeline N`` prints that device timeline under every row on a GPU, graphless rows too (where
 a step's kernels wait on the host between launches; the profiler slows the host, so read its
-gaps against each other). ``--host-profile N`` prints, under every row (CUDA graphs' too), where
+gaps against each other), and the host's CUDA runtime and driver calls by their total time (a
+synchronization or an allocation that blocks the host shows there). ``--host-profile N``
+prints, under every row (CUDA graphs' too), where
 one step's host time goes: the N Python functions with the most time of their own over a few
 steps (cProfile, which slows every Python call alike), in microseconds per step, with their
 calls per step.
@@ -188,9 +190,23 @@ def device_timeline(step: Callable[[], object], top: int) -> list[str]:
         low = high
     rows = [f"|  |  | device timeline: {len(spans)} kernels busy {busy / 1e3:.2f} ms of a {span / 1e3:.2f} ms span; "
             f"gaps {'; '.join(by_class)} |"]
+    rows.append(f"|  |  | host's CUDA calls: {_driver_calls(prof.events())} |")
     for gap, after, next_name in sorted(gaps, reverse=True)[:top]:
         rows.append(f"|  |  | {gap:9.1f} us idle after {after[:60]} before {next_name[:60]} |")
     return rows
+
+
+def _driver_calls(events, top: int = 6) -> str:
+    """The host's CUDA runtime and driver calls of a profiled step, by total time: a
+    synchronization or an allocation that blocks the host shows here, a launch's cost too."""
+    totals: dict[str, list[float]] = {}
+    for e in events:
+        if e.device_type != torch.autograd.DeviceType.CUDA and e.name.startswith("cu"):
+            entry = totals.setdefault(e.name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += e.time_range.end - e.time_range.start
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]
+    return "; ".join(f"{name} x{count} {total / 1e3:.2f} ms" for name, (count, total) in ranked) or "none seen"
 
 
 def host_profile(step: Callable[[], object], sync: Callable[[], None], top: int, steps: int = 5) -> list[str]:

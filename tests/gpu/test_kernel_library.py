@@ -138,3 +138,25 @@ def test_launches_on_two_streams_at_once_each_read_their_own_tensors(private_cac
     for args, outs in zip(inputs, outputs, strict=True):
         ref = signature.reference(*(a.double() for a in args))
         assert all(relative_error(out, ref) < 1e-2 for out in outs)
+
+
+LAYER_NORMS = [  # (input shape, weight, bias, dtype): the issue's rows, ViT-B/16's (3-D), odd widths
+    ((8192, 1024), True, True, BF16), ((8192, 4096), True, True, BF16), ((32, 197, 768), True, True, BF16),
+    ((100, 1000), False, False, torch.float32), ((37, 8192), True, False, torch.float16),
+    ((3, 5, 17), True, True, BF16)]
+
+
+@pytest.mark.parametrize(("shape", "weight", "bias", "dtype"), LAYER_NORMS, ids=str)
+def test_a_layer_norm_forward_is_served_by_the_library_kernel_and_right(private_cache, shape, weight, bias, dtype):
+    from boo_ops_layernorm import LayerNormSignature
+
+    signature = LayerNormSignature(shape, len(shape) - 1, weight=weight, bias=bias, dtype=dtype)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name == "hopper_layernorm"
+    assert launchable.verified and launchable.launch == "direct"
+    for _ in range(2):  # fresh inputs each time
+        args = signature.get_sample_args(device=DEVICE)
+        refs = signature.reference(*(a.double() for a in args))
+        outs = launchable(*args)
+        for out, ref, bound in zip(outs, refs, (1e-2, 1e-4, 1e-4), strict=True):  # y, mean, rstd
+            assert relative_error(out, ref) < bound

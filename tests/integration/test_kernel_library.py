@@ -21,6 +21,7 @@ hooks = pytest.importorskip("boo_kernels_hopper.hooks")
 ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 dgrad = pytest.importorskip("boo_kernels_hopper.dgrad")
+layernorm = pytest.importorskip("boo_kernels_hopper.layernorm")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
 
@@ -521,3 +522,42 @@ def test_every_matmul_candidate_has_its_own_name_and_key():
     found = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
     assert [s.name for s in found[:2]] == ["hopper_gemm_tma_128x256", "hopper_gemm_128x256"]
     assert len({s.name for s in found}) == len({s.key for s in found}) == len(found)
+
+
+def test_it_knows_which_layer_norms_it_serves():
+    from boo_ops_layernorm import LayerNormSignature
+
+    served = LayerNormSignature((32, 197, 768), 2, weight=True, bias=True, dtype=torch.bfloat16)
+    problem = layernorm.problem_of(served)
+    assert (problem.rows, problem.width, problem.dtype) == (32 * 197, 768, "bf16")
+    assert layernorm.problem_of(LayerNormSignature((8, 4, 5), 1, dtype=torch.float32)).width == 20
+    for other in (LayerNormSignature((2, 32768), 1, dtype=torch.bfloat16),  # wider than a program holds
+                  LayerNormSignature((8, 64), 1, mode="bwd", dtype=torch.bfloat16),  # a backward
+                  MatmulSignature(m=8, n=8, k=8, dtype=torch.bfloat16)):
+        assert layernorm.problem_of(other) is None
+    # narrow rows several to a program, wide ones a program each with more warps
+    narrow, wide = (layernorm.choose_config(layernorm.problem_of(LayerNormSignature((64, n), 1, dtype=torch.bfloat16)))
+                    for n in (768, 8192))
+    assert (narrow.block, narrow.rows_per) == (1024, 4) and (wide.block, wide.rows_per, wide.num_warps) == (8192, 1, 16)
+    found = hooks.candidates(served, Target.parse("cuda:sm_90a"))
+    assert [(s.name, s.formulation) for s in found] == [("hopper_layernorm", layernorm.FORMULATION)]
+    assert hooks.candidates(served, Target.parse("cpu")) is None  # the op offers its one-executable module on GPUs
+
+
+@pytest.mark.parametrize(("shape", "weight", "bias", "dtype"), [
+    ((8192, 4096), True, True, torch.bfloat16),
+    ((32, 197, 768), True, True, torch.bfloat16),
+    ((100, 1000), False, False, torch.float32),
+    ((64, 8192), True, False, torch.float16)])
+def test_it_finds_the_layer_norm_in_the_module_iree_makes(private_cache, shape, weight, bias, dtype):
+    from boo_ops_layernorm import LayerNormSignature
+
+    signature = LayerNormSignature(shape, len(shape) - 1, weight=weight, bias=bias, dtype=dtype)
+    problem = layernorm.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", layernorm.FORMULATION)  # cross-compiled: no GPU needed
+    executable = layernorm.plan(problem, found.executables)
+    assert executable.name == found.names[0]
+    assert [layernorm.elements(b.tensor) for b in executable.exports[0].bindings] == problem.bindings()
+    with pytest.raises(ValueError):  # another size's module: BOO would pass the substitution over
+        wider = LayerNormSignature((*shape[:-1], shape[-1] + 8), len(shape) - 1, weight=weight, bias=bias, dtype=dtype)
+        layernorm.plan(layernorm.problem_of(wider), found.executables)

@@ -1,8 +1,9 @@
-"""The ``boo`` entry point ``hopper_kernels``: 16-bit matmuls and bf16 convolutions for Hopper GPUs.
+"""The ``boo`` entry point ``hopper_kernels``: 16-bit matmuls, bf16 convolutions and layer-norm
+forwards for Hopper GPUs.
 
 For a CUDA target, when Triton is installed and the GPU is a Hopper (compute capability
-9.0), a matmul or conv signature this library serves (``gemm.problem_of``,
-``conv.problem_of``, ``wgrad.problem_of``) gets candidate substitutions: executables with no
+9.0), a matmul, conv or layer-norm signature this library serves (``gemm.problem_of``,
+``conv.problem_of``, ``wgrad.problem_of``, ``layernorm.problem_of``) gets candidate substitutions: executables with no
 code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
@@ -25,6 +26,9 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   (``wgrad.plan``); first, where that module would move x or dY, the two of the
   ``implicit_split`` formulation's, the products reading x itself (``wgrad.implicit_plan``).
 
+* A layer-norm forward: the op's ``mean_statistics`` module, one executable, replaced by
+  the library's kernel (``layernorm.plan``).
+
 BOO verifies a candidate against PyTorch before first use and passes it over (the next
 candidate, then IREE's kernels, serve) if it fails. Anywhere else the hook answers None and
 says why at debug level.
@@ -39,7 +43,7 @@ from typing import Any
 from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
-from . import conv, dgrad, gemm, ptx, wgrad
+from . import conv, dgrad, gemm, layernorm, ptx, wgrad
 
 logger = logging.getLogger(__name__)
 OBJECT = "objects/hopper_gemm.ptx"
@@ -210,9 +214,31 @@ def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.Con
     return Substitution(name, build=build, key=key, formulation=formulation)
 
 
+def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
+    """A layer-norm forward's one candidate: the op's single-executable module
+    (``layernorm.FORMULATION``) with the library's kernel in place of IREE's."""
+    problem = layernorm.problem_of(signature)
+    if problem is None or not _offers(signature, target, layernorm.FORMULATION):
+        return None
+    config = layernorm.choose_config(problem)
+    obj = "objects/hopper_layernorm.ptx"
+
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        executable = layernorm.plan(problem, kernel.executables)
+        made = layernorm.generate(problem, config, executable.exports[0].kernel_name)
+        source = external_source(executable, [obj], workgroup_size=(made.block, 1, 1),
+                                 workgroup_count=made.grid_xyz, workgroup_local_memory=made.shared_bytes)
+        return {f"sources/{executable.name}.mlir": source, obj: made.ptx}
+
+    return [Substitution("hopper_layernorm", build=build, key=_key("layernorm", problem, config),
+                         formulation=layernorm.FORMULATION)]
+
+
 def candidates(signature: Any, target: Target) -> list[Substitution] | None:
     """What this library offers ``signature`` on CUDA ``target``, in the order BOO tries it,
     whether or not this machine can build it (None: nothing)."""
+    if getattr(signature, "op_name", None) == "layernorm":
+        return _layernorm_substitutions(signature, target)
     if getattr(signature, "op_name", None) not in ("conv", "cbainfer"):
         return _gemm_substitutions(signature, target)
     if getattr(signature, "mode", None) == "wrw":
