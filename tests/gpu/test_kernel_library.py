@@ -160,3 +160,31 @@ def test_a_layer_norm_forward_is_served_by_the_library_kernel_and_right(private_
         outs = launchable(*args)
         for out, ref, bound in zip(outs, refs, (1e-2, 1e-4, 1e-4), strict=True):  # y, mean, rstd
             assert relative_error(out, ref) < bound
+
+
+LAYER_NORM_BACKWARDS = [  # (command, served): dx alone, and dx with dw and db (IREE's staged sums after it)
+    ("layernormbfp16 --input 8192x4096 -o 1 -m 1 -F 2", True),
+    ("layernormbfp16 --input 8192x1024 -o 1 -m 1 -F 14", True),
+    ("layernormbfp16 --input 8192x4096 -o 1 -m 1 -F 14", True),
+    ("layernormbfp16 --input 32x197x768 -o 2 -m 1 -F 14", True),
+    ("layernormfp16 --input 37x1000 -o 1 -m 1 -F 2", True),
+    ("layernorm --input 100x8192 -o 1 -m 1 -F 14", False)]  # float32: IREE's module has another shape, its own serves
+
+
+@pytest.mark.parametrize(("command", "served"), LAYER_NORM_BACKWARDS)
+def test_a_layer_norm_backward_takes_dx_from_the_library_kernel_and_is_right(private_cache, command, served):
+    from boo_core.plugins.registry import BooOpRegistry
+
+    (signature,) = BooOpRegistry.parse_signatures(command)
+    launchable = get_launchable(signature, DEVICE)
+    name = launchable.substitution.name if launchable.substitution is not None else None
+    assert name == ("hopper_layernorm_dx" if served else None)
+    assert launchable.verified and launchable.launch == "direct"
+    for _ in range(2):  # fresh inputs each time
+        args = signature.get_sample_args(device=DEVICE)
+        refs = signature.reference(*(a.double() for a in args))
+        outs = launchable(*args)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        refs = refs if isinstance(refs, tuple) else (refs,)
+        for out, ref in zip(outs, refs, strict=True):  # dx[, dw, db]
+            assert relative_error(out, ref) < 1e-2

@@ -532,7 +532,8 @@ def test_it_knows_which_layer_norms_it_serves():
     assert (problem.rows, problem.width, problem.dtype) == (32 * 197, 768, "bf16")
     assert layernorm.problem_of(LayerNormSignature((8, 4, 5), 1, dtype=torch.float32)).width == 20
     for other in (LayerNormSignature((2, 32768), 1, dtype=torch.bfloat16),  # wider than a program holds
-                  LayerNormSignature((8, 64), 1, mode="bwd", dtype=torch.bfloat16),  # a backward
+                  LayerNormSignature((8, 64), 1, mode="bwd", dtype=torch.bfloat16),  # a backward without a weight
+                  LayerNormSignature((8, 64), 1, weight=True, mode="bwd", gradients=("dw",), dtype=torch.bfloat16),
                   MatmulSignature(m=8, n=8, k=8, dtype=torch.bfloat16)):
         assert layernorm.problem_of(other) is None
     # narrow rows several to a program, wide ones a program each with more warps
@@ -561,3 +562,23 @@ def test_it_finds_the_layer_norm_in_the_module_iree_makes(private_cache, shape, 
     with pytest.raises(ValueError):  # another size's module: BOO would pass the substitution over
         wider = LayerNormSignature((*shape[:-1], shape[-1] + 8), len(shape) - 1, weight=weight, bias=bias, dtype=dtype)
         layernorm.plan(layernorm.problem_of(wider), found.executables)
+
+
+@pytest.mark.parametrize(("command", "formulation", "executables"), [
+    ("layernormbfp16 --input 8192x4096 -o 1 -m 1 -F 2", "default", 2),  # dx alone
+    ("layernormbfp16 --input 32x197x768 -o 2 -m 1 -F 14", "chunked_column_sums", 7),  # dx, dw, db
+    ("layernormfp16 --input 37x1000 -o 1 -m 1 -F 2", "default", 2)])
+def test_it_replaces_the_two_dx_executables_of_a_backward(private_cache, command, formulation, executables):
+    (signature,) = BooOpRegistry.parse_signatures(command)
+    problem = layernorm.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", formulation)  # cross-compiled: no GPU needed
+    assert len(found.executables) == executables
+    sums, dx = layernorm.plan_dx(problem, found.executables)
+    assert [sums.name, dx.name] == list(found.names[:2])  # IREE's row sum first, then dx reading it
+    assert [b.access for b in sums.exports[0].bindings][-1] == "writeonly"
+    assert [b.access for b in dx.exports[0].bindings][-2:] == ["readonly", "writeonly"]
+    (candidate,) = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
+    assert (candidate.name, candidate.formulation) == ("hopper_layernorm_dx", formulation)
+    with pytest.raises(ValueError):  # a forward's module has neither
+        forward = dataclasses.replace(signature, mode="fwd", gradients=None)
+        layernorm.plan_dx(problem, executables_of(forward, "cuda:sm_80", layernorm.FORMULATION).executables)

@@ -1,9 +1,9 @@
-"""BOO kernel library for Hopper GPUs: 16-bit matmuls and bf16 convolutions built with Triton for sm_90a (wgmma),
-supplied through the ``boo_kernel_substitutions`` hook (``boo_kernels_hopper.hooks``)."""
+"""BOO kernel library for Hopper GPUs: 16-bit matmuls, bf16 convolutions and layer norms built with
+Triton for sm_90a, supplied through the ``boo_kernel_substitutions`` hook (``boo_kernels_hopper.hooks``)."""
 
 from .gemm import GemmConfig, choose_config
 from .ptx import unavailable_reason
 
-__version__ = "0.11.0"
+__version__ = "0.12.0"
 
 __all__ = ["GemmConfig", "__version__", "choose_config", "unavailable_reason"]

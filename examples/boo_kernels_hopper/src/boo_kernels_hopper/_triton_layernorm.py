@@ -1,4 +1,5 @@
-"""The Triton kernel ``boo_hopper_layernorm`` (imported only where Triton is installed).
+"""The Triton kernels ``boo_hopper_layernorm`` and ``boo_hopper_layernorm_dx`` (imported only
+where Triton is installed).
 
 Layer normalization of ``ROWS`` contiguous rows of ``N`` elements, ``ROWS_PER`` rows a
 program: each row is read once into registers, its mean and the mean of its squared
@@ -37,3 +38,27 @@ def boo_hopper_layernorm(x, w, b, mean, rstd, y, ROWS: tl.constexpr, N: tl.const
     tl.store(y + at, out.to(y.dtype.element_ty), mask=mask)
     tl.store(mean + rows, row_mean, mask=row_ok)
     tl.store(rstd + rows, row_rstd, mask=row_ok)
+
+
+@triton.jit
+def boo_hopper_layernorm_dx(w, x, mean, rstd, dy, unused, dx, ROWS: tl.constexpr, N: tl.constexpr,
+                            BLOCK: tl.constexpr, ROWS_PER: tl.constexpr):
+    """dx of a layer norm with a weight, ``ROWS_PER`` rows a program, each row's x and dy
+    read once: ``dx = rstd * (w dy - mean(w dy) - x̂ mean(w dy x̂))`` with ``x̂ = (x - mean) *
+    rstd``, in float32, rounded once. ``unused`` is the binding where IREE's module keeps
+    a row sum it computed in an executable of its own; this kernel sums both itself."""
+    rows = tl.program_id(0) * ROWS_PER + tl.arange(0, ROWS_PER)
+    cols = tl.arange(0, BLOCK)
+    row_ok = rows < ROWS
+    col_ok = cols < N
+    mask = row_ok[:, None] & col_ok[None, :]
+    at = rows.to(tl.int64)[:, None] * N + cols[None, :]
+    row_mean = tl.load(mean + rows, mask=row_ok, other=0.0)
+    row_rstd = tl.load(rstd + rows, mask=row_ok, other=0.0)
+    x_hat = (tl.load(x + at, mask=mask, other=0.0).to(tl.float32) - row_mean[:, None]) * row_rstd[:, None]
+    weight = tl.load(w + cols, mask=col_ok, other=0.0).to(tl.float32)
+    w_dy = tl.load(dy + at, mask=mask, other=0.0).to(tl.float32) * weight[None, :]
+    mean_w_dy = tl.sum(w_dy, axis=1) / N
+    mean_w_dy_x_hat = tl.sum(w_dy * x_hat, axis=1) / N
+    out = row_rstd[:, None] * (w_dy - mean_w_dy[:, None] - x_hat * mean_w_dy_x_hat[:, None])
+    tl.store(dx + at, out.to(dx.dtype.element_ty), mask=mask)

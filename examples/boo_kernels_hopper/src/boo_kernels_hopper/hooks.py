@@ -27,7 +27,9 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   ``implicit_split`` formulation's, the products reading x itself (``wgrad.implicit_plan``).
 
 * A layer-norm forward: the op's ``mean_statistics`` module, one executable, replaced by
-  the library's kernel (``layernorm.plan``).
+  the library's kernel (``layernorm.plan``). A backward with a weight: its two dx executables
+  (``layernorm.plan_dx``), one kernel summing both row sums and writing dx, and an entry
+  that returns at once in place of the executable whose row sum it no longer reads.
 
 BOO verifies a candidate against PyTorch before first use and passes it over (the next
 candidate, then IREE's kernels, serve) if it fails. Anywhere else the hook answers None and
@@ -214,24 +216,46 @@ def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.Con
     return Substitution(name, build=build, key=key, formulation=formulation)
 
 
+def _replaced(executable: Any, made: ptx.Kernel, obj: str) -> dict[str, str]:
+    """The files replacing ``executable`` with the kernel ``made``, kept as ``obj``."""
+    source = external_source(executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=made.grid_xyz,
+                             workgroup_local_memory=made.shared_bytes)
+    return {f"sources/{executable.name}.mlir": source, obj: made.ptx}
+
+
 def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
-    """A layer-norm forward's one candidate: the op's single-executable module
-    (``layernorm.FORMULATION``) with the library's kernel in place of IREE's."""
+    """A layer norm's one candidate: a forward's single-executable module
+    (``layernorm.FORMULATION``) with the library's kernel in place of IREE's; a backward's
+    module (the first of ``layernorm.BACKWARD_FORMULATIONS`` the op offers) with its two dx
+    executables replaced (``layernorm.plan_dx``)."""
     problem = layernorm.problem_of(signature)
-    if problem is None or not _offers(signature, target, layernorm.FORMULATION):
+    if problem is None:
         return None
     config = layernorm.choose_config(problem)
-    obj = "objects/hopper_layernorm.ptx"
+    if problem.mode == "fwd":
+        if not _offers(signature, target, layernorm.FORMULATION):
+            return None
 
-    def build(kernel: KernelExecutables) -> dict[str, str]:
-        executable = layernorm.plan(problem, kernel.executables)
-        made = layernorm.generate(problem, config, executable.exports[0].kernel_name)
-        source = external_source(executable, [obj], workgroup_size=(made.block, 1, 1),
-                                 workgroup_count=made.grid_xyz, workgroup_local_memory=made.shared_bytes)
-        return {f"sources/{executable.name}.mlir": source, obj: made.ptx}
+        def build(kernel: KernelExecutables) -> dict[str, str]:
+            executable = layernorm.plan(problem, kernel.executables)
+            made = layernorm.generate(problem, config, executable.exports[0].kernel_name)
+            return _replaced(executable, made, "objects/hopper_layernorm.ptx")
 
-    return [Substitution("hopper_layernorm", build=build, key=_key("layernorm", problem, config),
-                         formulation=layernorm.FORMULATION)]
+        return [Substitution("hopper_layernorm", build=build, key=_key("layernorm", problem, config),
+                             formulation=layernorm.FORMULATION)]
+    formulation = next((f for f in layernorm.BACKWARD_FORMULATIONS if _offers(signature, target, f)), None)
+    if formulation is None:
+        return None
+
+    def build_dx(kernel: KernelExecutables) -> dict[str, str]:
+        sums, dx = layernorm.plan_dx(problem, kernel.executables)
+        made = layernorm.generate_dx(problem, config, dx.exports[0].kernel_name)
+        skipped = layernorm.nothing(sums.exports[0].kernel_name, len(sums.exports[0].bindings), made.ptx)
+        return {**_replaced(dx, made, "objects/hopper_layernorm_dx.ptx"),
+                **_replaced(sums, skipped, "objects/hopper_layernorm_sums_skipped.ptx")}
+
+    return [Substitution("hopper_layernorm_dx", build=build_dx, key=_key("layernorm", problem, config, formulation),
+                         formulation=formulation)]
 
 
 def candidates(signature: Any, target: Target) -> list[Substitution] | None:
