@@ -304,7 +304,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
     parser.add_argument("--backward-kernels", default="1",
-                        help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1)")
+                        help="BOO_USE_BACKWARD_KERNELS values to measure training under (e.g. 0,1,bnorm+layernorm: "
+                             "op names joined by +)")
     parser.add_argument("--graph-replay", default="1",
                         help="BOO_CUDA_GRAPH_REPLAY values for BOO's configurations (0,1: both, in one run)")
     parser.add_argument("--reorders", default="1",
@@ -353,7 +354,7 @@ def main() -> None:
                         args.graph_replay.split(",") if boo else ["1"], args.reorders.split(",") if boo else ["1"]):
                     overrides = {"cuda_graph_replay": replay == "1"}
                     if bwd != "-":
-                        overrides["use_backward_kernels"] = bwd == "1"
+                        overrides["use_backward_kernels"] = {"0": False, "1": True}.get(bwd, bwd.replace("+", ","))
                     fallbacks, chain_fallbacks = reorders.fallbacks, copy_chains.fallbacks
                     with settings_override(**overrides), \
                             mock.patch.object(rewrite, "skip_reordering_copies", _keeping_copies) if reorder == "0" \

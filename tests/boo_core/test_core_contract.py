@@ -146,10 +146,24 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
                                                        r"an option \(each flag starts with -, its value after =: "),
     ("BOO_EXTRA_COMPILE_FLAGS", "''", r"""^BOO_EXTRA_COMPILE_FLAGS="''": '' is not an option"""),
     ("BOO_EXTRA_COMPILE_FLAGS", "-- --x", r"^BOO_EXTRA_COMPILE_FLAGS='-- --x': '--' is not an option"),
+    ("BOO_USE_BACKWARD_KERNELS", "bnorm layernorm", r"^BOO_USE_BACKWARD_KERNELS='bnorm layernorm': expected 0, 1 "
+                                                    r"or op names separated by commas"),
+    ("BOO_USE_BACKWARD_KERNELS", ",", r"^BOO_USE_BACKWARD_KERNELS=',': expected 0, 1 or op names"),
 ])
 def test_a_bad_setting_is_an_error_naming_the_variable(boo_env, variable, value, message):
     with pytest.raises(SettingError, match=message):
         boo_env(**{variable: value})
+
+
+def test_backward_kernels_are_chosen_for_every_op_none_or_the_ops_named(boo_env):
+    assert boo_env(BOO_USE_BACKWARD_KERNELS="1").backward_kernels_for("conv")
+    assert not boo_env(BOO_USE_BACKWARD_KERNELS="0").backward_kernels_for("conv")
+    chosen = boo_env(BOO_USE_BACKWARD_KERNELS=" bnorm, layernorm ")
+    assert chosen.use_backward_kernels == {"bnorm", "layernorm"}
+    assert chosen.backward_kernels_for("bnorm") and not chosen.backward_kernels_for("conv")
+    assert configure(use_backward_kernels=["matmul"]).backward_kernels_for("matmul")
+    assert configure(use_backward_kernels="conv").use_backward_kernels == {"conv"}
+    assert configure(use_backward_kernels=False).use_backward_kernels is False
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -46,18 +46,23 @@ def test_inference_batch_norms_run_on_boo_with_the_relu_fused(backend, monkeypat
     assert sorted(s.activation or "none" for s in compiled_for) == ["none", "relu"]  # one with its ReLU
 
 
-def test_training_batch_norms_and_their_gradients_run_on_boo(caplog):
+@pytest.mark.parametrize("backward_kernels", [True, "bnorm"])
+def test_training_batch_norms_and_their_gradients_run_on_boo(caplog, backward_kernels):
+    """Every op's gradients on BOO, or (``BOO_USE_BACKWARD_KERNELS=bnorm``) the batch norms' alone."""
     model = convnet().train()
     reference = copy.deepcopy(model)
     x = torch.randn(4, 3, 8, 8)
     torch._dynamo.reset()
     reset_offload_summary()
-    with settings_override(use_backward_kernels=True):
+    with settings_override(use_backward_kernels=backward_kernels):
         compiled = torch.compile(model, backend="iree_boo", dynamic=False)
         compiled(x).square().sum().backward()
     reference(x).square().sum().backward()
     offloaded = offload_summary().offloaded
     assert offloaded["bnorm.training"] == 2 and offloaded["bnorm.backward"] == 2, offloaded
+    # the convolutions' gradients: BOO's, or left to PyTorch with the batch norms' alone on BOO
+    assert (offloaded["conv.backward"] > 0) == (backward_kernels is True), offloaded
+    assert ("aten.convolution_backward" in offload_summary().fallbacks) == (backward_kernels != True), offloaded
     assert "could not bind" not in caplog.text  # on the CPU no direct call is tried, nor warned about
     # the ReLU after the first batch norm: in its forward kernel, its gradient in its backward kernel
     assert {"aten.relu", "aten.threshold_backward"}.isdisjoint(offload_summary().fallbacks), offload_summary()
@@ -256,3 +261,11 @@ def test_an_inference_node_whose_statistics_are_read_is_left_to_pytorch():
     graph = make_fx(norm, tracing_mode="fake")(torch.randn(2, 4, 3, 3), *(torch.randn(4) for _ in range(4))).graph
     node = next(n for n in graph.nodes if n.target is torch.ops.aten._native_batch_norm_legit_no_training.default)
     assert isinstance(BatchNormInference().match(node), Decline)
+
+
+def test_backward_kernels_of_an_op_that_does_not_exist_are_an_error_naming_the_setting():
+    x = torch.randn(4, 3, 8, 8, requires_grad=True)
+    torch._dynamo.reset()
+    with settings_override(use_backward_kernels="bnorm,bnrom"), \
+            pytest.raises(Exception, match="BOO_USE_BACKWARD_KERNELS names no op bnrom; the ops are .*bnorm"):
+        torch.compile(lambda t: (t * 2).relu().sum(), backend="iree_boo")(x).backward()

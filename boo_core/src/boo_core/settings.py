@@ -79,6 +79,23 @@ def _name_set(value: str | Iterable[str]) -> frozenset[str]:
     return _names(value) if isinstance(value, str) else frozenset(value)
 
 
+def _backward_ops(value: str | bool | Iterable[str]) -> bool | frozenset[str]:
+    """``0``/``1`` (no op's or every op's backward kernels), or the ops whose backward
+    kernels run, by op name, comma-separated (``bnorm,layernorm``) or as a collection."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return _boolean(value)
+        except ValueError:
+            names = _names(value)
+    else:
+        names = frozenset(value)
+    if not names or not all(name.replace("_", "").isalnum() for name in names):
+        raise ValueError("expected 0, 1 or op names separated by commas (bnorm,layernorm)")
+    return names
+
+
 def _text_or_none(text: str) -> str | None:
     return text.strip() or None
 
@@ -194,8 +211,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cuda_graph_replay", "BOO_CUDA_GRAPH_REPLAY", _boolean, _const(True), "`1`",
             "`1`: a direct launch of several commands is recorded as a CUDA graph and relaunched as one where its "
             "buffers repeat (docs/gpu.md); `0`: command by command", selects_kernel=True),
-    Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _boolean, _const(False), "`0`",
-            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels", selects_kernel=False),
+    Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _backward_ops, _const(False), "`0`",
+            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels; op names, comma-separated "
+            "(`bnorm,layernorm`): those ops' gradients only (`boo ops` lists the names)", selects_kernel=False),
     Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
             "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
             "into a 1-D or 3-D convolution before it, or one whose statistics have another dtype than the data; "
@@ -251,6 +269,7 @@ _NORMALIZE: dict[str, Callable[[Any], Any]] = {
     "disabled_plugins": _name_set,
     "loaded_plugins": lambda v: None if v is None else _name_set(v) or None,
     "verify": _auto_switch,
+    "use_backward_kernels": _backward_ops,
     "graph_rewrites": _auto_switch,
     "compile_timeout": float,
     "lock_timeout": float,
@@ -276,7 +295,7 @@ class Settings:
     cuda_target: str | None = None
     cuda_launch: str = "direct"
     cuda_graph_replay: bool = True
-    use_backward_kernels: bool = False
+    use_backward_kernels: bool | frozenset[str] = False
     graph_rewrites: str = "auto"
     verify: str = "auto"
     substitutions: Path | None = None
@@ -299,6 +318,11 @@ class Settings:
         """The values of the settings that select kernels (``Setting.selects_kernel``): what
         an in-memory launchable's key holds of the settings."""
         return tuple(getattr(self, setting.name) for setting in SETTINGS if setting.selects_kernel)
+
+    def backward_kernels_for(self, op_name: str) -> bool:
+        """Whether gradients of op ``op_name`` run on BOO kernels (``BOO_USE_BACKWARD_KERNELS``)."""
+        choice = self.use_backward_kernels
+        return choice if isinstance(choice, bool) else op_name in choice
 
     def verifies(self, device_type: str) -> bool:
         """Whether kernels are verified on first use on a device of ``device_type``."""

@@ -180,7 +180,7 @@ def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
 
 def _backward(signature: MatmulSignature) -> Backward:
     """Gradients by BOO kernels or by PyTorch, per the setting in force at the forward call."""
-    matmul = _kernel_matmul if get_settings().use_backward_kernels else _torch_matmul
+    matmul = _kernel_matmul if get_settings().backward_kernels_for("matmul") else _torch_matmul
     return lambda inputs, grads, needs: input_gradients(signature, inputs, grads[0], needs, matmul)
 
 

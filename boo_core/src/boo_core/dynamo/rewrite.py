@@ -32,7 +32,7 @@ from ..plugins.patterns import (
 from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable
 from ..runtime.lookup import get_launchable
-from ..settings import get_settings
+from ..settings import SettingError, get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
@@ -157,8 +157,8 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         report.contiguous_sums, _joint_contiguous_sums = _joint_contiguous_sums, 0
         report.saved_for_backward = len(saved_for_backward(gm))
     patterns = BooOpRegistry.default().fusion_patterns()
-    if kind == "backward" and not (get_settings().use_backward_kernels or autotune):
-        patterns, report.note = [], "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
+    if kind == "backward" and not autotune:
+        patterns = _backward_patterns(patterns, report)
     by_anchor = _by_anchor(patterns)
     if not as_custom_op:  # Inductor fuses the sum into one kernel itself
         report.stacked_gradients = stack_selection_gradients(gm.graph)
@@ -222,6 +222,24 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     gm.recompile()
     logger.info("%s", report.line())
     return report
+
+
+def _backward_patterns(patterns: Sequence[FusionPattern], report: GraphReport) -> list[FusionPattern]:
+    """The patterns of the ops whose gradients ``BOO_USE_BACKWARD_KERNELS`` puts on BOO's
+    kernels (a pattern's op is its name's prefix: ``bnorm.backward``); the report says which
+    ops' nodes are left to the nested backend."""
+    choice = get_settings().use_backward_kernels
+    if choice is True:
+        return list(patterns)
+    if choice is False:
+        report.note = "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
+        return []
+    ops = sorted(op.name for op in BooOpRegistry.list_ops())
+    unknown = sorted(choice - set(ops))
+    if unknown:
+        raise SettingError(f"BOO_USE_BACKWARD_KERNELS names no op {', '.join(unknown)}; the ops are {', '.join(ops)}")
+    report.note = f"backward graph on BOO's kernels for {', '.join(sorted(choice))} only (BOO_USE_BACKWARD_KERNELS)"
+    return [p for p in patterns if p.name.split(".")[0] in choice]
 
 
 def _device_type(graph: torch.fx.Graph) -> str:
