@@ -17,14 +17,20 @@ import triton.language as tl
 
 
 @triton.jit
-def boo_hopper_layernorm(x, w, b, mean, rstd, y, ROWS: tl.constexpr, N: tl.constexpr, EPS: tl.constexpr,
-                         BLOCK: tl.constexpr, ROWS_PER: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+def _program_rows(ROWS: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr, ROWS_PER: tl.constexpr):
+    """This program's rows and the columns of a block: their indices, which are in bounds,
+    the mask of both, and each element's offset."""
     rows = tl.program_id(0) * ROWS_PER + tl.arange(0, ROWS_PER)
     cols = tl.arange(0, BLOCK)
     row_ok = rows < ROWS
     col_ok = cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-    at = rows.to(tl.int64)[:, None] * N + cols[None, :]
+    return rows, cols, row_ok, col_ok, row_ok[:, None] & col_ok[None, :], rows.to(tl.int64)[:, None] * N + cols[None, :]
+
+
+@triton.jit
+def boo_hopper_layernorm(x, w, b, mean, rstd, y, ROWS: tl.constexpr, N: tl.constexpr, EPS: tl.constexpr,
+                         BLOCK: tl.constexpr, ROWS_PER: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    rows, cols, row_ok, col_ok, mask, at = _program_rows(ROWS, N, BLOCK, ROWS_PER)
     values = tl.load(x + at, mask=mask, other=0.0).to(tl.float32)
     row_mean = tl.sum(values, axis=1) / N
     centred = tl.where(mask, values - row_mean[:, None], 0.0)
@@ -47,12 +53,7 @@ def boo_hopper_layernorm_dx(w, x, mean, rstd, dy, unused, dx, ROWS: tl.constexpr
     read once: ``dx = rstd * (w dy - mean(w dy) - x̂ mean(w dy x̂))`` with ``x̂ = (x - mean) *
     rstd``, in float32, rounded once. ``unused`` is the binding where IREE's module keeps
     a row sum it computed in an executable of its own; this kernel sums both itself."""
-    rows = tl.program_id(0) * ROWS_PER + tl.arange(0, ROWS_PER)
-    cols = tl.arange(0, BLOCK)
-    row_ok = rows < ROWS
-    col_ok = cols < N
-    mask = row_ok[:, None] & col_ok[None, :]
-    at = rows.to(tl.int64)[:, None] * N + cols[None, :]
+    rows, cols, row_ok, col_ok, mask, at = _program_rows(ROWS, N, BLOCK, ROWS_PER)
     row_mean = tl.load(mean + rows, mask=row_ok, other=0.0)
     row_rstd = tl.load(rstd + rows, mask=row_ok, other=0.0)
     x_hat = (tl.load(x + at, mask=mask, other=0.0).to(tl.float32) - row_mean[:, None]) * row_rstd[:, None]
