@@ -164,6 +164,9 @@ def test_backward_kernels_are_chosen_for_every_op_none_or_the_ops_named(boo_env)
     assert configure(use_backward_kernels=["matmul"]).backward_kernels_for("matmul")
     assert configure(use_backward_kernels="conv").use_backward_kernels == {"conv"}
     assert configure(use_backward_kernels=False).use_backward_kernels is False
+    # a name no plugin registers is an error naming the variable when an op asks (its backward)
+    with pytest.raises(SettingError, match=r"^BOO_USE_BACKWARD_KERNELS names no op bnrom; the ops are .*bnorm"):
+        configure(use_backward_kernels="bnorm,bnrom").backward_kernels_for("bnorm")
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -32,7 +32,7 @@ from ..plugins.patterns import (
 from ..plugins.registry import BooOpRegistry
 from ..runtime.launchable import EmptyLaunchable, ReferenceLaunchable
 from ..runtime.lookup import get_launchable
-from ..settings import SettingError, get_settings
+from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
 from .autotune import torch_is_faster
@@ -234,12 +234,8 @@ def _backward_patterns(patterns: Sequence[FusionPattern], report: GraphReport) -
     if choice is False:
         report.note = "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
         return []
-    ops = sorted(op.name for op in BooOpRegistry.list_ops())
-    unknown = sorted(choice - set(ops))
-    if unknown:
-        raise SettingError(f"BOO_USE_BACKWARD_KERNELS names no op {', '.join(unknown)}; the ops are {', '.join(ops)}")
     report.note = f"backward graph on BOO's kernels for {', '.join(sorted(choice))} only (BOO_USE_BACKWARD_KERNELS)"
-    return [p for p in patterns if p.name.split(".")[0] in choice]
+    return [p for p in patterns if get_settings().backward_kernels_for(p.name.split(".")[0])]
 
 
 def _device_type(graph: torch.fx.Graph) -> str:
