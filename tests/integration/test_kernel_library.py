@@ -541,7 +541,11 @@ def test_it_knows_which_layer_norms_it_serves():
                     for n in (768, 8192))
     assert (narrow.block, narrow.rows_per) == (1024, 4) and (wide.block, wide.rows_per, wide.num_warps) == (8192, 1, 16)
     found = hooks.candidates(served, Target.parse("cuda:sm_90a"))
-    assert [(s.name, s.formulation) for s in found] == [("hopper_layernorm", layernorm.FORMULATION)]
+    # the chosen configuration first; the others after it, for boo tune, each its own name and key
+    assert found[0].name == "hopper_layernorm" and {s.formulation for s in found} == {layernorm.FORMULATION}
+    assert [s.name for s in found[1:]] == ["hopper_layernorm_" + layernorm.config_label(c)
+                                           for c in layernorm.alternatives(problem, layernorm.choose_config(problem))]
+    assert len(found) > 1 and len({s.name for s in found}) == len({s.key for s in found}) == len(found)
     assert hooks.candidates(served, Target.parse("cpu")) is None  # the op offers its one-executable module on GPUs
 
 
@@ -577,8 +581,25 @@ def test_it_replaces_the_two_dx_executables_of_a_backward(private_cache, command
     assert [sums.name, dx.name] == list(found.names[:2])  # IREE's row sum first, then dx reading it
     assert [b.access for b in sums.exports[0].bindings][-1] == "writeonly"
     assert [b.access for b in dx.exports[0].bindings][-2:] == ["readonly", "writeonly"]
-    (candidate,) = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
-    assert (candidate.name, candidate.formulation) == ("hopper_layernorm_dx", formulation)
+    candidates = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
+    assert (candidates[0].name, candidates[0].formulation) == ("hopper_layernorm_dx", formulation)
+    assert all(c.name.startswith("hopper_layernorm_dx_r") and c.formulation == formulation for c in candidates[1:])
     with pytest.raises(ValueError):  # a forward's module has neither
         forward = dataclasses.replace(signature, mode="fwd", gradients=None)
         layernorm.plan_dx(problem, executables_of(forward, "cuda:sm_80", layernorm.FORMULATION).executables)
+
+
+def test_a_layer_norms_other_configurations_keep_every_thread_busy():
+    from boo_ops_layernorm import LayerNormSignature
+
+    for width in (768, 1024, 4096, 8192, 16384):
+        problem = layernorm.problem_of(LayerNormSignature((64, width), 1, dtype=torch.bfloat16))
+        chosen = layernorm.choose_config(problem)
+        others = layernorm.alternatives(problem, chosen)
+        # the widest rows fill 16 warps' registers already: nothing else fits
+        assert bool(others) == (width < layernorm.MAX_WIDTH) and chosen not in others
+        assert len(set(others)) == len(others)
+        for config in others:
+            assert config.block == chosen.block and 1 <= config.rows_per <= 16 and 4 <= config.num_warps <= 16
+            # 4 to 32 values a thread (more spill registers: ptxas said so for 64 of a 16,384-wide dx)
+            assert 4 * 32 * config.num_warps <= config.block * config.rows_per <= 32 * 32 * config.num_warps

@@ -224,38 +224,47 @@ def _replaced(executable: Any, made: ptx.Kernel, obj: str) -> dict[str, str]:
 
 
 def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
-    """A layer norm's one candidate: a forward's single-executable module
+    """A layer norm's candidates: a forward's single-executable module
     (``layernorm.FORMULATION``) with the library's kernel in place of IREE's; a backward's
     module (the first of ``layernorm.BACKWARD_FORMULATIONS`` the op offers) with its two dx
-    executables replaced (``layernorm.plan_dx``)."""
+    executables replaced (``layernorm.plan_dx``). The chosen configuration first, then, for
+    ``boo tune``, the others (``layernorm.alternatives``, named ``..._r<rows>_w<warps>``)."""
     problem = layernorm.problem_of(signature)
     if problem is None:
         return None
-    config = layernorm.choose_config(problem)
+    chosen = layernorm.choose_config(problem)
+    configs = [(chosen, ""), *((c, "_" + layernorm.config_label(c)) for c in layernorm.alternatives(problem, chosen))]
     if problem.mode == "fwd":
         if not _offers(signature, target, layernorm.FORMULATION):
             return None
 
-        def build(kernel: KernelExecutables) -> dict[str, str]:
-            executable = layernorm.plan(problem, kernel.executables)
-            made = layernorm.generate(problem, config, executable.exports[0].kernel_name)
-            return _replaced(executable, made, "objects/hopper_layernorm.ptx")
+        def forward(config: layernorm.LayerNormConfig) -> Callable[[KernelExecutables], dict[str, str]]:
+            def build(kernel: KernelExecutables) -> dict[str, str]:
+                executable = layernorm.plan(problem, kernel.executables)
+                made = layernorm.generate(problem, config, executable.exports[0].kernel_name)
+                return _replaced(executable, made, "objects/hopper_layernorm.ptx")
 
-        return [Substitution("hopper_layernorm", build=build, key=_key("layernorm", problem, config),
-                             formulation=layernorm.FORMULATION)]
+            return build
+
+        return [Substitution("hopper_layernorm" + suffix, build=forward(config), key=_key("layernorm", problem, config),
+                             formulation=layernorm.FORMULATION) for config, suffix in configs]
     formulation = next((f for f in layernorm.BACKWARD_FORMULATIONS if _offers(signature, target, f)), None)
     if formulation is None:
         return None
 
-    def build_dx(kernel: KernelExecutables) -> dict[str, str]:
-        sums, dx = layernorm.plan_dx(problem, kernel.executables)
-        made = layernorm.generate_dx(problem, config, dx.exports[0].kernel_name)
-        skipped = layernorm.nothing(sums.exports[0].kernel_name, len(sums.exports[0].bindings), made.ptx)
-        return {**_replaced(dx, made, "objects/hopper_layernorm_dx.ptx"),
-                **_replaced(sums, skipped, "objects/hopper_layernorm_sums_skipped.ptx")}
+    def dx(config: layernorm.LayerNormConfig) -> Callable[[KernelExecutables], dict[str, str]]:
+        def build(kernel: KernelExecutables) -> dict[str, str]:
+            sums, dx = layernorm.plan_dx(problem, kernel.executables)
+            made = layernorm.generate_dx(problem, config, dx.exports[0].kernel_name)
+            skipped = layernorm.nothing(sums.exports[0].kernel_name, len(sums.exports[0].bindings), made.ptx)
+            return {**_replaced(dx, made, "objects/hopper_layernorm_dx.ptx"),
+                    **_replaced(sums, skipped, "objects/hopper_layernorm_sums_skipped.ptx")}
 
-    return [Substitution("hopper_layernorm_dx", build=build_dx, key=_key("layernorm", problem, config, formulation),
-                         formulation=formulation)]
+        return build
+
+    return [Substitution("hopper_layernorm_dx" + suffix, build=dx(config),
+                         key=_key("layernorm", problem, config, formulation), formulation=formulation)
+            for config, suffix in configs]
 
 
 def candidates(signature: Any, target: Target) -> list[Substitution] | None:

@@ -120,6 +120,22 @@ def choose_config(problem: LayerNormProblem) -> LayerNormConfig:
     return LayerNormConfig(block, rows_per, warps)
 
 
+def alternatives(problem: LayerNormProblem, chosen: LayerNormConfig) -> list[LayerNormConfig]:
+    """Other configurations ``boo tune`` times beside ``chosen``: half and twice the rows a
+    program, half and twice the warps (4 to 16 warps, at most 16 rows, a thread holding 4 to
+    32 values of its rows: more spill registers)."""
+    found = [LayerNormConfig(chosen.block, rows, warps)
+             for rows, warps in ((chosen.rows_per // 2, chosen.num_warps), (chosen.rows_per * 2, chosen.num_warps),
+                                 (chosen.rows_per, chosen.num_warps // 2), (chosen.rows_per, chosen.num_warps * 2))]
+    return [c for c in dict.fromkeys(found) if c != chosen and 1 <= c.rows_per <= 16 and 4 <= c.num_warps <= 16
+            and 4 * 32 * c.num_warps <= c.block * c.rows_per <= 32 * 32 * c.num_warps]
+
+
+def config_label(config: LayerNormConfig) -> str:
+    """A configuration as a substitution's name suffix: ``r4_w8`` (rows a program, warps)."""
+    return f"r{config.rows_per}_w{config.num_warps}"
+
+
 def triton_power_of_two(n: int) -> int:
     """The least power of two at least ``n`` (a Triton block's length)."""
     return 1 << max(0, (n - 1).bit_length())
