@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from boo_core import ArgumentError, Launchable, get_settings, launchable_for
+from boo_core import ArgumentError, BooOpRegistry, Launchable, launchable_for
 from boo_core.runtime.arguments import require_number, require_same_device
 
 from .layout import is_channels_last, logical, memory_format_of, stored
@@ -144,7 +144,7 @@ class _TrainBatchNorm(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor, *_updated: torch.Tensor):  # type: ignore[override]
         x, weight, mean, invstd = ctx.saved_tensors
         signature = ctx.signature
-        if get_settings().backward_kernels_for("bnorm"):
+        if BooOpRegistry.backward_kernels_for("bnorm"):
             kernel = backward_launchable(signature, x.device)
             dy = dy.contiguous(memory_format=memory_format_of(x))
             dx, dw, db = kernel(stored(x, signature), stored(dy, signature), weight, mean, invstd)

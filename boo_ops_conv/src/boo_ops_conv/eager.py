@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from boo_core import ArgumentError, BooError, Launchable, UnsupportedError, get_settings, launchable_for
+from boo_core import ArgumentError, BooError, BooOpRegistry, Launchable, UnsupportedError, launchable_for
 from boo_core.runtime.arguments import is_empty, require_int, require_ints, require_tensors
 from boo_core.runtime.autograd import launch, reference_backward
 
@@ -394,7 +394,7 @@ def _make_conv_backward(launchable: Launchable):
     def backward(inputs, grads, needs):
         dy, x, w = grads[0], inputs[0], inputs[1]
         mask = (needs[0], needs[1], len(inputs) > 2 and needs[2])
-        if get_settings().backward_kernels_for("conv"):
+        if BooOpRegistry.backward_kernels_for("conv"):
             gradients = boo_conv_backward(dy, x, w, mask, **layout_options)
         else:
             gradients = _torch_backward(signature, dy, x, w, mask)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from boo_core import ArgumentError, Launchable, get_settings, launchable_for
+from boo_core import ArgumentError, BooOpRegistry, Launchable, launchable_for
 from boo_core.runtime.arguments import require_int, require_number, require_same_device
 
 from .signature import FLOAT_DTYPES, GRADIENTS, LayerNormSignature
@@ -112,7 +112,7 @@ class _LayerNormFunction(torch.autograd.Function):
         x, mean, rstd, weight, bias = ctx.saved_tensors
         _, needs_x, needs_w, needs_b = ctx.needs_input_grad
         gradients = tuple(g for g, need in zip(GRADIENTS, (needs_x, needs_w, needs_b)) if need)
-        compute = _boo_backward if get_settings().backward_kernels_for("layernorm") else _torch_backward
+        compute = _boo_backward if BooOpRegistry.backward_kernels_for("layernorm") else _torch_backward
         grads = compute(ctx.signature, gradients, dy.contiguous(), x, mean, rstd, weight, bias)
         return None, grads.get("dx"), grads.get("dw"), grads.get("db")
 

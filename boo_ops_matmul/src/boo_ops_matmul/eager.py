@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from boo_core import ArgumentError, Launchable, get_settings, launchable_for
+from boo_core import ArgumentError, BooOpRegistry, Launchable, launchable_for
 from boo_core.runtime.arguments import is_empty, require_number, require_tensor, require_tensors
 from boo_core.runtime.autograd import Backward, launch
 
@@ -180,7 +180,7 @@ def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
 
 def _backward(signature: MatmulSignature) -> Backward:
     """Gradients by BOO kernels or by PyTorch, per the setting in force at the forward call."""
-    matmul = _kernel_matmul if get_settings().backward_kernels_for("matmul") else _torch_matmul
+    matmul = _kernel_matmul if BooOpRegistry.backward_kernels_for("matmul") else _torch_matmul
     return lambda inputs, grads, needs: input_gradients(signature, inputs, grads[0], needs, matmul)
 
 

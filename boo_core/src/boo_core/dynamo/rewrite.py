@@ -235,7 +235,7 @@ def _backward_patterns(patterns: Sequence[FusionPattern], report: GraphReport) -
         report.note = "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
         return []
     report.note = f"backward graph on BOO's kernels for {', '.join(sorted(choice))} only (BOO_USE_BACKWARD_KERNELS)"
-    return [p for p in patterns if get_settings().backward_kernels_for(p.name.split(".")[0])]
+    return [p for p in patterns if BooOpRegistry.backward_kernels_for(p.name.split(".")[0])]
 
 
 def _device_type(graph: torch.fx.Graph) -> str:

@@ -19,6 +19,7 @@ import torch
 from ..errors import BooError, CommandError, PluginError, UnknownOpError, describe_error, is_plugins_failure
 from ..kernels.formulation import Formulation, check_formulations, default_formulations
 from ..kernels.source_tags import package_source_hash
+from ..settings import SettingError, get_settings
 from ..signatures.dtypes import SUFFIX_TO_DTYPE
 from ..signatures.installed import provide_installed_ops
 from ..signatures.parser import ParsedCommand, tokenize
@@ -161,6 +162,18 @@ class OpRegistry:
     def failures(self) -> list[PluginFailure]:
         """Plugins that failed to import, validate or register."""
         return list(self.plugins.failures)
+
+    def backward_kernels_for(self, op_name: str) -> bool:
+        """Whether gradients of op ``op_name`` run on BOO kernels (``BOO_USE_BACKWARD_KERNELS``:
+        0, 1 or op names); SettingError where the setting names an op not registered here."""
+        choice = get_settings().use_backward_kernels
+        if not isinstance(choice, bool):
+            ops = sorted({op.name for op in self.list_ops()})
+            unknown = sorted(choice - set(ops))
+            if unknown:
+                raise SettingError(f"BOO_USE_BACKWARD_KERNELS names no op {', '.join(unknown)}; the ops are "
+                                   f"{', '.join(ops)}")
+        return get_settings().backward_kernels_for(op_name)
 
     def conflicts(self) -> list[str]:
         """One message per op name or command keyword claimed by more than one plugin."""
@@ -409,6 +422,11 @@ class BooOpRegistry:
     def failures(cls) -> list[PluginFailure]:
         """Plugins that failed to load; see :attr:`OpRegistry.failures`."""
         return cls.default().failures
+
+    @classmethod
+    def backward_kernels_for(cls, op_name: str) -> bool:
+        """See :meth:`OpRegistry.backward_kernels_for`."""
+        return cls.default().backward_kernels_for(op_name)
 
 
 def _suffixes(entry: OpEntry) -> Mapping[str, torch.dtype]:

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from boo_core.plugin import (
     ArgumentError,
     Backward,
+    BooOpRegistry,
     Launchable,
-    get_settings,
     launch,
     launchable_for,
     require_number,
@@ -81,7 +81,7 @@ def _backward(forward: RMSNormSignature) -> Backward:
     """dx and dweight from the saved rstd, by a BOO kernel or by PyTorch, per the setting in
     force at the forward call. ``saved`` is (x, weight, y, rstd): the inputs, then the
     outputs; rstd's own gradient is not used (boo_rms_norm does not return it)."""
-    use_kernel = get_settings().backward_kernels_for("rmsnorm")
+    use_kernel = BooOpRegistry.backward_kernels_for("rmsnorm")
     signature = replace(forward, mode="bwd")
 
     def backward(saved, grads, needs_grad):

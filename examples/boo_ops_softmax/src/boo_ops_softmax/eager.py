@@ -10,8 +10,8 @@ import torch
 from boo_core.plugin import (
     ArgumentError,
     Backward,
+    BooOpRegistry,
     Launchable,
-    get_settings,
     launch,
     launchable_for,
     require_int,
@@ -81,7 +81,7 @@ def softmax_launchable(x: torch.Tensor, dim: int = -1, log: bool = False, mode: 
 def _backward(forward: SoftmaxSignature) -> Backward:
     """dx from the saved output y, by a BOO kernel or by PyTorch, per the setting in force
     at the forward call."""
-    use_kernel = get_settings().backward_kernels_for("softmax")
+    use_kernel = BooOpRegistry.backward_kernels_for("softmax")
 
     def backward(saved, grads, needs_grad):
         _, y = saved  # the input x, then the output
