@@ -47,8 +47,8 @@ ORDER = ["x", "w", "b", "mean", "rstd", "y", "ROWS", "N", "EPS", "BLOCK", "ROWS_
 
 @dataclass(frozen=True)
 class LayerNormProblem:
-    """A forward over the last dims: ``input_shape`` split into ``stats_shape`` (one mean
-    and rstd each) and rows of ``width`` elements."""
+    """A layer norm over the last dims (its forward, or a backward's dx): ``input_shape``
+    split into ``stats_shape`` (one mean and rstd each) and rows of ``width`` elements."""
 
     input_shape: tuple[int, ...]
     normalized_dim: int
