@@ -166,14 +166,15 @@ class OpRegistry:
     def backward_kernels_for(self, op_name: str) -> bool:
         """Whether gradients of op ``op_name`` run on BOO kernels (``BOO_USE_BACKWARD_KERNELS``:
         0, 1 or op names); SettingError where the setting names an op not registered here."""
-        choice = get_settings().use_backward_kernels
+        settings = get_settings()
+        choice = settings.use_backward_kernels
         if not isinstance(choice, bool):
             ops = sorted({op.name for op in self.list_ops()})
             unknown = sorted(choice - set(ops))
             if unknown:
                 raise SettingError(f"BOO_USE_BACKWARD_KERNELS names no op {', '.join(unknown)}; the ops are "
                                    f"{', '.join(ops)}")
-        return get_settings().backward_kernels_for(op_name)
+        return settings.backward_kernels_for(op_name)
 
     def conflicts(self) -> list[str]:
         """One message per op name or command keyword claimed by more than one plugin."""

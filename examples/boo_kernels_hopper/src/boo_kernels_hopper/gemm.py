@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .ptx import Kernel, compile_for_iree
+from .ptx import Kernel, bindings_of, compile_for_iree
 
 #: The element types served, as IREE's tensor types name them.
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -187,8 +187,7 @@ def plan(problem: GemmProblem, executables: Any) -> Any:
             found += [(executable, tensors == expected) for expected in wanted]
     matching = [executable for executable, ok in found if ok]
     if len(matching) != 1:
-        described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
-        raise ValueError(f"expected one executable with bindings {wanted[0]}, found {described}")
+        raise ValueError(f"expected one executable with bindings {wanted[0]}, found {bindings_of(executables)}")
     return matching[0]
 
 
@@ -211,8 +210,7 @@ def split_k_plan(problem: GemmProblem, executables: Any) -> tuple[Any, GemmProbl
                         out_dtype="f32")
         if parts > 1 and parts * length >= problem.k and tensors == split.bindings():
             return executable, split
-    described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
-    raise ValueError(f"no batched product of slices of K into float32 for {problem}, found {described}")
+    raise ValueError(f"no batched product of slices of K into float32 for {problem}, found {bindings_of(executables)}")
 
 
 def kernel_problem(problem: GemmProblem, executable: Any) -> GemmProblem:

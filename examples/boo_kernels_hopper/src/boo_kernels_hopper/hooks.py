@@ -59,15 +59,19 @@ SPLIT_K_FORMULATION = "split_k"  # the matmul op's module whose executables gemm
 OFFER_SPLIT_K = True
 
 
+def _replaced(executable: Any, made: ptx.Kernel, obj: str) -> dict[str, str]:
+    """The files replacing ``executable`` with the kernel ``made``, kept as ``obj``."""
+    source = external_source(executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=made.grid_xyz,
+                             workgroup_local_memory=made.shared_bytes)
+    return {f"sources/{executable.name}.mlir": source, obj: made.ptx}
+
+
 def _gemm_build(choose: Callable[[Sequence[Any]], tuple[Any, gemm.GemmProblem, gemm.GemmConfig]]):
     """A build replacing one executable: ``choose(executables)`` gives it, the problem it
     computes and the tiles."""
     def build(kernel: KernelExecutables) -> dict[str, str]:
         executable, problem, config = choose(kernel.executables)
-        made = gemm.generate(problem, config, executable.exports[0].kernel_name)
-        source = external_source(executable, [OBJECT], workgroup_size=(made.block, 1, 1),
-                                 workgroup_count=made.grid_xyz, workgroup_local_memory=made.shared_bytes)
-        return {f"sources/{executable.name}.mlir": source, OBJECT: made.ptx}
+        return _replaced(executable, gemm.generate(problem, config, executable.exports[0].kernel_name), OBJECT)
 
     return build
 
@@ -135,10 +139,7 @@ def _build_launches(plan: Callable[[Sequence[Any]], list[Any]], generate: Callab
             executable = launch.executable
             made = generate(launch, executable.exports[0].kernel_name)
             obj = f"objects/{prefix}_{index}_{launch.kernel}.ptx"  # one per executable: each names its own entry
-            files[f"sources/{executable.name}.mlir"] = external_source(
-                executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=made.grid_xyz,
-                workgroup_local_memory=made.shared_bytes)
-            files[obj] = made.ptx
+            files.update(_replaced(executable, made, obj))
         return files
 
     return build
@@ -214,13 +215,6 @@ def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.Con
     build = _build_launches(lambda executables: conv.plan(problem, executables),
                             lambda launch, entry: conv.generate(problem, config, launch, entry), "hopper_conv")
     return Substitution(name, build=build, key=key, formulation=formulation)
-
-
-def _replaced(executable: Any, made: ptx.Kernel, obj: str) -> dict[str, str]:
-    """The files replacing ``executable`` with the kernel ``made``, kept as ``obj``."""
-    source = external_source(executable, [obj], workgroup_size=(made.block, 1, 1), workgroup_count=made.grid_xyz,
-                             workgroup_local_memory=made.shared_bytes)
-    return {f"sources/{executable.name}.mlir": source, obj: made.ptx}
 
 
 def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:

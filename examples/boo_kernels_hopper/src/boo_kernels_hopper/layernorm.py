@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .ptx import Kernel, compile_for_iree
+from .ptx import Kernel, bindings_of, compile_for_iree
 
 FORMULATION = "mean_statistics"  # the layer-norm op's single-executable forward on GPUs
 #: The layer-norm op's backward modules on GPUs: dw and db summed in stages, or dx alone.
@@ -148,8 +148,7 @@ def plan(problem: LayerNormProblem, executables: Any) -> Any:
     matching = [e for e in executables if len(e.exports) == 1 and not e.exports[0].constants
                 and [elements(b.tensor) for b in e.exports[0].bindings] == expected]
     if len(executables) != 1 or len(matching) != 1:
-        described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
-        raise ValueError(f"expected one executable with bindings {expected}, found {described}")
+        raise ValueError(f"expected one executable with bindings {expected}, found {bindings_of(executables)}")
     return matching[0]
 
 
@@ -166,8 +165,8 @@ def plan_dx(problem: LayerNormProblem, executables: Any) -> tuple[Any, Any]:
             if bindings == expected:
                 found[which].append(executable)
     if [len(f) for f in found] != [1, 1]:
-        described = {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
-        raise ValueError(f"expected one executable each with bindings {wanted[0]} and {wanted[1]}, found {described}")
+        raise ValueError(f"expected one executable each with bindings {wanted[0]} and {wanted[1]}, "
+                         f"found {bindings_of(executables)}")
     return found[0][0], found[1][0]
 
 

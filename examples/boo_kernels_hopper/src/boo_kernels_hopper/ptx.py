@@ -60,6 +60,11 @@ class Kernel:
         return self.grid if isinstance(self.grid, tuple) else (self.grid, 1, 1)
 
 
+def bindings_of(executables: Any) -> dict[str, list[str]]:
+    """Each executable's bindings as IREE spells them: what a plan's error says it found."""
+    return {e.name: [b.tensor for b in e.exports[0].bindings] for e in executables if e.exports}
+
+
 def compile_for_iree(fn: Any, pointers: list[str], constants: dict[str, Any], order: list[str], num_warps: int,
                      num_stages: int, entry: str, types: dict[str, str] | None = None) -> tuple[Any, str]:
     """Triton's sm_90a build of ``fn`` (parameters ``order``: ``pointers``, then ``constants``
