@@ -156,6 +156,25 @@ LINALG_CASES = [
      "phase_axes"),
     (ConvSignature((1, 3, 4, 6, 4), (4, 3, 3, 3, 3), stride=2, padding=1, dtype=f32, shared_layout="NDHWC",
                    mode="bwd"), "phase_axes"),
+    # Depthwise convolutions (one channel per group) over x or dY as stored, the filter
+    # rearranged tap-major: a 7x7 forward with a bias, a strided one, 1-D and 3-D; weight
+    # gradients in parts of the batch (strided, x's last row unread); stride-1 data
+    # gradients, the taps reversed (dilated, uneven padding)
+    (ConvSignature((2, 8, 9, 10), (8, 1, 7, 7), padding=3, groups=8, dtype=bf16, shared_layout="NHWC", bias=True),
+     "depthwise"),
+    (ConvSignature((2, 8, 9, 10), (8, 1, 3, 3), padding=1, stride=2, groups=8, dtype=f32, shared_layout="NHWC"),
+     "depthwise"),
+    (ConvSignature((2, 6, 11), (6, 1, 5), padding=2, groups=6, dtype=f16, shared_layout="NWC"), "depthwise"),
+    (ConvSignature((1, 4, 4, 5, 6), (4, 1, 3, 3, 3), padding=1, groups=4, dtype=f32, shared_layout="NDHWC", bias=True),
+     "depthwise"),
+    (ConvSignature((3, 8, 9, 10), (8, 1, 7, 7), padding=3, groups=8, dtype=bf16, shared_layout="NHWC", mode="wrw"),
+     "depthwise"),
+    (ConvSignature((4, 6, 9, 8), (6, 1, 3, 3), padding=1, stride=2, groups=6, dtype=f16, shared_layout="NHWC",
+                   mode="wrw"), "depthwise"),
+    (ConvSignature((2, 8, 9, 10), (8, 1, 7, 7), padding=3, groups=8, dtype=bf16, shared_layout="NHWC", mode="bwd"),
+     "depthwise"),
+    (ConvSignature((2, 6, 9, 10), (6, 1, 5, 3), padding=(1, 2), dilation=(1, 2), groups=6, dtype=f32,
+                   shared_layout="NHWC", mode="bwd"), "depthwise"),
 ]
 
 
@@ -173,6 +192,23 @@ def test_the_linalg_formulations_compute_the_reference(signature, name, private_
     launchable = load_launchable(signature, device, KernelRequest.create(signature, CPU, formulation),
                                  device.driver_for(signature.flops))
     assert_right(launchable)
+
+
+def test_depthwise_convolutions_get_their_linalg_formulation_first_on_cuda_only():
+    depthwise = ConvSignature((2, 8, 9, 10), (8, 1, 7, 7), padding=3, groups=8, dtype=bf16, shared_layout="NHWC")
+    for mode in ("fwd", "bwd", "wrw"):
+        signature = dataclasses.replace(depthwise, mode=mode)
+        assert names(signature, CUDA)[0] == "depthwise" and "depthwise" not in names(signature)
+    for other in ({"activation": "relu"},  # a forward's activation: not in the contraction
+                  {"mode": "bwd", "stride": (2, 2)},  # a strided data gradient
+                  {"kernel_shape": (8, 2, 7, 7), "groups": 4, "input_shape": (2, 8, 9, 10)},  # two channels a group
+                  {"kernel_shape": (16, 1, 7, 7)},  # two output channels a group
+                  {"input_layout": "NCHW"}, {"transposed": True, "kernel_shape": (8, 1, 7, 7)}):
+        try:
+            signature = dataclasses.replace(depthwise, **other)
+        except ValueError:
+            continue
+        assert "depthwise" not in names(signature, CUDA), other
 
 
 def test_which_formulations_each_kind_of_convolution_gets():

@@ -158,6 +158,15 @@ IMPLICIT_SPLIT = "implicit_split"
 #: against ``default``'s 5,405 (benchmarks/gpu.py --formulations phase_axes); last elsewhere
 #: (untimed there).
 PHASE_AXES = "phase_axes"
+#: A channels-last depthwise convolution written as linalg (linalg_formulations), offered on
+#: CUDA only, first: the exported formulations' kernels run these on an NCHW copy, a thread
+#: per output with its neighbours a channel plane apart. IREE's own kernels, H200, bf16,
+#: batch 32, ConvNeXt-T's four 7x7 rows (96 @56 .. 768 @7), µs, default -> depthwise
+#: (cuDNN): forwards 1157 -> 720 (95), 633 -> 348 (55), 345 -> 165 (30), 158 -> 78 (23);
+#: weight gradients 10686 -> 894 (75), 1838 -> 360 (34), 432 -> 202 (23), 122 -> 72 (16);
+#: data gradients 716 -> 721 (981), 261 -> 349 (511), 254 -> 166 (271), 271 -> 78 (163).
+#: (The Hopper kernel library substitutes into its module: docs/gpu.md.)
+DEPTHWISE = "depthwise"
 PHASE_AXES_FIRST_BELOW = 64
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
@@ -277,6 +286,13 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             PHASE_AXES, mlir=lambda: linalg_formulations.strided_data_gradient_mlir(s),
             flags=linalg_formulations.FLAGS,
             description="dX's phases as axes: one contraction over dY as stored and the filter's taps by phase"))
+    if cuda and linalg_formulations.serves_depthwise(s):
+        depthwise = Formulation(
+            DEPTHWISE, flags=linalg_formulations.FLAGS,
+            mlir=lambda: (linalg_formulations.depthwise_weight_gradient_mlir(s) if s.mode == "wrw"
+                          else linalg_formulations.depthwise_mlir(s)),
+            description="one contraction per channel over x (dY) as stored, channels innermost")
+        first.insert(0, depthwise)
     return (*first, Formulation("default"), *later)
 
 

@@ -26,6 +26,11 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   (``wgrad.plan``); first, where that module would move x or dY, the two of the
   ``implicit_split`` formulation's, the products reading x itself (``wgrad.implicit_plan``).
 
+* A depthwise convolution (NHWC, one channel per group): the conv op's ``depthwise``
+  module, its convolution (a forward's, a stride-1 data gradient's) replaced by the library's
+  depthwise kernel (``depthwise.plan``), or its weight gradient's products
+  (``depthwise.plan_wgrad``); the chosen tiles first, then the others for ``boo tune``.
+
 * A layer-norm forward: the op's ``mean_statistics`` module, one executable, replaced by
   the library's kernel (``layernorm.plan``). A backward with a weight: its two dx executables
   (``layernorm.plan_dx``), one kernel summing both row sums and writing dx, and an entry
@@ -45,7 +50,7 @@ from typing import Any
 from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
-from . import conv, dgrad, gemm, layernorm, ptx, wgrad
+from . import conv, depthwise, dgrad, gemm, layernorm, ptx, wgrad
 
 logger = logging.getLogger(__name__)
 OBJECT = "objects/hopper_gemm.ptx"
@@ -261,11 +266,37 @@ def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitutio
             for config, suffix in configs]
 
 
+def _depthwise_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
+    """A depthwise convolution's candidates (``depthwise.problem_of``), where the op offers
+    its ``depthwise`` formulation: the chosen tiles first, then, for ``boo tune``, the others
+    (``depthwise.alternatives``, named ``hopper_depthwise_<pixels>x<channels>``)."""
+    problem = depthwise.problem_of(signature)
+    if problem is None or not _offers(signature, target, depthwise.FORMULATION):
+        return None
+    planner = depthwise.plan_wgrad if problem.mode == "wrw" else depthwise.plan
+    chosen = depthwise.choose_config(problem)
+
+    def substitution(config: depthwise.DepthwiseConfig, name: str) -> Substitution:
+        def build(kernel: KernelExecutables) -> dict[str, str]:
+            launch = planner(problem, kernel.executables)
+            made = depthwise.generate(problem, config, launch, launch.executable.exports[0].kernel_name)
+            return _replaced(launch.executable, made, "objects/hopper_depthwise.ptx")
+
+        return Substitution(name, build=build, key=_key("depthwise", problem, config),
+                            formulation=depthwise.FORMULATION)
+
+    return [substitution(chosen, "hopper_depthwise")] + [
+        substitution(config, f"hopper_depthwise_{depthwise.config_label(config)}")
+        for config in depthwise.alternatives(problem, chosen)]
+
+
 def candidates(signature: Any, target: Target) -> list[Substitution] | None:
     """What this library offers ``signature`` on CUDA ``target``, in the order BOO tries it,
     whether or not this machine can build it (None: nothing)."""
     if getattr(signature, "op_name", None) == "layernorm":
         return _layernorm_substitutions(signature, target)
+    if depthwise.problem_of(signature) is not None:
+        return _depthwise_substitutions(signature, target)
     if getattr(signature, "op_name", None) not in ("conv", "cbainfer"):
         return _gemm_substitutions(signature, target)
     if getattr(signature, "mode", None) == "wrw":

@@ -457,6 +457,30 @@ _GENERIC = re.compile(r"linalg\.generic [^\n]*?ins\((%\w+), (%\w+) :")
 _PAD_OR_SLICE = re.compile(r"(%\w+) = tensor\.(?:pad|extract_slice) (%\w+)")
 
 
+def contraction_operands(executable: Any, found: list[Span]) -> tuple[Span, Span]:
+    """The two tensors (of ``found``, the executable's spans) its one ``linalg.generic``
+    reads, in the generic's operand order, each traced back through pads and slices to the
+    binding it was loaded from: how two tensors of one size (x and dY of a stride-1 weight
+    gradient) are told apart. ValueError where the executable is not that."""
+    text = executable.text
+    match = _GENERIC.search(text)
+    loads = dict(_LOAD.findall(text))
+    through = dict(_PAD_OR_SLICE.findall(text))
+    by_name = {sp.name: sp for sp in found}
+
+    def source(value: str) -> Span | None:  # the loaded tensor a pad or a slice of it comes from
+        while value in through:
+            value = through[value]
+        return by_name.get(loads.get(value, ""))
+
+    if match is None:
+        raise ValueError(f"{executable.name}: not one linalg.generic of two loaded tensors")
+    first, second = (source(v) for v in match.groups())
+    if first is None or second is None or first == second:
+        raise ValueError(f"{executable.name}: the generic's operands are not two of its bindings")
+    return first, second
+
+
 def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: WgradConfig | None = None,
                   tiles: WgradTiles | None = None) -> list[Launch]:
     """What replaces the two executables of the op's ``implicit_split`` module: the products
@@ -475,21 +499,9 @@ def implicit_plan(problem: WgradProblem, executables: tuple[Any, ...], config: W
     parts = part_in.shape[0]
     found = spans(products)
     check_bindings(products, found)
-    match = _GENERIC.search(products.text)
-    loads = dict(_LOAD.findall(products.text))
-    through = dict(_PAD_OR_SLICE.findall(products.text))
-    by_name = {sp.name: sp for sp in found}
-
-    def source(value: str) -> Span | None:  # the loaded tensor a pad or a slice of it comes from
-        while value in through:
-            value = through[value]
-        return by_name.get(loads.get(value, ""))
-
-    if match is None or len(found) != 3:
-        raise ValueError(f"{products.name}: not one linalg.generic of two loaded tensors")
-    x, dy = (source(v) for v in match.groups())
-    if x is None or dy is None or x == dy:
-        raise ValueError(f"{products.name}: the generic's operands are not two of its bindings")
+    if len(found) != 3:
+        raise ValueError(f"{products.name}: tensors {found}, expected x, dY and the partial sums")
+    x, dy = contraction_operands(products, found)
     [part] = [sp for sp in found if sp not in (x, dy)]
     wanted = {"x": (pb.n * pb.h * pb.w * pb.c, "bf16"), "dY": (pb.pixels * pb.k, "bf16"),
               "partial sums": (parts * pb.k * pb.columns, "f32")}
