@@ -208,6 +208,27 @@ class _Writer:
         return "\n".join(self.lines) + "\n"
 
 
+def _in_parts(w: _Writer, s: ConvSignature, g: int) -> tuple[str, tuple[int, ...]]:
+    """A weight gradient's dY and x (``%dy_b``, ``%x_b``) viewed as ``g`` parts of the batch:
+    dY as ``%dy_p`` and its shape, x cut to the extent the windows read and padded (its
+    value; its shape is ``(g, N / g, *read_extents, C)``)."""
+    n, c = s.input_shape[:2]
+    size, out = tuple(s.input_shape[2:]), tuple(s.output_spatial)
+    groups = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(s.spatial_rank + 1)) + "]"
+    parted_dy, parted_x = (g, n // g, *out, s.output_channels), (g, n // g, *size, c)
+    for name, whole, parted in (("dy", (n, *out, s.output_channels), parted_dy), ("x", (n, *size, c), parted_x)):
+        w.emit(f"%{name}_p = tensor.expand_shape %{name}_b {groups} output_shape [{', '.join(map(str, parted))}] : "
+               f"{_tensor(whole, w.e)} into {_tensor(parted, w.e)}")
+    x, used = "%x_p", _extent_of_x_read(s)
+    if used != size:  # x past the windows' extent is never read: cut it off
+        cut = (g, n // g, *used, c)
+        w.emit(f"%x_cut = tensor.extract_slice %x_p[{', '.join('0' for _ in cut)}] [{', '.join(map(str, cut))}] "
+               f"[{', '.join('1' for _ in cut)}] : {_tensor(parted_x, w.e)} to {_tensor(cut, w.e)}")
+        x = "%x_cut"
+    high = [extent - p - u for extent, p, u in zip(s.read_extents, s.padding, used)]
+    return w.pad("%x_pad", x, (g, n // g, *used, c), [0, 0, *s.padding, 0], [0, 0, *high, 0]), parted_dy
+
+
 def weight_gradient_mlir(s: ConvSignature) -> str:
     """``implicit_split``'s kernel of ``s`` (:func:`serves_weight_gradient`): dY and x, then dW."""
     rank = s.spatial_rank
@@ -216,19 +237,7 @@ def weight_gradient_mlir(s: ConvSignature) -> str:
     g = parts(s)
     w = _Writer(s)
     w.function([("dy", (n, *out, k)), ("x", (n, *s.input_shape[2:], c))], ("dw", (k, *window, c)))
-    groups = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
-    parted_dy, parted_x = (g, n // g, *out, k), (g, n // g, *s.input_shape[2:], c)
-    for name, whole, parted in (("dy", (n, *out, k), parted_dy), ("x", (n, *s.input_shape[2:], c), parted_x)):
-        w.emit(f"%{name}_p = tensor.expand_shape %{name}_b {groups} output_shape [{', '.join(map(str, parted))}] : "
-               f"{_tensor(whole, w.e)} into {_tensor(parted, w.e)}")
-    x, used = "%x_p", _extent_of_x_read(s)
-    if used != tuple(s.input_shape[2:]):  # x past the windows' extent is never read: cut it off
-        cut = (g, n // g, *used, c)
-        w.emit(f"%x_cut = tensor.extract_slice %x_p[{', '.join('0' for _ in cut)}] [{', '.join(map(str, cut))}] "
-               f"[{', '.join('1' for _ in cut)}] : {_tensor(parted_x, w.e)} to {_tensor(cut, w.e)}")
-        x = "%x_cut"
-    high = [extent - p - u for extent, p, u in zip(s.read_extents, s.padding, used)]
-    x = w.pad("%x_pad", x, (g, n // g, *used, c), [0, 0, *s.padding, 0], [0, 0, *high, 0])
+    x, parted_dy = _in_parts(w, s, g)
     partial = (g, k, *window, c)
     taps, pixels = [f"t{i}" for i in range(rank)], [f"o{i}" for i in range(rank)]
     dims = ["g", "k", *taps, "c", "m", *pixels]
@@ -475,19 +484,7 @@ def depthwise_weight_gradient_mlir(s: ConvSignature) -> str:
     g = parts(s)
     w = _Writer(s)
     w.function([("dy", (n, *out, c)), ("x", (n, *size, c))], ("dw", (c, *window, 1)))
-    groups = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
-    parted_dy, parted_x = (g, n // g, *out, c), (g, n // g, *size, c)
-    for name, whole, parted in (("dy", (n, *out, c), parted_dy), ("x", (n, *size, c), parted_x)):
-        w.emit(f"%{name}_p = tensor.expand_shape %{name}_b {groups} output_shape [{', '.join(map(str, parted))}] : "
-               f"{_tensor(whole, w.e)} into {_tensor(parted, w.e)}")
-    x, used = "%x_p", _extent_of_x_read(s)
-    if used != size:
-        cut = (g, n // g, *used, c)
-        w.emit(f"%x_cut = tensor.extract_slice %x_p[{', '.join('0' for _ in cut)}] [{', '.join(map(str, cut))}] "
-               f"[{', '.join('1' for _ in cut)}] : {_tensor(parted_x, w.e)} to {_tensor(cut, w.e)}")
-        x = "%x_cut"
-    high = [extent - p - u for extent, p, u in zip(s.read_extents, s.padding, used)]
-    x = w.pad("%x_pad", x, (g, n // g, *used, c), [0, 0, *s.padding, 0], [0, 0, *high, 0])
+    x, parted_dy = _in_parts(w, s, g)
     # the partial sums (parts, *window, C): channels innermost, as x and dY hold them
     partial = (g, *window, c)
     taps, pixels = [f"t{i}" for i in range(rank)], [f"o{i}" for i in range(rank)]

@@ -110,32 +110,38 @@ def _power_of_two(n: int) -> int:
 
 
 def choose_config(problem: DepthwiseProblem) -> DepthwiseConfig:
-    """A row's pixels 16 at a time (8 for rows of 8 or fewer), 4 warps; a forward or data
-    gradient 64 channels a program where they divide C (else 32), a weight gradient 32 (the
-    S taps' tiles are held at once). Measured slower for a weight gradient (H200, ConvNeXt-T's
-    rows, µs): rows 32 pixels at a time on 8 warps (96 channels at 56x56: 317 against 262);
-    one flat loop whose loads Triton's pipeliner issues 3 steps ahead (260 against 262 there,
-    but 87, 81, 124 against 70, 64, 93 at 7x7, 14x14, 28x28)."""
+    """The tiles ``bench_depthwise.py`` measured best or within 6% of it on ConvNeXt-T's rows
+    (H200, µs, the first guess -> this; README.md): a forward or data gradient takes 64
+    channels a program where they divide C, else 32 with 32 pixels of rows wider than 16 (96
+    @56: 156.5 -> 126.3), else 16 pixels (8 for rows of 8 or fewer), on 4 warps. A weight
+    gradient, whose programs are few (parts x channel blocks x window rows) and each loop over
+    their images' rows, takes 16 channels on 2 warps (768 @7: 70.1 -> 36.8; 384 @14: 63.7 ->
+    50.2; 96 @56: 260.3 -> 255.9; the S taps' tiles are held at once). Slower there: a
+    weight gradient's rows 32 pixels at a time on 8 warps (96 @56: 317 against 262), and one
+    flat loop whose loads Triton's pipeliner issues 3 steps ahead (96 @56 260 against 262,
+    but 768 @7, 384 @14, 192 @28 87, 81, 124 against 70, 64, 93)."""
     bq = max(8, min(16, _power_of_two(problem.q)))
     if problem.mode == "wrw":
-        return _warps_for(DepthwiseConfig(bq, 32, 4))
-    return DepthwiseConfig(bq, 64 if problem.c % 64 == 0 else 32, 4)
+        return _warps_for(DepthwiseConfig(bq, 16, 0))
+    bc = 64 if problem.c % 64 == 0 else 32
+    return DepthwiseConfig(32 if bc == 32 and problem.q > 16 else bq, bc, 4)
 
 
 def _warps_for(config: DepthwiseConfig) -> DepthwiseConfig:
-    """A weight gradient's tiles with 8 warps where they hold 1,024 pixel-channels or more."""
-    return DepthwiseConfig(config.bq, config.bc, 8 if config.bq * config.bc >= 1024 else 4)
+    """A weight gradient's tiles with a warp per 128 pixel-channels, 2 to 8."""
+    return DepthwiseConfig(config.bq, config.bc, max(2, min(8, config.bq * config.bc // 128)))
 
 
 def alternatives(problem: DepthwiseProblem, chosen: DepthwiseConfig) -> list[DepthwiseConfig]:
     """Other tiles ``boo tune`` times beside ``chosen``: half and twice the pixels and the
-    channels (8 to 64 pixels, 16 to 128 channels)."""
+    channels (8 to 64 pixels; 16 to 128 channels, a weight gradient's 8 to 64)."""
     found = [DepthwiseConfig(bq, bc, chosen.num_warps)
              for bq, bc in ((chosen.bq // 2, chosen.bc), (chosen.bq * 2, chosen.bc), (chosen.bq, chosen.bc // 2),
                             (chosen.bq, chosen.bc * 2))]
+    lowest, highest = (8, 64) if problem.mode == "wrw" else (16, 128)
     if problem.mode == "wrw":
         found = [_warps_for(config) for config in found]
-    return [c for c in dict.fromkeys(found) if c != chosen and 8 <= c.bq <= 64 and 16 <= c.bc <= 128]
+    return [c for c in dict.fromkeys(found) if c != chosen and 8 <= c.bq <= 64 and lowest <= c.bc <= highest]
 
 
 def config_label(config: DepthwiseConfig) -> str:
