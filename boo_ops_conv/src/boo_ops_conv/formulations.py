@@ -158,9 +158,16 @@ IMPLICIT_SPLIT = "implicit_split"
 #: against ``default``'s 5,405 (benchmarks/gpu.py --formulations phase_axes); last elsewhere
 #: (untimed there).
 PHASE_AXES = "phase_axes"
-#: A channels-last depthwise convolution written as linalg (linalg_formulations), offered on
-#: CUDA only, first: the exported formulations' kernels run these on an NCHW copy, a thread
-#: per output with its neighbours a channel plane apart. IREE's own kernels, H200, bf16,
+#: A channels-last depthwise convolution written as linalg (linalg_formulations), first
+#: (on the CPU a weight gradient's comes after ``default``): the exported formulations'
+#: kernels run these on an NCHW copy, a thread per output with its neighbours a channel plane
+#: apart. On the CPU (benchmarks/cpu_formulations.py --target cuda:sm_80, 2 cores, batch 8,
+#: NHWC, µs, default -> depthwise (torch)): f32 96 @56 7x7 forward 35964 -> 5401 (2167), data
+#: gradient 64003 -> 6370 (25479), weight gradient 90270 -> 47984 (21122); f32 384 @14 9924 ->
+#: 1546 (576), 21096 -> 1596 (12560), 15471 -> 13612 (5559); bf16 96 @56 forward 50001 ->
+#: 6164 (1694) but weight gradient 40652 -> 63310 (31853); f32 3x3/2 144 @56 forward 16771 ->
+#: 1839 (740), and its weight gradient failed to compile for the CPU (it does for CUDA); f32
+#: 3x3 32 @112 data gradient 39063 -> 2070 (17208). IREE's own kernels, H200, bf16,
 #: batch 32, ConvNeXt-T's four 7x7 rows (96 @56 .. 768 @7), µs, default -> depthwise
 #: (cuDNN): forwards 1157 -> 720 (95), 633 -> 348 (55), 345 -> 165 (30), 158 -> 78 (23);
 #: weight gradients 10686 -> 894 (75), 1838 -> 360 (34), 432 -> 202 (23), 122 -> 72 (16);
@@ -286,13 +293,13 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             PHASE_AXES, mlir=lambda: linalg_formulations.strided_data_gradient_mlir(s),
             flags=linalg_formulations.FLAGS,
             description="dX's phases as axes: one contraction over dY as stored and the filter's taps by phase"))
-    if cuda and linalg_formulations.serves_depthwise(s):
+    if linalg_formulations.serves_depthwise(s):
         depthwise = Formulation(
             DEPTHWISE, flags=linalg_formulations.FLAGS,
             mlir=lambda: (linalg_formulations.depthwise_weight_gradient_mlir(s) if s.mode == "wrw"
                           else linalg_formulations.depthwise_mlir(s)),
             description="one contraction per channel over x (dY) as stored, channels innermost")
-        first.insert(0, depthwise)
+        (first if cuda or s.mode != "wrw" else later).insert(0, depthwise)
     return (*first, Formulation("default"), *later)
 
 

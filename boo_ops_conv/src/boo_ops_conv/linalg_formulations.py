@@ -39,7 +39,8 @@ is what a kernel library substituting an implicit GEMM needs (its kernel applies
 padding as it reads). The conv op offers them on CUDA only (IREE's CPU kernels
 of them are 7-22x slower than the CPU's own formulations: ``formulations.IMPLICIT_SPLIT``);
 there IREE's own kernel of ``implicit_split`` is the first for 16-bit weight gradients of a
-window, the data gradient's comes last.
+window, the data gradient's comes last. ``depthwise`` is offered on the CPU too
+(``formulations.DEPTHWISE``).
 """
 
 from __future__ import annotations
