@@ -323,7 +323,7 @@ def test_which_formulations_each_kind_of_convolution_gets():
 def test_the_weight_gradients_parts_fill_a_gpu_within_a_bounded_workspace():
     """``implicit_split`` cuts the batch into the most parts (a divisor of N, at most 32)
     whose float32 partial sums stay within 2**23 elements; one part where none does."""
-    from boo_ops_conv.linalg_formulations import parts
+    from boo_ops_conv.linalg_common import parts
 
     def resnet(c: int, size: int, n: int = 32) -> ConvSignature:
         return ConvSignature((n, c, size, size), (c, c, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC",

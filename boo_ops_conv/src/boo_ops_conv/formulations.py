@@ -98,7 +98,7 @@ import torch.nn.functional as F
 
 from boo_core import Formulation, Target
 
-from . import layouts, linalg_formulations
+from . import grouped_formulations, layouts, linalg_formulations
 from .signature import ACTIVATIONS, ConvSignature
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -158,7 +158,7 @@ IMPLICIT_SPLIT = "implicit_split"
 #: against ``default``'s 5,405 (benchmarks/gpu.py --formulations phase_axes); last elsewhere
 #: (untimed there).
 PHASE_AXES = "phase_axes"
-#: A channels-last depthwise convolution written as linalg (linalg_formulations), first
+#: A channels-last depthwise convolution written as linalg (grouped_formulations), first
 #: (on the CPU a weight gradient's comes after ``default``): the exported formulations'
 #: kernels run these on an NCHW copy, a thread per output with its neighbours a channel plane
 #: apart. On the CPU (benchmarks/cpu_formulations.py --target cuda:sm_80, 2 cores, batch 8,
@@ -293,11 +293,11 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             PHASE_AXES, mlir=lambda: linalg_formulations.strided_data_gradient_mlir(s),
             flags=linalg_formulations.FLAGS,
             description="dX's phases as axes: one contraction over dY as stored and the filter's taps by phase"))
-    if linalg_formulations.serves_depthwise(s):
+    if grouped_formulations.serves_depthwise(s):
         depthwise = Formulation(
-            DEPTHWISE, flags=linalg_formulations.FLAGS,
-            mlir=lambda: (linalg_formulations.depthwise_weight_gradient_mlir(s) if s.mode == "wrw"
-                          else linalg_formulations.depthwise_mlir(s)),
+            DEPTHWISE, flags=grouped_formulations.FLAGS,
+            mlir=lambda: (grouped_formulations.depthwise_weight_gradient_mlir(s) if s.mode == "wrw"
+                          else grouped_formulations.depthwise_mlir(s)),
             description="one contraction per channel over x (dY) as stored, channels innermost")
         (first if cuda or s.mode != "wrw" else later).insert(0, depthwise)
     return (*first, Formulation("default"), *later)

@@ -1,0 +1,173 @@
+"""Grouped convolutions written as linalg directly: channels-last convolutions whose
+contraction reads the caller's tensors as they are stored, with channels innermost.
+
+* ``depthwise`` (one channel per group, groups = input = output channels): the forward
+  ``y[n, o, c] = sum over taps t of x[n, o * stride + t * dilation - padding, c] * w[t, c]``
+  (+ bias[c]) as one ``linalg.generic`` over x as stored and the filter rearranged tap-major
+  (an executable of its own); the stride-1 data gradient the same over dY with the taps also
+  reversed; the weight gradient ``dW[c, t] = sum over n, o of dY[n, o, c] * x[n, o * stride +
+  t * dilation - padding, c]`` in parts of the batch, as ``implicit_split``'s. Neighbouring
+  threads read neighbouring channels of one pixel.
+
+The padding is a ``tensor.pad`` IREE fuses into the contraction (:data:`FLAGS`). The conv op
+offers them on every target (``formulations.DEPTHWISE``).
+"""
+
+from __future__ import annotations
+
+from . import layouts
+from .linalg_common import (
+    ELEMENT,
+    Writer,
+    affine_map,
+    extent_of_x_read,
+    in_parts,
+    iterators,
+    parts,
+    tensor_type,
+)
+from .signature import ConvSignature
+
+FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
+
+
+def is_depthwise(s: ConvSignature) -> bool:
+    """A channels-last depthwise convolution: one input and one output channel per group,
+    as many groups as channels, not transposed, a floating-point type."""
+    channels_last = layouts.channels_last(s.spatial_rank)
+    c = s.input_shape[1]
+    return (not s.transposed and s.groups == c > 1 and s.kernel_shape[:2] == (c, 1) and s.dtype in ELEMENT
+            and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
+
+
+def serves_depthwise(s: ConvSignature) -> bool:
+    """Whether ``depthwise`` computes ``s``: a depthwise convolution (:func:`is_depthwise`);
+    a forward with no activation (a bias is added), a weight gradient whose windows read x, or
+    a stride-1 data gradient with padding within the dilated window."""
+    if not is_depthwise(s):
+        return False
+    if s.mode == "fwd":
+        return s.activation is None
+    if s.mode == "wrw":
+        return all(u > 0 for u in extent_of_x_read(s))
+    return (s.mode == "bwd" and all(st == 1 for st in s.stride)
+            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
+
+
+def _taps_by_position(w: Writer, value: str, shape: tuple[int, ...], reverse: bool) -> str:
+    """The filter ``(C, *window, 1)`` as ``(*window, C)`` (each tap's channels side by side,
+    as the image holds them), its taps reversed if ``reverse``: a gather kept an executable
+    of its own (IREE would fuse a plain transpose into the contraction, whose threads would
+    then read the taps a channel apart)."""
+    rank = len(shape) - 2
+    by_tap = (*shape[1:-1], shape[0])
+    dims = [f"d{i}" for i in range(rank + 1)]
+    w.emit(f"%w_by_tap_e = tensor.empty() : {tensor_type(by_tap, w.e)}")
+    w.emit(f"%w_by_tap = linalg.generic {{indexing_maps = [{affine_map(dims, dims)}], iterator_types = "
+           f"[{iterators(rank + 1, 0)}]}} outs(%w_by_tap_e : {tensor_type(by_tap, w.e)}) {{")
+    w.emit(f"^bb0(%unused_tap: {w.e}):")
+    w.emit(f"  %tap_c = linalg.index {rank} : index")
+    w.emit("  %tap_zero = arith.constant 0 : index")
+    taps = []
+    for axis, f in enumerate(shape[1:-1]):
+        w.emit(f"  %tap_i{axis} = linalg.index {axis} : index")
+        w.emit(f"  %tap_last{axis} = arith.constant {f - 1} : index")
+        if reverse:
+            w.emit(f"  %tap_r{axis} = arith.subi %tap_last{axis}, %tap_i{axis} : index")
+        else:  # i itself, which IREE does not see as a transpose (it would fuse that into the contraction)
+            w.emit(f"  %tap_r{axis} = arith.minui %tap_i{axis}, %tap_last{axis} : index")
+        taps.append(f"%tap_r{axis}")
+    w.emit(f"  %tap = tensor.extract {value}[%tap_c, {', '.join(taps)}, %tap_zero] : {tensor_type(shape, w.e)}")
+    w.emit(f"  linalg.yield %tap : {w.e}")
+    w.emit(f"}} -> {tensor_type(by_tap, w.e)}")
+    return "%w_by_tap"
+
+
+def depthwise_mlir(s: ConvSignature) -> str:
+    """``depthwise``'s kernel of a forward or a data gradient (:func:`serves_depthwise`):
+    x or dY convolved with the filter's taps (reversed for the data gradient), then y or dX."""
+    rank, forward = s.spatial_rank, s.mode == "fwd"
+    n, c = s.input_shape[:2]
+    window, out, size = tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
+    whole_w = (c, *window, 1)
+    w = Writer(s)
+    if forward:
+        source, dest = (n, *size), (n, *out)
+        inputs = [("x", (n, *size, c)), ("w", whole_w)] + ([("shift", (c,))] if s.bias else [])
+        w.function(inputs, ("y", (*dest, c)))
+        strides = s.stride
+        used = extent_of_x_read(s)
+        low, high = list(s.padding), [e - p - u for e, p, u in zip(s.read_extents, s.padding, used)]
+    else:
+        source, dest = (n, *out), (n, *size)
+        w.function([("dy", (*source, c)), ("w", whole_w)], ("dx", (*dest, c)))
+        strides, used = (1,) * rank, out
+        low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
+        high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
+    value = "%x_b" if forward else "%dy_b"
+    if tuple(used) != source[1:]:  # x past the windows' extent is never read: cut it off
+        cut = (n, *used, c)
+        w.emit(f"%src_cut = tensor.extract_slice {value}[{', '.join('0' for _ in cut)}] "
+               f"[{', '.join(map(str, cut))}] [{', '.join('1' for _ in cut)}] : {tensor_type((*source, c), w.e)} to "
+               f"{tensor_type(cut, w.e)}")
+        value = "%src_cut"
+    value = w.pad("%src_pad", value, (n, *used, c), [0, *low, 0], [0, *high, 0])
+    padded = (n, *(u + lo + hi for u, lo, hi in zip(used, low, high)), c)
+    taps = _taps_by_position(w, "%w_b", whole_w, reverse=not forward)
+    pixels, tap_dims = [f"o{a}" for a in range(rank)], [f"t{a}" for a in range(rank)]
+    dims = ["n", *pixels, "c", *tap_dims]
+    index = [f"{o} * {st} + {t} * {d}" for o, t, st, d in zip(pixels, tap_dims, strides, s.dilation)]
+    result = (*dest, c)
+    sums = w.products("%sums", [affine_map(dims, ["n", *index, "c"]), affine_map(dims, [*tap_dims, "c"]),
+                                affine_map(dims, ["n", *pixels, "c"])], rank + 2, rank,
+                      [(value, padded), (taps, (*window, c))], (w.zeros("%sums_z", result), result))
+    if forward and s.bias:
+        outer = ["n", *pixels, "c"]
+        w.emit(f"%biased = linalg.generic {{indexing_maps = [{affine_map(outer, ['c'])}, {affine_map(outer, outer)}], "
+               f"iterator_types = [{iterators(rank + 2, 0)}]}} ins(%shift_b : {tensor_type((c,), w.e)}) "
+               f"outs({sums} : {tensor_type(result, 'f32')}) {{")
+        w.emit(f"^bb0(%bv: {w.e}, %acc: f32):")
+        if w.e != "f32":
+            w.emit(f"  %bv_f = arith.extf %bv : {w.e} to f32")
+        w.emit(f"  %sum = arith.addf %acc, {'%bv' if w.e == 'f32' else '%bv_f'} : f32")
+        w.emit("  linalg.yield %sum : f32")
+        w.emit(f"}} -> {tensor_type(result, 'f32')}")
+        sums = "%biased"
+    return w.store(sums, "y" if forward else "dx", result)
+
+
+def depthwise_weight_gradient_mlir(s: ConvSignature) -> str:
+    """``depthwise``'s kernel of a weight gradient (:func:`serves_depthwise`): dY and x, then
+    dW, summed in parts of the batch (:func:`parts`) as float32, then over the parts. (Parts
+    of dY's rows as well, x indexed by the part and the row together, crashed iree-compile
+    3.13.)"""
+    rank = s.spatial_rank
+    n, c = s.input_shape[:2]
+    window, out, size = tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
+    g = parts(s)
+    w = Writer(s)
+    w.function([("dy", (n, *out, c)), ("x", (n, *size, c))], ("dw", (c, *window, 1)))
+    x, parted_dy = in_parts(w, s, g)
+    # the partial sums (parts, *window, C): channels innermost, as x and dY hold them
+    partial = (g, *window, c)
+    taps, pixels = [f"t{i}" for i in range(rank)], [f"o{i}" for i in range(rank)]
+    dims = ["g", *taps, "c", "m", *pixels]
+    x_index = [f"{o} * {st} + {t} * {d}" for o, t, st, d in zip(pixels, taps, s.stride, s.dilation)]
+    w.products("%partial", [affine_map(dims, ["g", "m", *x_index, "c"]), affine_map(dims, ["g", "m", *pixels, "c"]),
+                            affine_map(dims, ["g", *taps, "c"])], rank + 2, rank + 1,
+               [(x, (g, n // g, *s.read_extents, c)), ("%dy_p", parted_dy)], (w.zeros("%partial_z", partial), partial))
+    total = (c, *window)
+    outer = [*taps, "c", "g"]
+    w.zeros("%total_z", total)
+    w.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map(outer, ['g', *taps, 'c'])}, "
+           f"{affine_map(outer, ['c', *taps])}], iterator_types = [{iterators(rank + 1, 1)}]}} "
+           f"ins(%partial : {tensor_type(partial, 'f32')}) outs(%total_z : {tensor_type(total, 'f32')}) {{")
+    w.emit("^bb0(%p: f32, %acc: f32):")
+    w.emit("  %sum = arith.addf %acc, %p : f32")
+    w.emit("  linalg.yield %sum : f32")
+    w.emit(f"}} -> {tensor_type(total, 'f32')}")
+    whole = (c, *window, 1)
+    last = "[" + ", ".join(f"[{i}]" for i in range(rank)) + f", [{rank}, {rank + 1}]]"
+    w.emit(f"%total_w = tensor.expand_shape %total {last} output_shape [{', '.join(map(str, whole))}] : "
+           f"{tensor_type(total, 'f32')} into {tensor_type(whole, 'f32')}")
+    return w.store("%total_w", "dw", whole)
