@@ -175,6 +175,22 @@ LINALG_CASES = [
      "depthwise"),
     (ConvSignature((2, 6, 9, 10), (6, 1, 5, 3), padding=(1, 2), dilation=(1, 2), groups=6, dtype=f32,
                    shared_layout="NHWC", mode="bwd"), "depthwise"),
+    # Grouped convolutions, channels viewed as (groups, channels of a group): forwards with a
+    # bias, strided, 1-D; weight gradients (strided, in parts); data gradients, the taps
+    # reversed and the channels' roles swapped (more output channels than input; dilated)
+    (ConvSignature((2, 8, 9, 10), (12, 2, 3, 3), padding=1, groups=4, dtype=f32, shared_layout="NHWC", bias=True),
+     "grouped"),
+    (ConvSignature((2, 8, 9, 10), (8, 4, 3, 3), padding=1, stride=2, groups=2, dtype=bf16, shared_layout="NHWC"),
+     "grouped"),
+    (ConvSignature((2, 6, 11), (9, 2, 5), padding=2, groups=3, dtype=f16, shared_layout="NWC"), "grouped"),
+    (ConvSignature((3, 8, 9, 10), (12, 2, 3, 3), padding=1, groups=4, dtype=f32, shared_layout="NHWC", mode="wrw"),
+     "grouped"),
+    (ConvSignature((4, 8, 9, 8), (8, 4, 3, 3), padding=1, stride=2, groups=2, dtype=bf16, shared_layout="NHWC",
+                   mode="wrw"), "grouped"),
+    (ConvSignature((2, 8, 9, 10), (12, 2, 3, 3), padding=1, groups=4, dtype=f32, shared_layout="NHWC", mode="bwd"),
+     "grouped"),
+    (ConvSignature((2, 6, 9, 10), (9, 2, 5, 3), padding=(1, 2), dilation=(1, 2), groups=3, dtype=bf16,
+                   shared_layout="NHWC", mode="bwd"), "grouped"),
 ]
 
 
@@ -187,7 +203,7 @@ def test_the_linalg_formulations_compute_the_reference(signature, name, private_
     from boo_core.runtime.launchable import load_launchable
 
     [formulation] = [f for f in BooOpRegistry.default().formulations(signature, CUDA) if f.name == name]
-    assert name == "depthwise" or name not in names(signature)  # not offered on the CPU (depthwise is)
+    assert name in ("depthwise", "grouped") or name not in names(signature)  # not offered on the CPU
     device = resolve_device("cpu")
     launchable = load_launchable(signature, device, KernelRequest.create(signature, CPU, formulation),
                                  device.driver_for(signature.flops))
@@ -217,6 +233,19 @@ def test_depthwise_convolutions_get_their_linalg_formulation_first():
         except ValueError:
             continue
         assert "depthwise" not in names(signature, CUDA), other
+
+
+def test_grouped_convolutions_get_their_linalg_formulation_as_a_tuning_candidate():
+    grouped = ConvSignature((2, 8, 9, 10), (12, 2, 3, 3), padding=1, groups=4, dtype=bf16, shared_layout="NHWC")
+    for mode in ("fwd", "bwd", "wrw"):
+        for target in (CPU, CUDA):
+            order = names(dataclasses.replace(grouped, mode=mode), target)
+            assert order.index("default") < order.index("grouped") and "depthwise" not in order
+    for other in ({"activation": "relu"}, {"mode": "bwd", "stride": (2, 2)}, {"input_layout": "NCHW"},
+                  {"kernel_shape": (12, 8, 3, 3), "groups": 1}):
+        assert "grouped" not in names(dataclasses.replace(grouped, **other), CUDA), other
+    depthwise = ConvSignature((2, 8, 9, 10), (8, 1, 3, 3), padding=1, groups=8, dtype=bf16, shared_layout="NHWC")
+    assert "grouped" not in names(depthwise, CUDA)
 
 
 def test_which_formulations_each_kind_of_convolution_gets():

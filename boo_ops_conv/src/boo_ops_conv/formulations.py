@@ -174,6 +174,15 @@ PHASE_AXES = "phase_axes"
 #: data gradients 716 -> 721 (981), 261 -> 349 (511), 254 -> 166 (271), 271 -> 78 (163).
 #: (The Hopper kernel library substitutes into its module: docs/gpu.md.)
 DEPTHWISE = "depthwise"
+#: A channels-last grouped convolution (several channels a group) written as linalg
+#: (grouped_formulations), after ``default``: a tuning candidate, and the module a kernel
+#: library can put a grouped kernel into. On the CPU no faster than ``default``
+#: (benchmarks/cpu_formulations.py, 2 cores, f32, batch 8, NHWC, 32 groups, µs, default ->
+#: grouped (torch)): 3x3 128 @56 forward 48035 -> 43988 (4897), data gradient 47863 -> 45813
+#: (6585), weight gradient 55998 -> 50751 (8460); 512 @14 35563 -> 43336 (1309), 27995 ->
+#: 66156 (2212), 39995 -> 48959 (1351); bf16 256 @28 forward 68267 -> 68014 (1305). Not yet
+#: measured on a GPU.
+GROUPED = "grouped"
 PHASE_AXES_FIRST_BELOW = 64
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
@@ -300,6 +309,12 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                           else grouped_formulations.depthwise_mlir(s)),
             description="one contraction per channel over x (dY) as stored, channels innermost")
         (first if cuda or s.mode != "wrw" else later).insert(0, depthwise)
+    if grouped_formulations.serves_grouped(s):
+        later.append(Formulation(
+            GROUPED, flags=grouped_formulations.FLAGS,
+            mlir=lambda: (grouped_formulations.grouped_weight_gradient_mlir(s) if s.mode == "wrw"
+                          else grouped_formulations.grouped_mlir(s)),
+            description="one contraction over x (dY) as stored, its channels viewed as (groups, channels)"))
     return (*first, Formulation("default"), *later)
 
 

@@ -8,9 +8,16 @@ contraction reads the caller's tensors as they are stored, with channels innermo
   reversed; the weight gradient ``dW[c, t] = sum over n, o of dY[n, o, c] * x[n, o * stride +
   t * dilation - padding, c]`` in parts of the batch, as ``implicit_split``'s. Neighbouring
   threads read neighbouring channels of one pixel.
+* ``grouped`` (several channels in each of several groups): the channels viewed as (groups,
+  channels of a group), for free; the forward ``y[n, o, g, k] = sum over taps t and c of
+  x[n, o * stride + t * dilation - padding, g, c] * w[g, k, t, c]`` (+ bias) as one
+  contraction over x as stored; the stride-1 data gradient the same over dY with the
+  filter's taps reversed (torch's ``flip``) and its channels' roles swapped; the weight
+  gradient ``dW[g, k, t, c] = sum over n, o of dY[n, o, g, k] * x[n, o * stride + t *
+  dilation - padding, g, c]`` in parts of the batch.
 
-The padding is a ``tensor.pad`` IREE fuses into the contraction (:data:`FLAGS`). The conv op
-offers them on every target (``formulations.DEPTHWISE``).
+The padding is a ``tensor.pad`` IREE fuses into the contraction (:data:`FLAGS`). Where the
+conv op offers them: ``formulations.DEPTHWISE`` and ``formulations.GROUPED``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from .linalg_common import (
     iterators,
     parts,
     tensor_type,
+    vtensor_type,
 )
 from .signature import ConvSignature
 
@@ -171,3 +179,158 @@ def depthwise_weight_gradient_mlir(s: ConvSignature) -> str:
     w.emit(f"%total_w = tensor.expand_shape %total {last} output_shape [{', '.join(map(str, whole))}] : "
            f"{tensor_type(total, 'f32')} into {tensor_type(whole, 'f32')}")
     return w.store("%total_w", "dw", whole)
+
+
+# -- grouped --------------------------------------------------------------------------------------
+
+
+def serves_grouped(s: ConvSignature) -> bool:
+    """Whether ``grouped`` computes ``s``: a channels-last convolution of several groups, not
+    depthwise (:func:`is_depthwise`), not transposed; a forward with no activation (a bias is
+    added), a stride-1 data gradient with padding within the dilated window, or a weight
+    gradient whose windows read x."""
+    channels_last = layouts.channels_last(s.spatial_rank)
+    if not (not s.transposed and s.groups > 1 and not is_depthwise(s) and s.dtype in ELEMENT
+            and s.input_layout == s.output_layout == s.kernel_layout == channels_last):
+        return False
+    if s.mode == "fwd":
+        return s.activation is None
+    if s.mode == "wrw":
+        return all(u > 0 for u in extent_of_x_read(s))
+    return (s.mode == "bwd" and all(st == 1 for st in s.stride)
+            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
+
+
+def _by_group(w: Writer, name: str, value: str, shape: tuple[int, ...], groups: int, element: str) -> str:
+    """``value`` of ``shape`` with its last dimension (channels) split into (groups, channels
+    of a group)."""
+    rank = len(shape)
+    split = (*shape[:-1], groups, shape[-1] // groups)
+    reassociation = "[" + ", ".join(f"[{i}]" for i in range(rank - 1)) + f", [{rank - 1}, {rank}]]"
+    w.emit(f"{name} = tensor.expand_shape {value} {reassociation} output_shape [{', '.join(map(str, split))}] : "
+           f"{tensor_type(shape, element)} into {tensor_type(split, element)}")
+    return name
+
+
+def _filter_by_group(w: Writer, value: str, s: ConvSignature) -> tuple[str, tuple[int, ...]]:
+    """The filter ``(K, *window, C/G)`` as ``(G, K/G, *window, C/G)``."""
+    k, rank = s.output_channels, s.spatial_rank
+    shape = tuple(s.kernel_shape[:1]) + tuple(s.window) + tuple(s.kernel_shape[1:2])
+    split = (s.groups, k // s.groups, *shape[1:])
+    reassociation = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
+    w.emit(f"%w_g = tensor.expand_shape {value} {reassociation} output_shape [{', '.join(map(str, split))}] : "
+           f"{tensor_type(shape, w.e)} into {tensor_type(split, w.e)}")
+    return "%w_g", split
+
+
+def _collapse_groups(w: Writer, value: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """A float32 ``value`` whose last two dimensions are (groups, channels of a group), as one."""
+    rank = len(shape) - 1
+    whole = (*shape[:-2], shape[-2] * shape[-1])
+    reassociation = "[" + ", ".join(f"[{i}]" for i in range(rank - 1)) + f", [{rank - 1}, {rank}]]"
+    w.emit(f"%whole = tensor.collapse_shape {value} {reassociation} : {tensor_type(shape, 'f32')} into "
+           f"{tensor_type(whole, 'f32')}")
+    return "%whole", whole
+
+
+def grouped_mlir(s: ConvSignature) -> str:
+    """``grouped``'s kernel of a forward or a stride-1 data gradient (:func:`serves_grouped`):
+    ``y[n, o, g, k] = sum over taps t and a group's channels c of x[n, o * stride + t *
+    dilation - padding, g, c] * w[g, k, t, c]`` (+ bias), one contraction over x (or dY, the
+    filter's taps reversed and its channels swapped) as stored."""
+    rank, forward, groups = s.spatial_rank, s.mode == "fwd", s.groups
+    n, c = s.input_shape[:2]
+    k, window, out, size = s.output_channels, tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
+    stored_w = (k, *window, c // groups)
+    w = Writer(s)
+    if forward:
+        source, channels, dest, result_channels = (n, *size), c, (n, *out), k
+        w.function([("x", (*source, c)), ("w", stored_w)] + ([("shift", (k,))] if s.bias else []), ("y", (*dest, k)))
+        strides, used = s.stride, extent_of_x_read(s)
+        low, high = list(s.padding), [e - p - u for e, p, u in zip(s.read_extents, s.padding, used)]
+        filt = "%w_b"
+    else:
+        source, channels, dest, result_channels = (n, *out), k, (n, *size), c
+        w.function([("dy", (*source, k)), ("w", stored_w)], ("dx", (*dest, c)))
+        w.emit(f"%flip_dims = torch.prim.ListConstruct {', '.join(f'%int{a + 1}' for a in range(rank))} : "
+               f"({', '.join('!torch.int' for _ in range(rank))}) -> !torch.list<int>")
+        w.emit(f"%w_flipped = torch.aten.flip %w, %flip_dims : {vtensor_type(stored_w, w.e)}, !torch.list<int> -> "
+               f"{vtensor_type(stored_w, w.e)}")
+        w.emit(f"%w_f = torch_c.to_builtin_tensor %w_flipped : {vtensor_type(stored_w, w.e)} -> "
+               f"{tensor_type(stored_w, w.e)}")
+        strides, used, filt = (1,) * rank, out, "%w_f"
+        low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
+        high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
+    value = "%x_b" if forward else "%dy_b"
+    if tuple(used) != source[1:]:  # x past the windows' extent is never read: cut it off
+        cut = (n, *used, channels)
+        w.emit(f"%src_cut = tensor.extract_slice {value}[{', '.join('0' for _ in cut)}] "
+               f"[{', '.join(map(str, cut))}] [{', '.join('1' for _ in cut)}] : "
+               f"{tensor_type((*source, channels), w.e)} to {tensor_type(cut, w.e)}")
+        value = "%src_cut"
+    value = _by_group(w, "%src_g", value, (n, *used, channels), groups, w.e)
+    value = w.pad("%src_pad", value, (n, *used, groups, channels // groups), [0, *low, 0, 0], [0, *high, 0, 0])
+    padded = (n, *(u + lo + hi for u, lo, hi in zip(used, low, high)), groups, channels // groups)
+    filt, by_group = _filter_by_group(w, filt, s)
+    pixels, taps = [f"o{a}" for a in range(rank)], [f"t{a}" for a in range(rank)]
+    index = [f"{o} * {st} + {t} * {d}" for o, t, st, d in zip(pixels, taps, strides, s.dilation)]
+    result = (*dest, groups, result_channels // groups)
+    # forward: out channel j = k of the filter, reduced over its c; data gradient: j = c, reduced over k
+    dims = ["n", *pixels, "g", "j", *taps, "r"]
+    filter_index = ["g", "j", *taps, "r"] if forward else ["g", "r", *taps, "j"]
+    sums = w.products("%sums", [affine_map(dims, ["n", *index, "g", "r"]), affine_map(dims, filter_index),
+                                affine_map(dims, ["n", *pixels, "g", "j"])], rank + 3, rank + 1,
+                      [(value, padded), (filt, by_group)], (w.zeros("%sums_z", result), result))
+    sums, whole = _collapse_groups(w, sums, result)
+    if forward and s.bias:
+        outer = ["n", *pixels, "c"]
+        w.emit(f"%biased = linalg.generic {{indexing_maps = [{affine_map(outer, ['c'])}, "
+               f"{affine_map(outer, outer)}], iterator_types = [{iterators(rank + 2, 0)}]}} "
+               f"ins(%shift_b : {tensor_type((k,), w.e)}) outs({sums} : {tensor_type(whole, 'f32')}) {{")
+        w.emit(f"^bb0(%bv: {w.e}, %acc: f32):")
+        if w.e != "f32":
+            w.emit(f"  %bv_f = arith.extf %bv : {w.e} to f32")
+        w.emit(f"  %sum = arith.addf %acc, {'%bv' if w.e == 'f32' else '%bv_f'} : f32")
+        w.emit("  linalg.yield %sum : f32")
+        w.emit(f"}} -> {tensor_type(whole, 'f32')}")
+        sums = "%biased"
+    return w.store(sums, "y" if forward else "dx", whole)
+
+
+def grouped_weight_gradient_mlir(s: ConvSignature) -> str:
+    """``grouped``'s kernel of a weight gradient (:func:`serves_grouped`): ``dW[g, k, t, c] =
+    sum over n, o of dY[n, o, g, k] * x[n, o * stride + t * dilation - padding, g, c]`` as
+    float32 sums over parts of the batch (:func:`parts`), then over the parts."""
+    rank, groups = s.spatial_rank, s.groups
+    n, c = s.input_shape[:2]
+    k, window, out, size = s.output_channels, tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
+    g = parts(s)
+    w = Writer(s)
+    stored_w = (k, *window, c // groups)
+    w.function([("dy", (n, *out, k)), ("x", (n, *size, c))], ("dw", stored_w))
+    x, parted_dy = in_parts(w, s, g)
+    x = _by_group(w, "%x_g", x, (g, n // g, *s.read_extents, c), groups, w.e)
+    dy = _by_group(w, "%dy_g", "%dy_p", parted_dy, groups, w.e)
+    taps, pixels = [f"t{i}" for i in range(rank)], [f"o{i}" for i in range(rank)]
+    dims = ["p", "g", "k", *taps, "c", "m", *pixels]
+    x_index = [f"{o} * {st} + {t} * {d}" for o, t, st, d in zip(pixels, taps, s.stride, s.dilation)]
+    partial = (g, groups, k // groups, *window, c // groups)
+    w.products("%partial", [affine_map(dims, ["p", "m", *x_index, "g", "c"]),
+                            affine_map(dims, ["p", "m", *pixels, "g", "k"]),
+                            affine_map(dims, ["p", "g", "k", *taps, "c"])], rank + 4, rank + 1,
+               [(x, (g, n // g, *s.read_extents, groups, c // groups)),
+                (dy, (*parted_dy[:-1], groups, k // groups))], (w.zeros("%partial_z", partial), partial))
+    total = partial[1:]
+    outer = ["g", "k", *taps, "c", "p"]
+    w.zeros("%total_z", total)
+    w.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map(outer, ['p', *outer[:-1]])}, "
+           f"{affine_map(outer, outer[:-1])}], iterator_types = [{iterators(rank + 3, 1)}]}} "
+           f"ins(%partial : {tensor_type(partial, 'f32')}) outs(%total_z : {tensor_type(total, 'f32')}) {{")
+    w.emit("^bb0(%p: f32, %acc: f32):")
+    w.emit("  %sum = arith.addf %acc, %p : f32")
+    w.emit("  linalg.yield %sum : f32")
+    w.emit(f"}} -> {tensor_type(total, 'f32')}")
+    reassociation = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
+    w.emit(f"%total_w = tensor.collapse_shape %total {reassociation} : {tensor_type(total, 'f32')} into "
+           f"{tensor_type(stored_w, 'f32')}")
+    return w.store("%total_w", "dw", stored_w)
