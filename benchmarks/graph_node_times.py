@@ -14,6 +14,7 @@ any node is the host time around the graphs (Dynamo's guards, AOTAutograd's wrap
 the autograd engine) and, on a GPU, the wait for the last kernels.
 
     python benchmarks/graph_node_times.py [--model resnet50] [--train] [--batch 32] [--steps 20] [--top 20]
+                                          (--model: any of boo_core.testing.models.WORKLOADS)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.fx
 
 import boo_core.dynamo.backends as backends
-from boo_core.testing.models import workload_on
+from boo_core.testing.models import WORKLOADS, workload_on
 
 
 class TimingInterpreter(torch.fx.Interpreter):
@@ -69,7 +70,7 @@ def step_ms(step: Callable[[], object], steps: int, sync: Callable[[], None]) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--model", default="resnet50", choices=["resnet50", "vit_b_16", "decoder"])
+    parser.add_argument("--model", default="resnet50", choices=WORKLOADS)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--top", type=int, default=20)
