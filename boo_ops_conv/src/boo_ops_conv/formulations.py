@@ -98,7 +98,7 @@ import torch.nn.functional as F
 
 from boo_core import Formulation, Target
 
-from . import grouped_formulations, layouts, linalg_formulations
+from . import grouped_formulations, layouts, linalg_common, linalg_formulations
 from .signature import ACTIVATIONS, ConvSignature
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -250,7 +250,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         if cuda and linalg_formulations.serves_weight_gradient(s):
             implicit = Formulation(
                 IMPLICIT_SPLIT, mlir=lambda: linalg_formulations.weight_gradient_mlir(s),
-                flags=linalg_formulations.FLAGS,
+                flags=linalg_common.FLAGS,
                 description="one contraction over x's windows as stored, in parts of the batch, then their sum")
             # IREE's own kernel of it: 3-7x faster than the columns' (IMPLICIT_SPLIT), where
             # those are not a reshape of x (a patchifying convolution's: PATCH_WEIGHTS_SPLIT_FINER)
@@ -293,25 +293,25 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         later.append(channels_last_formulation())
     if cuda and s.mode == "bwd" and linalg_formulations.serves_data_gradient(s):
         later.append(Formulation(
-            "channels_last", mlir=lambda: linalg_formulations.data_gradient_mlir(s), flags=linalg_formulations.FLAGS,
+            "channels_last", mlir=lambda: linalg_formulations.data_gradient_mlir(s), flags=linalg_common.FLAGS,
             description="one contraction over dY as stored (its padding fused in) and the filter flipped"))
     if cuda and linalg_formulations.serves_strided_data_gradient(s):
         overlapping = any(f > st for f, st in zip(s.window, s.stride))  # not a 1x1's, not a patchifying one's
         few_channels = s.input_shape[1] < PHASE_AXES_FIRST_BELOW and overlapping
         (first if few_channels else later).append(Formulation(
             PHASE_AXES, mlir=lambda: linalg_formulations.strided_data_gradient_mlir(s),
-            flags=linalg_formulations.FLAGS,
+            flags=linalg_common.FLAGS,
             description="dX's phases as axes: one contraction over dY as stored and the filter's taps by phase"))
     if grouped_formulations.serves_depthwise(s):
         depthwise = Formulation(
-            DEPTHWISE, flags=grouped_formulations.FLAGS,
+            DEPTHWISE, flags=linalg_common.FLAGS,
             mlir=lambda: (grouped_formulations.depthwise_weight_gradient_mlir(s) if s.mode == "wrw"
                           else grouped_formulations.depthwise_mlir(s)),
             description="one contraction per channel over x (dY) as stored, channels innermost")
         (first if cuda or s.mode != "wrw" else later).insert(0, depthwise)
     if grouped_formulations.serves_grouped(s):
         later.append(Formulation(
-            GROUPED, flags=grouped_formulations.FLAGS,
+            GROUPED, flags=linalg_common.FLAGS,
             mlir=lambda: (grouped_formulations.grouped_weight_gradient_mlir(s) if s.mode == "wrw"
                           else grouped_formulations.grouped_mlir(s)),
             description="one contraction over x (dY) as stored, its channels viewed as (groups, channels)"))

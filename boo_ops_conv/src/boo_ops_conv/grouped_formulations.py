@@ -16,7 +16,7 @@ contraction reads the caller's tensors as they are stored, with channels innermo
   gradient ``dW[g, k, t, c] = sum over n, o of dY[n, o, g, k] * x[n, o * stride + t *
   dilation - padding, g, c]`` in parts of the batch.
 
-The padding is a ``tensor.pad`` IREE fuses into the contraction (:data:`FLAGS`). Where the
+The padding is a ``tensor.pad`` IREE fuses into the contraction (``linalg_common.FLAGS``). Where the
 conv op offers them: ``formulations.DEPTHWISE`` and ``formulations.GROUPED``.
 """
 
@@ -35,8 +35,6 @@ from .linalg_common import (
     vtensor_type,
 )
 from .signature import ConvSignature
-
-FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
 
 def is_depthwise(s: ConvSignature) -> bool:

@@ -10,6 +10,9 @@ import torch
 
 from .signature import ConvSignature
 
+#: IREE fuses a formulation's padding into its contraction's executable, which then binds the
+#: tensor itself.
+FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 #: The float32 partial sums hold at most this many elements (32 MiB): enough parts for a
 #: wave of output tiles on a large GPU, without a workspace many times the filter's size.
 MAX_PARTIALELEMENTS = 2**23

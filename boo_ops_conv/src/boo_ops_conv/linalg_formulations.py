@@ -21,8 +21,9 @@ convolutions whose one contraction reads the caller's tensors as they are stored
   the size of dX is filled: IREE's module binds dY, ``W'`` and dX to the contraction, and a
   kernel library computes each phase with the taps it reads and nothing else.
 
-The padding is a ``tensor.pad`` that IREE fuses into the contraction (:data:`FLAGS`), so on
-CUDA IREE's module binds the caller's tensors to the contraction's executable: two
+The padding is a ``tensor.pad`` that IREE fuses into the contraction
+(``linalg_common.FLAGS``), so on CUDA IREE's module binds the caller's tensors to the
+contraction's executable: two
 executables for the weight gradient (the products, binding x, dY and the float32 partial
 sums, then their sum); two for the data gradient (the filter reversed into a transient,
 then the contraction of dY and it). Nothing copies x into columns or a padded image, which
@@ -50,9 +51,6 @@ from .linalg_common import (
     vtensor_type,
 )
 from .signature import ConvSignature
-
-#: IREE fuses the padding into the contraction's executable, so it binds the tensor itself.
-FLAGS = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
 
 def _plain_channels_last(s: ConvSignature) -> bool:
