@@ -32,7 +32,6 @@ from .linalg_common import (
     iterators,
     parts,
     tensor_type,
-    vtensor_type,
 )
 from .signature import ConvSignature
 
@@ -89,6 +88,31 @@ def _taps_by_position(w: Writer, value: str, shape: tuple[int, ...], reverse: bo
     return "%w_by_tap"
 
 
+def _source_read(w: Writer, s: ConvSignature, channels: int) -> tuple[str, tuple[int, ...], list[int], list[int],
+                                                                      tuple[int, ...]]:
+    """What a forward's (or a stride-1 data gradient's) contraction reads: x (dY), cut to the
+    extent its windows read where they stop short of its end; that extent; its padding below
+    and above on each spatial axis; the windows' strides."""
+    rank, forward = s.spatial_rank, s.mode == "fwd"
+    n = s.input_shape[0]
+    out, size = tuple(s.output_spatial), tuple(s.input_shape[2:])
+    if forward:
+        source, strides, used = (n, *size), s.stride, extent_of_x_read(s)
+        low, high = list(s.padding), [e - p - u for e, p, u in zip(s.read_extents, s.padding, used)]
+    else:
+        source, strides, used = (n, *out), (1,) * rank, out
+        low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
+        high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
+    value = "%x_b" if forward else "%dy_b"
+    if tuple(used) != source[1:]:  # x past the windows' extent is never read: cut it off
+        cut = (n, *used, channels)
+        w.emit(f"%src_cut = tensor.extract_slice {value}[{', '.join('0' for _ in cut)}] "
+               f"[{', '.join(map(str, cut))}] [{', '.join('1' for _ in cut)}] : "
+               f"{tensor_type((*source, channels), w.e)} to {tensor_type(cut, w.e)}")
+        value = "%src_cut"
+    return value, tuple(used), low, high, tuple(strides)
+
+
 def depthwise_mlir(s: ConvSignature) -> str:
     """``depthwise``'s kernel of a forward or a data gradient (:func:`serves_depthwise`):
     x or dY convolved with the filter's taps (reversed for the data gradient), then y or dX."""
@@ -97,26 +121,12 @@ def depthwise_mlir(s: ConvSignature) -> str:
     window, out, size = tuple(s.window), tuple(s.output_spatial), tuple(s.input_shape[2:])
     whole_w = (c, *window, 1)
     w = Writer(s)
+    dest = (n, *out) if forward else (n, *size)
     if forward:
-        source, dest = (n, *size), (n, *out)
-        inputs = [("x", (n, *size, c)), ("w", whole_w)] + ([("shift", (c,))] if s.bias else [])
-        w.function(inputs, ("y", (*dest, c)))
-        strides = s.stride
-        used = extent_of_x_read(s)
-        low, high = list(s.padding), [e - p - u for e, p, u in zip(s.read_extents, s.padding, used)]
+        w.function([("x", (n, *size, c)), ("w", whole_w)] + ([("shift", (c,))] if s.bias else []), ("y", (*dest, c)))
     else:
-        source, dest = (n, *out), (n, *size)
-        w.function([("dy", (*source, c)), ("w", whole_w)], ("dx", (*dest, c)))
-        strides, used = (1,) * rank, out
-        low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
-        high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
-    value = "%x_b" if forward else "%dy_b"
-    if tuple(used) != source[1:]:  # x past the windows' extent is never read: cut it off
-        cut = (n, *used, c)
-        w.emit(f"%src_cut = tensor.extract_slice {value}[{', '.join('0' for _ in cut)}] "
-               f"[{', '.join(map(str, cut))}] [{', '.join('1' for _ in cut)}] : {tensor_type((*source, c), w.e)} to "
-               f"{tensor_type(cut, w.e)}")
-        value = "%src_cut"
+        w.function([("dy", (n, *out, c)), ("w", whole_w)], ("dx", (*dest, c)))
+    value, used, low, high, strides = _source_read(w, s, c)
     value = w.pad("%src_pad", value, (n, *used, c), [0, *low, 0], [0, *high, 0])
     padded = (n, *(u + lo + hi for u, lo, hi in zip(used, low, high)), c)
     taps = _taps_by_position(w, "%w_b", whole_w, reverse=not forward)
@@ -128,17 +138,7 @@ def depthwise_mlir(s: ConvSignature) -> str:
                                 affine_map(dims, ["n", *pixels, "c"])], rank + 2, rank,
                       [(value, padded), (taps, (*window, c))], (w.zeros("%sums_z", result), result))
     if forward and s.bias:
-        outer = ["n", *pixels, "c"]
-        w.emit(f"%biased = linalg.generic {{indexing_maps = [{affine_map(outer, ['c'])}, {affine_map(outer, outer)}], "
-               f"iterator_types = [{iterators(rank + 2, 0)}]}} ins(%shift_b : {tensor_type((c,), w.e)}) "
-               f"outs({sums} : {tensor_type(result, 'f32')}) {{")
-        w.emit(f"^bb0(%bv: {w.e}, %acc: f32):")
-        if w.e != "f32":
-            w.emit(f"  %bv_f = arith.extf %bv : {w.e} to f32")
-        w.emit(f"  %sum = arith.addf %acc, {'%bv' if w.e == 'f32' else '%bv_f'} : f32")
-        w.emit("  linalg.yield %sum : f32")
-        w.emit(f"}} -> {tensor_type(result, 'f32')}")
-        sums = "%biased"
+        sums = w.add_bias(sums, result)
     return w.store(sums, "y" if forward else "dx", result)
 
 
@@ -163,15 +163,7 @@ def depthwise_weight_gradient_mlir(s: ConvSignature) -> str:
                             affine_map(dims, ["g", *taps, "c"])], rank + 2, rank + 1,
                [(x, (g, n // g, *s.read_extents, c)), ("%dy_p", parted_dy)], (w.zeros("%partial_z", partial), partial))
     total = (c, *window)
-    outer = [*taps, "c", "g"]
-    w.zeros("%total_z", total)
-    w.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map(outer, ['g', *taps, 'c'])}, "
-           f"{affine_map(outer, ['c', *taps])}], iterator_types = [{iterators(rank + 1, 1)}]}} "
-           f"ins(%partial : {tensor_type(partial, 'f32')}) outs(%total_z : {tensor_type(total, 'f32')}) {{")
-    w.emit("^bb0(%p: f32, %acc: f32):")
-    w.emit("  %sum = arith.addf %acc, %p : f32")
-    w.emit("  linalg.yield %sum : f32")
-    w.emit(f"}} -> {tensor_type(total, 'f32')}")
+    w.sum_over("%partial", partial, ["g", *taps, "c"], [*taps, "c", "g"], ["c", *taps], total)
     whole = (c, *window, 1)
     last = "[" + ", ".join(f"[{i}]" for i in range(rank)) + f", [{rank}, {rank + 1}]]"
     w.emit(f"%total_w = tensor.expand_shape %total {last} output_shape [{', '.join(map(str, whole))}] : "
@@ -242,30 +234,14 @@ def grouped_mlir(s: ConvSignature) -> str:
     stored_w = (k, *window, c // groups)
     w = Writer(s)
     if forward:
-        source, channels, dest, result_channels = (n, *size), c, (n, *out), k
-        w.function([("x", (*source, c)), ("w", stored_w)] + ([("shift", (k,))] if s.bias else []), ("y", (*dest, k)))
-        strides, used = s.stride, extent_of_x_read(s)
-        low, high = list(s.padding), [e - p - u for e, p, u in zip(s.read_extents, s.padding, used)]
+        channels, dest, result_channels = c, (n, *out), k
+        w.function([("x", (n, *size, c)), ("w", stored_w)] + ([("shift", (k,))] if s.bias else []), ("y", (*dest, k)))
         filt = "%w_b"
     else:
-        source, channels, dest, result_channels = (n, *out), k, (n, *size), c
-        w.function([("dy", (*source, k)), ("w", stored_w)], ("dx", (*dest, c)))
-        w.emit(f"%flip_dims = torch.prim.ListConstruct {', '.join(f'%int{a + 1}' for a in range(rank))} : "
-               f"({', '.join('!torch.int' for _ in range(rank))}) -> !torch.list<int>")
-        w.emit(f"%w_flipped = torch.aten.flip %w, %flip_dims : {vtensor_type(stored_w, w.e)}, !torch.list<int> -> "
-               f"{vtensor_type(stored_w, w.e)}")
-        w.emit(f"%w_f = torch_c.to_builtin_tensor %w_flipped : {vtensor_type(stored_w, w.e)} -> "
-               f"{tensor_type(stored_w, w.e)}")
-        strides, used, filt = (1,) * rank, out, "%w_f"
-        low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
-        high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
-    value = "%x_b" if forward else "%dy_b"
-    if tuple(used) != source[1:]:  # x past the windows' extent is never read: cut it off
-        cut = (n, *used, channels)
-        w.emit(f"%src_cut = tensor.extract_slice {value}[{', '.join('0' for _ in cut)}] "
-               f"[{', '.join(map(str, cut))}] [{', '.join('1' for _ in cut)}] : "
-               f"{tensor_type((*source, channels), w.e)} to {tensor_type(cut, w.e)}")
-        value = "%src_cut"
+        channels, dest, result_channels = k, (n, *size), c
+        w.function([("dy", (n, *out, k)), ("w", stored_w)], ("dx", (*dest, c)))
+        filt = w.flipped(stored_w)
+    value, used, low, high, strides = _source_read(w, s, channels)
     value = _by_group(w, "%src_g", value, (n, *used, channels), groups, w.e)
     value = w.pad("%src_pad", value, (n, *used, groups, channels // groups), [0, *low, 0, 0], [0, *high, 0, 0])
     padded = (n, *(u + lo + hi for u, lo, hi in zip(used, low, high)), groups, channels // groups)
@@ -281,17 +257,7 @@ def grouped_mlir(s: ConvSignature) -> str:
                       [(value, padded), (filt, by_group)], (w.zeros("%sums_z", result), result))
     sums, whole = _collapse_groups(w, sums, result)
     if forward and s.bias:
-        outer = ["n", *pixels, "c"]
-        w.emit(f"%biased = linalg.generic {{indexing_maps = [{affine_map(outer, ['c'])}, "
-               f"{affine_map(outer, outer)}], iterator_types = [{iterators(rank + 2, 0)}]}} "
-               f"ins(%shift_b : {tensor_type((k,), w.e)}) outs({sums} : {tensor_type(whole, 'f32')}) {{")
-        w.emit(f"^bb0(%bv: {w.e}, %acc: f32):")
-        if w.e != "f32":
-            w.emit(f"  %bv_f = arith.extf %bv : {w.e} to f32")
-        w.emit(f"  %sum = arith.addf %acc, {'%bv' if w.e == 'f32' else '%bv_f'} : f32")
-        w.emit("  linalg.yield %sum : f32")
-        w.emit(f"}} -> {tensor_type(whole, 'f32')}")
-        sums = "%biased"
+        sums = w.add_bias(sums, whole)
     return w.store(sums, "y" if forward else "dx", whole)
 
 
@@ -319,15 +285,8 @@ def grouped_weight_gradient_mlir(s: ConvSignature) -> str:
                [(x, (g, n // g, *s.read_extents, groups, c // groups)),
                 (dy, (*parted_dy[:-1], groups, k // groups))], (w.zeros("%partial_z", partial), partial))
     total = partial[1:]
-    outer = ["g", "k", *taps, "c", "p"]
-    w.zeros("%total_z", total)
-    w.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map(outer, ['p', *outer[:-1]])}, "
-           f"{affine_map(outer, outer[:-1])}], iterator_types = [{iterators(rank + 3, 1)}]}} "
-           f"ins(%partial : {tensor_type(partial, 'f32')}) outs(%total_z : {tensor_type(total, 'f32')}) {{")
-    w.emit("^bb0(%p: f32, %acc: f32):")
-    w.emit("  %sum = arith.addf %acc, %p : f32")
-    w.emit("  linalg.yield %sum : f32")
-    w.emit(f"}} -> {tensor_type(total, 'f32')}")
+    kept = ["g", "k", *taps, "c"]
+    w.sum_over("%partial", partial, ["p", *kept], [*kept, "p"], kept, total)
     reassociation = "[[0, 1], " + ", ".join(f"[{i + 2}]" for i in range(rank + 1)) + "]"
     w.emit(f"%total_w = tensor.collapse_shape %total {reassociation} : {tensor_type(total, 'f32')} into "
            f"{tensor_type(stored_w, 'f32')}")

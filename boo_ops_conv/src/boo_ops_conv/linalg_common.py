@@ -113,6 +113,50 @@ class Writer:
         self.emit(f"}} -> {tensor_type(out[1], 'f32')}")
         return name
 
+    def flipped(self, shape: tuple[int, ...]) -> str:
+        """The filter input ``%w`` (of ``shape``: channels, window, channels) with its taps
+        reversed along every spatial axis (torch's ``flip``, an executable of its own), as
+        ``%w_f``."""
+        rank = len(shape) - 2
+        self.emit(f"%flip_dims = torch.prim.ListConstruct {', '.join(f'%int{a + 1}' for a in range(rank))} : "
+                  f"({', '.join('!torch.int' for _ in range(rank))}) -> !torch.list<int>")
+        self.emit(f"%w_flipped = torch.aten.flip %w, %flip_dims : {vtensor_type(shape, self.e)}, !torch.list<int> -> "
+                  f"{vtensor_type(shape, self.e)}")
+        self.emit(f"%w_f = torch_c.to_builtin_tensor %w_flipped : {vtensor_type(shape, self.e)} -> "
+                  f"{tensor_type(shape, self.e)}")
+        return "%w_f"
+
+    def add_bias(self, value: str, shape: tuple[int, ...]) -> str:
+        """``%biased``: float32 ``value`` (channels last) plus the input ``%shift`` (one value a
+        channel, widened)."""
+        rank = len(shape) - 2
+        outer = ["n", *(f"o{a}" for a in range(rank)), "c"]
+        self.emit(f"%biased = linalg.generic {{indexing_maps = [{affine_map(outer, ['c'])}, "
+                  f"{affine_map(outer, outer)}], iterator_types = [{iterators(rank + 2, 0)}]}} "
+                  f"ins(%shift_b : {tensor_type(shape[-1:], self.e)}) outs({value} : {tensor_type(shape, 'f32')}) {{")
+        self.emit(f"^bb0(%bv: {self.e}, %acc: f32):")
+        if self.e != "f32":
+            self.emit(f"  %bv_f = arith.extf %bv : {self.e} to f32")
+        self.emit(f"  %sum = arith.addf %acc, {'%bv' if self.e == 'f32' else '%bv_f'} : f32")
+        self.emit("  linalg.yield %sum : f32")
+        self.emit(f"}} -> {tensor_type(shape, 'f32')}")
+        return "%biased"
+
+    def sum_over(self, value: str, shape: tuple[int, ...], dims: list[str], loops: list[str], kept: list[str],
+                 total: tuple[int, ...]) -> str:
+        """``%total``: float32 ``value`` (of ``shape``, its dimensions named ``dims``) summed
+        over the dimensions not in ``kept``, iterated in the order ``loops`` (``kept``'s, then
+        the summed ones); ``total`` is the result's shape, its dimensions ``kept``."""
+        self.zeros("%total_z", total)
+        self.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map(loops, dims)}, "
+                  f"{affine_map(loops, kept)}], iterator_types = [{iterators(len(kept), len(loops) - len(kept))}]}} "
+                  f"ins({value} : {tensor_type(shape, 'f32')}) outs(%total_z : {tensor_type(total, 'f32')}) {{")
+        self.emit("^bb0(%p: f32, %acc: f32):")
+        self.emit("  %sum = arith.addf %acc, %p : f32")
+        self.emit("  linalg.yield %sum : f32")
+        self.emit(f"}} -> {tensor_type(total, 'f32')}")
+        return "%total"
+
     def store(self, value: str, out: str, shape: tuple[int, ...]) -> str:
         """Round float32 ``value`` once to the element type, write it into output ``out``, end."""
         dims = [f"d{i}" for i in range(len(shape))]

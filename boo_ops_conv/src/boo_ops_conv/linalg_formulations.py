@@ -48,7 +48,6 @@ from .linalg_common import (
     iterators,
     parts,
     tensor_type,
-    vtensor_type,
 )
 from .signature import ConvSignature
 
@@ -104,15 +103,7 @@ def weight_gradient_mlir(s: ConvSignature) -> str:
                [(x, (g, n // g, *s.read_extents, c)), ("%dy_p", parted_dy)], (w.zeros("%partial_z", partial), partial))
     whole = (k, *window, c)
     outer = ["k", *taps, "c"]
-    w.zeros("%total_z", whole)
-    w.emit(f"%total = linalg.generic {{indexing_maps = [{affine_map([*outer, 'g'], ['g', *outer])}, "
-           f"{affine_map([*outer, 'g'], outer)}], iterator_types = [{iterators(rank + 2, 1)}]}} "
-           f"ins(%partial : {tensor_type(partial, 'f32')}) outs(%total_z : {tensor_type(whole, 'f32')}) {{")
-    w.emit("^bb0(%p: f32, %acc: f32):")
-    w.emit("  %sum = arith.addf %acc, %p : f32")
-    w.emit("  linalg.yield %sum : f32")
-    w.emit(f"}} -> {tensor_type(whole, 'f32')}")
-    return w.store("%total", "dw", whole)
+    return w.store(w.sum_over("%partial", partial, ["g", *outer], [*outer, "g"], outer, whole), "dw", whole)
 
 
 def data_gradient_mlir(s: ConvSignature) -> str:
@@ -125,12 +116,7 @@ def data_gradient_mlir(s: ConvSignature) -> str:
     w.function([("dy", (n, *out, k)), ("w", (k, *window, c))], ("dx", (n, *size, c)))
     # the filter's taps reversed: torch's flip (linalg rejects a contraction indexing the
     # taps backwards, ``2 - t``: its loop bounds must come from some operand's plain dims)
-    w.emit(f"%flip_dims = torch.prim.ListConstruct {', '.join(f'%int{a + 1}' for a in range(rank))} : "
-           f"({', '.join('!torch.int' for _ in range(rank))}) -> !torch.list<int>")
-    w.emit(f"%w_flipped = torch.aten.flip %w, %flip_dims : {vtensor_type((k, *window, c), w.e)}, !torch.list<int> -> "
-           f"{vtensor_type((k, *window, c), w.e)}")
-    w.emit(f"%w_f = torch_c.to_builtin_tensor %w_flipped : {vtensor_type((k, *window, c), w.e)} -> "
-           f"{tensor_type((k, *window, c), w.e)}")
+    w.flipped((k, *window, c))
     low = [d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding)]
     high = [i + d * (f - 1) - lo - o for i, d, f, lo, o in zip(size, s.dilation, s.window, low, out)]
     dy = w.pad("%dy_pad", "%dy_b", (n, *out, k), [0, *low, 0], [0, *high, 0])
