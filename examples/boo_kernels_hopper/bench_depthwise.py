@@ -22,7 +22,6 @@ from gpu import device_us  # noqa: E402
 from tile_sweep import DEVICE, build_all, print_failures, timed  # noqa: E402
 
 from boo_core import get_launchable  # noqa: E402
-from boo_core.plugin import KernelExecutables, Substitution  # noqa: E402
 from boo_ops_conv import ConvSignature  # noqa: E402
 
 #: ConvNeXt-T's stages: (channels, size)
@@ -40,16 +39,7 @@ def signature_of(c: int, size: int, mode: str) -> ConvSignature:
 
 def launchable(signature: ConvSignature, config: depthwise.DepthwiseConfig):
     """BOO's kernel with ``config`` substituted into the depthwise module, verified; or why not."""
-    problem = depthwise.problem_of(signature)
-    planner = depthwise.plan_wgrad if problem.mode == "wrw" else depthwise.plan
-
-    def build(kernel: KernelExecutables) -> dict[str, str]:
-        launch = planner(problem, kernel.executables)
-        made = depthwise.generate(problem, config, launch, launch.executable.exports[0].kernel_name)
-        return hooks._replaced(launch.executable, made, "objects/hopper_depthwise.ptx")
-
-    substitution = Substitution("bench_depthwise", build=build, key=hooks._key("bench_depthwise", problem, config),
-                                formulation=depthwise.FORMULATION)
+    substitution = hooks.depthwise_substitution(depthwise.problem_of(signature), config, "bench_depthwise")
     try:
         kernel = get_launchable(signature, DEVICE, substitutions=substitution)
     except Exception as e:  # noqa: BLE001 - a configuration that does not build is reported, not fatal

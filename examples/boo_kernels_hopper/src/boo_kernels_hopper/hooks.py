@@ -266,6 +266,20 @@ def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitutio
             for config, suffix in configs]
 
 
+def depthwise_substitution(problem: depthwise.DepthwiseProblem, config: depthwise.DepthwiseConfig,
+                           name: str = "hopper_depthwise") -> Substitution:
+    """The library's depthwise kernel with ``config`` in the op's ``depthwise`` module
+    (``depthwise.plan``, or ``depthwise.plan_wgrad`` for a weight gradient)."""
+    planner = depthwise.plan_wgrad if problem.mode == "wrw" else depthwise.plan
+
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        launch = planner(problem, kernel.executables)
+        made = depthwise.generate(problem, config, launch, launch.executable.exports[0].kernel_name)
+        return _replaced(launch.executable, made, "objects/hopper_depthwise.ptx")
+
+    return Substitution(name, build=build, key=_key("depthwise", problem, config), formulation=depthwise.FORMULATION)
+
+
 def _depthwise_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
     """A depthwise convolution's candidates (``depthwise.problem_of``), where the op offers
     its ``depthwise`` formulation: the chosen tiles first, then, for ``boo tune``, the others
@@ -273,20 +287,9 @@ def _depthwise_substitutions(signature: Any, target: Target) -> list[Substitutio
     problem = depthwise.problem_of(signature)
     if problem is None or not _offers(signature, target, depthwise.FORMULATION):
         return None
-    planner = depthwise.plan_wgrad if problem.mode == "wrw" else depthwise.plan
     chosen = depthwise.choose_config(problem)
-
-    def substitution(config: depthwise.DepthwiseConfig, name: str) -> Substitution:
-        def build(kernel: KernelExecutables) -> dict[str, str]:
-            launch = planner(problem, kernel.executables)
-            made = depthwise.generate(problem, config, launch, launch.executable.exports[0].kernel_name)
-            return _replaced(launch.executable, made, "objects/hopper_depthwise.ptx")
-
-        return Substitution(name, build=build, key=_key("depthwise", problem, config),
-                            formulation=depthwise.FORMULATION)
-
-    return [substitution(chosen, "hopper_depthwise")] + [
-        substitution(config, f"hopper_depthwise_{depthwise.config_label(config)}")
+    return [depthwise_substitution(problem, chosen)] + [
+        depthwise_substitution(problem, config, f"hopper_depthwise_{depthwise.config_label(config)}")
         for config in depthwise.alternatives(problem, chosen)]
 
 
