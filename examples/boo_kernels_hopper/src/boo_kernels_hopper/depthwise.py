@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from . import wgrad
+from .layernorm import triton_power_of_two
 from .ptx import Kernel, bindings_of, compile_for_iree
 
 FORMULATION = "depthwise"  # the conv op's linalg formulation whose module this library knows
@@ -105,10 +106,6 @@ def problem_of(signature: Any) -> DepthwiseProblem | None:
     return None
 
 
-def _power_of_two(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def choose_config(problem: DepthwiseProblem) -> DepthwiseConfig:
     """The tiles ``bench_depthwise.py`` measured best or within 6% of it on ConvNeXt-T's rows
     (H200, µs, the first guess -> this; README.md): a forward or data gradient takes 64
@@ -120,7 +117,7 @@ def choose_config(problem: DepthwiseProblem) -> DepthwiseConfig:
     weight gradient's rows 32 pixels at a time on 8 warps (96 @56: 317 against 262), and one
     flat loop whose loads Triton's pipeliner issues 3 steps ahead (96 @56 260 against 262,
     but 768 @7, 384 @14, 192 @28 87, 81, 124 against 70, 64, 93)."""
-    bq = max(8, min(16, _power_of_two(problem.q)))
+    bq = max(8, min(16, triton_power_of_two(problem.q)))
     if problem.mode == "wrw":
         return _warps_for(DepthwiseConfig(bq, 16, 0))
     bc = 64 if problem.c % 64 == 0 else 32
@@ -226,7 +223,7 @@ def generate(problem: DepthwiseProblem, config: DepthwiseConfig, launch: Launch,
     channel_blocks = -(-pb.c // config.bc)
     if pb.mode == "wrw":
         constants = {"A_OFF": launch.offsets[0], "B_OFF": launch.offsets[1], "PART_OFF": launch.part_offset,
-                     "X_IS_A": launch.x_first, "IMAGES": pb.n // launch.parts, "SB": _power_of_two(pb.s),
+                     "X_IS_A": launch.x_first, "IMAGES": pb.n // launch.parts, "SB": triton_power_of_two(pb.s),
                      **geometry}
         compiled, ptx = compile_for_iree(boo_hopper_depthwise_wgrad, ["a", "b", "part"], constants, WGRAD_ORDER,
                                          config.num_warps, 1, entry, types={"part": "*fp32"})
@@ -234,7 +231,8 @@ def generate(problem: DepthwiseProblem, config: DepthwiseConfig, launch: Launch,
     else:
         pointers = ["src", "taps", *(["bias"] if pb.bias else []), "out"]
         constants = {"SRC_OFF": launch.offsets[0], "TAPS_OFF": launch.offsets[1], "HAS_BIAS": pb.bias, **geometry}
-        constants.update({name: None for name in ("bias",) if name not in pointers})
+        if not pb.bias:
+            constants["bias"] = None
         compiled, ptx = compile_for_iree(boo_hopper_depthwise, pointers, constants, ORDER, config.num_warps, 1, entry)
         grid = (pb.n * pb.p * -(-pb.q // config.bq), channel_blocks, 1)
     return Kernel(ptx, compiled.metadata.num_warps * 32, grid, int(compiled.metadata.shared))
