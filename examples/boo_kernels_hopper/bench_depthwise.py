@@ -49,14 +49,15 @@ def launchable(signature: ConvSignature, config: depthwise.DepthwiseConfig):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="only rows whose name contains this text")
+    parser.add_argument("--only", default="", help="only rows whose name contains this text (or one of "
+                                                   "several joined by |)")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True  # cuDNN's best algorithm, as benchmarks/gpu.py times it
     rows = []
     for c, size in STAGES:
         for mode in ("fwd", "bwd", "wrw"):
             name = f"depthwise {c} @{size} {mode}"
-            if args.only in name:
+            if any(text in name for text in args.only.split("|")):
                 configs = [depthwise.DepthwiseConfig(*tile) for tile in TILES["wrw" if mode == "wrw" else "conv"]]
                 rows.append((name, signature_of(c, size, mode), configs))
     built = build_all(rows, launchable)  # in parallel; timed one by one

@@ -151,6 +151,15 @@ def test_awkward_shapes(name):
     check(SPECIAL[name])
 
 
+@pytest.mark.parametrize("signature", [s for s in TABLE_ON_CI if s.mode == "bwd"], ids=lambda s: s.func_name)
+def test_the_eager_baseline_of_a_data_gradient_is_right(signature):
+    """Benchmarks time ``eager`` as torch's kernel (convolution_backward for a data gradient):
+    it must compute what the independent reference does, in every layout, transposed and grouped."""
+    args = signature.get_sample_args()
+    got = signature.eager(*(a.double() for a in args))
+    torch.testing.assert_close(got, reference.expected(signature, args), rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "sigmoid", "tanh"])
 def test_bias_and_activation_fuse_into_one_kernel(activation):
     signature = conv((2, 8, 7, 7), (8, 8, 3, 3), padding=1, bias=True, activation=activation,

@@ -163,15 +163,16 @@ PHASE_AXES = "phase_axes"
 #: kernels run these on an NCHW copy, a thread per output with its neighbours a channel plane
 #: apart. On the CPU (benchmarks/cpu_formulations.py --target cuda:sm_80, 2 cores, batch 8,
 #: NHWC, µs, default -> depthwise (torch)): f32 96 @56 7x7 forward 35964 -> 5401 (2167), data
-#: gradient 64003 -> 6370 (25479), weight gradient 90270 -> 47984 (21122); f32 384 @14 9924 ->
-#: 1546 (576), 21096 -> 1596 (12560), 15471 -> 13612 (5559); bf16 96 @56 forward 50001 ->
+#: gradient 64003 -> 6370 (6627), weight gradient 90270 -> 47984 (21122); f32 384 @14 9924 ->
+#: 1546 (576), 21096 -> 1596 (955), 15471 -> 13612 (5559); bf16 96 @56 forward 50001 ->
 #: 6164 (1694) but weight gradient 40652 -> 63310 (31853); f32 3x3/2 144 @56 forward 16771 ->
 #: 1839 (740), and its weight gradient failed to compile for the CPU (it does for CUDA); f32
-#: 3x3 32 @112 data gradient 39063 -> 2070 (17208). IREE's own kernels, H200, bf16,
+#: 3x3 32 @112 data gradient 39063 -> 2070 (1777). (torch's data gradients: its
+#: convolution_backward, timed on its own later; ConvSignature.eager.) IREE's own kernels, H200, bf16,
 #: batch 32, ConvNeXt-T's four 7x7 rows (96 @56 .. 768 @7), µs, default -> depthwise
 #: (cuDNN): forwards 1157 -> 720 (95), 633 -> 348 (55), 345 -> 165 (30), 158 -> 78 (23);
 #: weight gradients 10686 -> 894 (75), 1838 -> 360 (34), 432 -> 202 (23), 122 -> 72 (16);
-#: data gradients 716 -> 721 (981), 261 -> 349 (511), 254 -> 166 (271), 271 -> 78 (163).
+#: data gradients 716 -> 721 (167), 261 -> 349 (80), 254 -> 166 (42), 271 -> 78 (28).
 #: (The Hopper kernel library substitutes into its module: docs/gpu.md.)
 DEPTHWISE = "depthwise"
 #: A channels-last grouped convolution (several channels a group) written as linalg
