@@ -243,12 +243,7 @@ class ConvSignature(Signature):
         to_logical = {"x": layouts.to_logical(self.input_layout), "w": layouts.to_logical(self.kernel_layout),
                       "y": layouts.to_logical(self.output_layout)}
         if self.mode == "fwd":
-            x, w, *b = args
-            x, w = layouts.permute(x, to_logical["x"]), layouts.permute(w, to_logical["w"])
-            y = self._convolution(x, w, b[0] if b else None, self.transposed, self.output_padding)
-            if self.activation:
-                y = ACTIVATIONS[self.activation](y)
-            return layouts.permute(y, layouts.to_physical(self.output_layout))
+            return self._forward(*args)
         dy = layouts.permute(args[0], to_logical["y"])
         if self.mode == "bwd_bias":  # accumulate in float32 at least, as torch does for half types
             accumulate = torch.promote_types(dy.dtype, torch.float32)
@@ -280,11 +275,22 @@ class ConvSignature(Signature):
             [0] * self.spatial_rank, self.groups, [False, True, False])[1]
         return layouts.permute(dw, layouts.to_physical(self.kernel_layout))
 
+    def _forward(self, x: torch.Tensor, w: torch.Tensor, *b: torch.Tensor, widen: bool = True) -> torch.Tensor:
+        x = layouts.permute(x, layouts.to_logical(self.input_layout))
+        w = layouts.permute(w, layouts.to_logical(self.kernel_layout))
+        y = self._convolution(x, w, b[0] if b else None, self.transposed, self.output_padding, widen=widen)
+        if self.activation:
+            y = ACTIVATIONS[self.activation](y)
+        return layouts.permute(y, layouts.to_physical(self.output_layout))
+
     def eager(self, *args: torch.Tensor) -> torch.Tensor:
-        """PyTorch's own kernel, as autograd runs it. A data gradient is
-        ``convolution_backward`` (cuDNN's data-gradient kernels on a GPU), not the reference's
-        transposed convolution: that one, for a depthwise conv, doubles the output channels
-        to dodge an IREE bug, which made cuDNN 6-15x slower than in a real backward."""
+        """PyTorch's own kernel, as a model runs it: the convolution as it is (the reference
+        widens a 3-D depthwise one for IREE), and a data gradient as ``convolution_backward``
+        (what autograd runs; cuDNN's data-gradient kernels on a GPU), not the reference's
+        transposed convolution, which for a depthwise conv also doubles the output channels:
+        cuDNN took 6-15x the time of a real backward's on ConvNeXt-T's layers."""
+        if self.mode == "fwd":
+            return self._forward(*args, widen=False)
         if self.mode != "bwd":
             return self.reference(*args)
         dy = layouts.permute(args[0], layouts.to_logical(self.output_layout))
@@ -298,16 +304,17 @@ class ConvSignature(Signature):
         return layouts.permute(dx, layouts.to_physical(self.input_layout))
 
     def _convolution(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, transposed: bool,
-                     output_padding: tuple[int, ...]) -> torch.Tensor:
+                     output_padding: tuple[int, ...], widen: bool = True) -> torch.Tensor:
         """aten.convolution with this signature's stride, padding, dilation and groups.
 
         IREE 3.13 fails to compile depthwise convolutions (one input and one output channel
         per group, groups > 1) when transposed, in any rank (so every depthwise conv's data
         gradient), and when 3-D. Giving each group a second, all-zero output channel makes a
-        shape it compiles; the extra channels are dropped. Exact, at twice the multiply-adds.
+        shape it compiles; the extra channels are dropped. Exact, at twice the multiply-adds
+        (``widen=False``: the convolution as it is, for PyTorch to run).
         """
         depthwise = self.groups > 1 and w.shape[0] == self.groups and w.shape[1] == 1
-        if not (depthwise and (transposed or self.spatial_rank == 3)):
+        if not (widen and depthwise and (transposed or self.spatial_rank == 3)):
             return torch.ops.aten.convolution(x, w, b, list(self.stride), list(self.padding), list(self.dilation),
                                               transposed, list(output_padding), self.groups)
         zeros = torch.zeros_like(w)
