@@ -231,7 +231,8 @@ SETTINGS: tuple[Setting, ...] = (
             "<executable>.<ext>` (docs/cli.md); their content is part of the cache key, and substituted kernels "
             "are always verified", selects_kernel=True),
     Setting("use_tuned", "BOO_USE_TUNED", _boolean, _const(True), "`1`",
-            "`0`: ignore the tuning database (`boo tune` results)", selects_kernel=True),
+            "`0`: ignore the tuning database (`boo tune` results: the winners, and where PyTorch's kernel won, "
+            "torch.compile leaving the node to PyTorch)", selects_kernel=True),
     Setting("compile_strict", "BOO_COMPILE_STRICT", _boolean, _const(False), "`0`",
             "`1`: in torch.compile, a kernel BOO cannot compile or run is an error, not a fallback",
             selects_kernel=False),

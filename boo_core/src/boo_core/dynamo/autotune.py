@@ -1,11 +1,15 @@
-"""``mode="max-autotune"``: each BOO node of a graph timed against torch's own kernel.
+"""torch's own kernel as the alternative a BOO node must beat.
 
-When a graph compiles under max-autotune, every node BOO could take is run both ways on
-random tensors with the node's shapes, strides and dtypes, each timed with the device's
-timer (device time of the kernels on a GPU, wall time on the CPU). A node where torch's
-kernel (cuDNN, cuBLAS, ATen: what the pattern's ``reference`` runs) is faster stays with
-the nested backend, and the offload summary says so with both times. Decisions are kept for
-the process, so a graph compiled again does not time its nodes again.
+* Under ``mode="max-autotune"`` every node BOO could take is run both ways on random tensors
+  with the node's shapes, strides and dtypes, each timed with the device's timer (device time
+  of the kernels on a GPU, wall time on the CPU). A node where torch's kernel (cuDNN, cuBLAS,
+  ATen: what the pattern's ``reference`` runs) is faster stays with the nested backend, and
+  the offload summary says so with both times. Decisions are kept for the process, so a graph
+  compiled again does not time its nodes again.
+* In every mode, a node whose kernels ``boo tune`` has tuned on this device model, timing
+  PyTorch's own kernel for each beside its candidates (``TuningRecord.torch_us``), stays with
+  the nested backend where PyTorch's times add up to less than the tuned winners' (while
+  launches use the records: ``BOO_USE_TUNED=1``); its kernels are not even compiled.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from collections.abc import Sequence
 import torch
 
 from ..errors import describe_error
+from ..kernels.tuning_records import tuned_record
+from ..runtime.devices import resolve_device
 from ..runtime.lookup import real_tensors
 from ..runtime.timing import timer_for
+from ..signatures.signature import Signature
+from ..verify.verdicts import device_identity
 from .kernel_call import KernelCall
 
 #: Timed calls per side, after as many untimed ones.
@@ -60,3 +68,20 @@ def torch_is_faster(call: KernelCall, payload: str, examples: Sequence[torch.Ten
     with _lock:
         _decisions[key] = why
     return why
+
+
+def tuned_torch_is_faster(signatures: Sequence[Signature], device: torch.device) -> str:
+    """Why torch's kernel should compute a node whose kernels are ``signatures`` ("" when not):
+    each has a tuning record for this device model that timed PyTorch's own kernel too, and
+    PyTorch's times add up to less than the tuned winners'."""
+    if not signatures:
+        return ""
+    boo_device = resolve_device(device)
+    model = device_identity(boo_device.torch_device)
+    records = [tuned_record(s, boo_device.target.name, model) for s in signatures]
+    if any(r is None or r.torch_us <= 0.0 for r in records):
+        return ""
+    ours, boo = sum(r.torch_us for r in records), sum(r.time_us for r in records)
+    if ours >= boo:
+        return ""
+    return f"`boo tune` timed torch's kernel faster here ({ours:.1f} us against BOO's tuned {boo:.1f} us)"

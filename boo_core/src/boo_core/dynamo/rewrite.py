@@ -35,7 +35,7 @@ from ..runtime.lookup import get_launchable
 from ..settings import get_settings
 from ..signatures.signature import Signature
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
-from .autotune import torch_is_faster
+from .autotune import torch_is_faster, tuned_torch_is_faster
 from .column_sums import column_sums_as_products
 from .copies import batch_final_writes, drop_noop_clones, update_in_place
 from .copy_chains import collapse_copy_chains
@@ -187,11 +187,18 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         gm.graph.lint()
         gm.recompile()
         return report
+    # Where `boo tune` timed torch's kernel faster, the node stays with the nested backend and
+    # its kernels are not built.
+    tuned_out = [_tuned_out(pattern, match, found, report) for (_, _, pattern, match), found in zip(claims, signatures)]
     with ThreadPoolExecutor(max_workers=max(1, min(len(claims), os.cpu_count() or 1))) as pool:
-        compiled = list(pool.map(lambda claim, found: _compile_ahead(claim[2], claim[3], found, report),
-                                 claims, signatures))
+        compiled = list(pool.map(lambda claim, found, out: not out and _compile_ahead(claim[2], claim[3], found,
+                                                                                       report),
+                                 claims, signatures, tuned_out))
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
-    for (node, index, pattern, match), ok in zip(claims, compiled):
+    for (node, index, pattern, match), ok, why in zip(claims, compiled, tuned_out):
+        if why:
+            _refuse(report, node, why)
+            continue
         while not ok:
             taken.difference_update(_claimed(match))
             claim = _first_match(by_anchor[node.target], index + 1, node, taken, report)
@@ -451,6 +458,15 @@ def _signatures_ahead(pattern: FusionPattern, match: FusionMatch, report: GraphR
     thread, since fake tensors are not thread-safe); None if the pattern fails."""
     inputs = [n.meta["val"] for n in match.inputs]
     return _guarded(pattern, match, report, lambda: list(pattern.signatures(match.spec, inputs)))
+
+
+def _tuned_out(pattern: FusionPattern, match: FusionMatch, signatures: list[Signature] | None,
+               report: GraphReport) -> str:
+    """Why the tuning records leave the match to torch's kernel ("" when they do not)."""
+    if not signatures:
+        return ""
+    device = match.inputs[0].meta["val"].device
+    return _guarded(pattern, match, report, lambda: tuned_torch_is_faster(signatures, device)) or ""
 
 
 def _compile_ahead(pattern: FusionPattern, match: FusionMatch, signatures: list[Signature] | None,

@@ -2,8 +2,9 @@
 in the cache directory (``<cache>/tuning/<func_name>-<digest>.json``), written atomically.
 
 A record names the winning candidate (formulation, configuration, flags, or a kernel
-library's substitution) and the times it was chosen by, and which library substitutions
-were among the candidates. :func:`tuned_record` is what kernel selection and ``boo preload``
+library's substitution) and the times it was chosen by, PyTorch's own time for the same
+kernel (``torch_us``: what torch.compile weighs BOO's winner against), and which library
+substitutions were among the candidates. :func:`tuned_record` is what kernel selection and ``boo preload``
 ask; a record made by another compiler, for another device model, or naming a formulation
 or substitution no longer offered is not used.
 
@@ -56,6 +57,12 @@ class TuningRecord:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     substitution: str = ""  # the winner's library substitution, by digest ("": IREE's own kernels)
     library: tuple[str, ...] = ()  # every library substitution the tune timed, by digest
+    torch_us: float = 0.0  # PyTorch's own kernel (Signature.eager) timed the same way; 0: not timed
+
+    @property
+    def torch_is_faster(self) -> bool:
+        """Whether the tune timed PyTorch's own kernel faster than its winner."""
+        return 0.0 < self.torch_us < self.time_us
 
     def to_json(self) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "func_name": self.func_name, "signature": self.signature,
@@ -63,7 +70,8 @@ class TuningRecord:
                 "winner": {"formulation": self.formulation, "config": self.config, "flags": list(self.flags),
                            "label": self.label, "substitution": self.substitution},
                 "library": list(self.library),
-                "time_us": self.time_us, "default_time_us": self.default_time_us, "created": self.created}
+                "time_us": self.time_us, "default_time_us": self.default_time_us, "torch_us": self.torch_us,
+                "created": self.created}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuningRecord | None:
@@ -77,7 +85,7 @@ class TuningRecord:
                        tuple(str(f) for f in winner.get("flags", ())), str(winner.get("label", "")),
                        float(data.get("time_us", 0.0)), float(data.get("default_time_us", 0.0)),
                        str(data.get("created", "")), str(winner.get("substitution", "")),
-                       tuple(str(d) for d in data.get("library", ())))
+                       tuple(str(d) for d in data.get("library", ())), float(data.get("torch_us", 0.0)))
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -331,7 +331,7 @@ class Tuner:
         record = TuningRecord(tune.signature.func_name, tune.signature.canonical(), tune.target,
                               _compiler(), self.device_name, winner.formulation, winner.config, winner.flags,
                               winner.label, winner.time_us, baseline.time_us if baseline else 0.0,
-                              substitution=winner.substitution, library=library)
+                              substitution=winner.substitution, library=library, torch_us=tune.torch_us or 0.0)
         write_record(record, tune.signature)
 
 
