@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from boo_core.plugins.patterns import Decline, FusionMatch
 from boo_ops_conv.cba_fusion import ConvBatchNormInference
-from boo_ops_conv.fusion import GROUPED_ON_CUDA, ConvBackward, ConvForward
+from boo_ops_conv.fusion import DEPTHWISE_ON_CUDA, GROUPED_ON_CUDA, ConvBackward, ConvForward
 
 aten = torch.ops.aten
 
@@ -53,8 +53,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_grouped_conv_on_cuda_is_left_to_pytorch_with_the_reason(case):
-    """BOO's grouped kernels took 15x cuDNN's time (geometric mean) on real networks' layers; offloading them
-    would make the network slower. Ungrouped on CUDA, and grouped on the CPU, are taken."""
+    """BOO's grouped kernels took 15x cuDNN's time (geometric mean) on real networks' layers, its depthwise
+    ones lose more than they win; offloading them would make the network slower. Ungrouped on CUDA, and
+    grouped on the CPU, are taken."""
     pattern, make, shapes, target = CASES[case]
 
     def matched(groups, device):
@@ -63,5 +64,7 @@ def test_a_grouped_conv_on_cuda_is_left_to_pytorch_with_the_reason(case):
 
     declined = matched(4, "cuda")
     assert isinstance(declined, Decline) and declined.reason == GROUPED_ON_CUDA
+    declined = matched(8, "cuda")  # a channel a group: depthwise, whose kernels are measured apart
+    assert isinstance(declined, Decline) and declined.reason == DEPTHWISE_ON_CUDA
     assert isinstance(matched(1, "cuda"), FusionMatch)
     assert isinstance(matched(4, "cpu"), FusionMatch)

@@ -2,8 +2,10 @@
 and their gradients (which the backends offer only under BOO_USE_BACKWARD_KERNELS=1).
 
 A grouped convolution on a CUDA device is left to PyTorch (cuDNN), with the reason in the
-offload summary: BOO has no kernel near cuDNN's for grouped or depthwise convolutions
-(:data:`GROUPED_ON_CUDA`), so offloading them would make a network slower, not faster.
+offload summary: BOO has no kernel near cuDNN's for grouped convolutions
+(:data:`GROUPED_ON_CUDA`), and its depthwise kernels lose more in the forward and the weight
+gradient than they win in the data gradient (:data:`DEPTHWISE_ON_CUDA`), so offloading them
+would make a network slower, not faster.
 ``boo_conv`` and the driver still run them on BOO's kernels, and so does torch.compile where
 :data:`OFFLOAD_GROUPED_ON_CUDA` is set (``benchmarks/gpu.py --traced`` sets it to list them)."""
 
@@ -32,6 +34,12 @@ GROUPED_ON_CUDA = ("a grouped convolution on CUDA: BOO's kernels for these (IREE
                    "cuDNN's in geometric mean, up to 138x, on ResNeXt-50's and ConvNeXt-T's layers (H100, docs/gpu.md)")
 
 
+#: Why torch.compile leaves a depthwise convolution (a channel a group) on a CUDA device to PyTorch.
+DEPTHWISE_ON_CUDA = ("a depthwise convolution on CUDA: BOO's kernels for these (the Hopper kernel library's) took "
+                     "1.2-1.3x cuDNN's time forward and 2.2-3.5x for the weight gradient, 0.75-0.87x for the data "
+                     "gradient, on ConvNeXt-T's layers: about 1.1 ms more per training step (H200, docs/gpu.md)")
+
+
 #: Whether torch.compile offloads grouped convolutions on CUDA all the same.
 OFFLOAD_GROUPED_ON_CUDA = False
 
@@ -43,7 +51,7 @@ def declined_on_cuda(x: object, groups: int) -> Decline | None:
         return None
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     if groups > 1 and isinstance(value, torch.Tensor) and value.device.type == "cuda":
-        return Decline(GROUPED_ON_CUDA)
+        return Decline(DEPTHWISE_ON_CUDA if value.dim() > 1 and value.shape[1] == groups else GROUPED_ON_CUDA)
     return None
 
 
