@@ -59,11 +59,6 @@ class TuningRecord:
     library: tuple[str, ...] = ()  # every library substitution the tune timed, by digest
     torch_us: float = 0.0  # PyTorch's own kernel (Signature.eager) timed the same way; 0: not timed
 
-    @property
-    def torch_is_faster(self) -> bool:
-        """Whether the tune timed PyTorch's own kernel faster than its winner."""
-        return 0.0 < self.torch_us < self.time_us
-
     def to_json(self) -> dict[str, Any]:
         return {"format": RECORD_FORMAT, "func_name": self.func_name, "signature": self.signature,
                 "target": self.target, "compiler": self.compiler, "device": self.device,

@@ -82,6 +82,7 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
     if tuner.gpu_tasks:
         print(f"Ray: {gpu_task_summary(tuner.gpu_tasks)}")
     print(f"{'kernel':<58} {'default us':>11} {'tuned us':>10} {'torch us':>10} {'speed-up':>8}  winner")
+    torch_faster: list[str] = []
     for tune in tunes:
         name = tune.signature.func_name[:58]
         if tune.reused:
@@ -94,11 +95,13 @@ def run_tune(commands: Sequence[Command], options: TuneOptions, *, csv_path: str
             continue
         base = baseline.time_us if baseline and baseline.time_us else float("nan")
         torch_us = tune.torch_us if tune.torch_us is not None else float("nan")
-        # torch.compile leaves such a kernel's nodes to PyTorch while the record is used (BOO_USE_TUNED=1)
-        torch_wins = "  (PyTorch's kernel is faster: torch.compile leaves it to PyTorch)" \
-            if tune.torch_us is not None and tune.torch_us < winner.time_us else ""
+        if tune.torch_us is not None and tune.torch_us < winner.time_us:
+            torch_faster.append(tune.signature.func_name)
         print(f"{name:<58} {base:>11.1f} {winner.time_us:>10.1f} {torch_us:>10.1f} {base / winner.time_us:>8.2f}  "
-              f"{winner.label}{torch_wins}")
+              f"{winner.label}")
+    if torch_faster:  # torch.compile leaves their nodes to PyTorch while the records are used (BOO_USE_TUNED=1)
+        print(f"PyTorch's kernel timed faster than every candidate ({len(torch_faster)}): torch.compile leaves "
+              f"their nodes to PyTorch: {', '.join(torch_faster)}")
     lost = [(tune, r) for tune in tunes for r in tune.results if r.error.startswith(CLUSTER_ERRORS)]
     for tune, result in lost:  # the cluster's failures, not the candidates': a rerun tries them again
         print(f"FAILED {tune.signature.func_name} {result.label}: " + result.error.replace("\n", "\n  "))
