@@ -288,7 +288,7 @@ class ConvSignature(Signature):
         widens a 3-D depthwise one for IREE), and a data gradient as ``convolution_backward``
         (what autograd runs; cuDNN's data-gradient kernels on a GPU), not the reference's
         transposed convolution, which for a depthwise conv also doubles the output channels:
-        cuDNN took 6-15x the time of a real backward's on ConvNeXt-T's layers."""
+        cuDNN took about 6x the time of a real backward's on ConvNeXt-T's layers."""
         if self.mode == "fwd":
             return self._forward(*args, widen=False)
         if self.mode != "bwd":
