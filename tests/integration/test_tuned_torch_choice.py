@@ -16,6 +16,7 @@ from boo_core.dynamo.trace import kernel_signatures
 from boo_core.kernels import activity
 from boo_core.kernels.tuning_records import read_record, write_record
 from boo_core.settings import settings_override
+from boo_core.tools.cli import main
 from boo_core.tune.tuner import TuneOptions, Tuner
 from boo_core.verify.verdicts import device_identity
 
@@ -28,7 +29,7 @@ def _model() -> tuple[nn.Module, torch.Tensor]:
 
 
 @pytest.mark.kernel
-def test_a_node_boo_tune_timed_slower_than_torchs_kernel_is_left_to_pytorch(private_cache):
+def test_a_node_boo_tune_timed_slower_than_torchs_kernel_is_left_to_pytorch(private_cache, capsys):
     model, x = _model()
     first, second = kernel_signatures(model, x)  # the two linear layers (the first with its ReLU)
     [*tunes] = Tuner(TuneOptions(iterations=3, warmup=1)).tune([(s.to_command(), s) for s in (first, second)])
@@ -53,6 +54,12 @@ def test_a_node_boo_tune_timed_slower_than_torchs_kernel_is_left_to_pytorch(priv
     assert summary.reasons["aten.addmm"].startswith("`boo tune` timed torch's kernel faster here"), summary.reasons
     loaded = {event: activity.counts()[event] - before.get(event, 0) for event in activity.KERNEL_EVENTS}
     assert sum(loaded.values()) == 1, loaded  # the second layer's kernel only
+
+    # `boo cache info --list` shows which records leave their nodes to PyTorch.
+    assert main(["cache", "info", "--list"]) == 0
+    listed = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  tuned: ")}
+    assert listed[first.func_name].endswith("torch.compile leaves it to PyTorch"), listed
+    assert "PyTorch" in listed[second.func_name] and not listed[second.func_name].endswith("PyTorch"), listed
 
     # Without the records (BOO_USE_TUNED=0), both layers run on BOO again.
     reset_offload_summary()

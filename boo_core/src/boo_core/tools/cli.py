@@ -367,8 +367,10 @@ def _cmd_cache_info(args: argparse.Namespace, extra: Sequence[str]) -> int:
             print(f"  {entry.directory.name}  {si(entry.size, 'B')}  {entry.state}")
         for record in records:
             winner = record.label or record.formulation
+            torch_time = f", PyTorch {record.torch_us:.1f} us" if record.torch_us else ""
+            left = ": torch.compile leaves it to PyTorch" if 0 < record.torch_us < record.time_us else ""
             print(f"  tuned: {record.func_name} on {record.target} ({record.device}): {winner} "
-                  f"{record.time_us:.1f} us (default {record.default_time_us:.1f} us)")
+                  f"{record.time_us:.1f} us (default {record.default_time_us:.1f} us{torch_time}){left}")
     return 0
 
 
