@@ -274,7 +274,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         first.insert(0, Formulation("explicit_pad", computation=lambda *a: _padded_then_cropped(s, a),
                                     description="computed without padding, then cut back by it"))
     if s.mode == "bwd" and not s.transposed and all(st == 1 for st in s.stride) \
-            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)):
+            and linalg_common.padding_within_window(s):
         later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a),
                                  description="the forward im2col of dY with the filter flipped"))
     if s.mode == "bwd_bias" and s.output_layout == layouts.channels_last(s.spatial_rank):

@@ -22,16 +22,17 @@ conv op offers them: ``formulations.DEPTHWISE`` and ``formulations.GROUPED``.
 
 from __future__ import annotations
 
-from . import layouts
 from .linalg_common import (
-    ELEMENT,
     Writer,
     affine_map,
+    channels_last_float,
     extent_of_x_read,
     in_parts,
     iterators,
+    padding_within_window,
     parts,
     tensor_type,
+    windows_read_x,
 )
 from .signature import ConvSignature
 
@@ -39,24 +40,26 @@ from .signature import ConvSignature
 def is_depthwise(s: ConvSignature) -> bool:
     """A channels-last depthwise convolution: one input and one output channel per group,
     as many groups as channels, not transposed, a floating-point type."""
-    channels_last = layouts.channels_last(s.spatial_rank)
     c = s.input_shape[1]
-    return (not s.transposed and s.groups == c > 1 and s.kernel_shape[:2] == (c, 1) and s.dtype in ELEMENT
-            and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
+    return s.groups == c > 1 and s.kernel_shape[:2] == (c, 1) and channels_last_float(s)
 
 
 def serves_depthwise(s: ConvSignature) -> bool:
     """Whether ``depthwise`` computes ``s``: a depthwise convolution (:func:`is_depthwise`);
     a forward with no activation (a bias is added), a weight gradient whose windows read x, or
     a stride-1 data gradient with padding within the dilated window."""
-    if not is_depthwise(s):
-        return False
+    return is_depthwise(s) and _written_mode(s)
+
+
+def _written_mode(s: ConvSignature) -> bool:
+    """Whether the mode of ``s`` is one these formulations write: a forward with no activation
+    (a bias is added), a weight gradient whose windows read x, or a stride-1 data gradient
+    with padding within the dilated window."""
     if s.mode == "fwd":
         return s.activation is None
     if s.mode == "wrw":
-        return all(u > 0 for u in extent_of_x_read(s))
-    return (s.mode == "bwd" and all(st == 1 for st in s.stride)
-            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
+        return windows_read_x(s)
+    return s.mode == "bwd" and all(st == 1 for st in s.stride) and padding_within_window(s)
 
 
 def _taps_by_position(w: Writer, value: str, shape: tuple[int, ...], reverse: bool) -> str:
@@ -179,16 +182,7 @@ def serves_grouped(s: ConvSignature) -> bool:
     depthwise (:func:`is_depthwise`), not transposed; a forward with no activation (a bias is
     added), a stride-1 data gradient with padding within the dilated window, or a weight
     gradient whose windows read x."""
-    channels_last = layouts.channels_last(s.spatial_rank)
-    if not (not s.transposed and s.groups > 1 and not is_depthwise(s) and s.dtype in ELEMENT
-            and s.input_layout == s.output_layout == s.kernel_layout == channels_last):
-        return False
-    if s.mode == "fwd":
-        return s.activation is None
-    if s.mode == "wrw":
-        return all(u > 0 for u in extent_of_x_read(s))
-    return (s.mode == "bwd" and all(st == 1 for st in s.stride)
-            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
+    return s.groups > 1 and not is_depthwise(s) and channels_last_float(s) and _written_mode(s)
 
 
 def _by_group(w: Writer, name: str, value: str, shape: tuple[int, ...], groups: int, element: str) -> str:

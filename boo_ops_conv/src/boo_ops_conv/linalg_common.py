@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from . import layouts
 from .signature import ConvSignature
 
 #: IREE fuses a formulation's padding into its contraction's executable, which then binds the
@@ -33,6 +34,25 @@ def parts(s: ConvSignature) -> int:
 def extent_of_x_read(s: ConvSignature) -> tuple[int, ...]:
     """Per spatial axis, how much of x the windows' extent covers (x past it is never read)."""
     return tuple(min(n, extent - p) for n, extent, p in zip(s.input_shape[2:], s.read_extents, s.padding))
+
+
+def channels_last_float(s: ConvSignature) -> bool:
+    """x, dY (y) and the filter channels-last, not transposed, a floating-point type these
+    formulations write (:data:`ELEMENT`)."""
+    channels_last = layouts.channels_last(s.spatial_rank)
+    return (not s.transposed and s.dtype in ELEMENT
+            and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
+
+
+def windows_read_x(s: ConvSignature) -> bool:
+    """Whether the windows read x on every spatial axis (:func:`extent_of_x_read`)."""
+    return all(u > 0 for u in extent_of_x_read(s))
+
+
+def padding_within_window(s: ConvSignature) -> bool:
+    """Whether the padding is within the dilated window on every axis (a data gradient then
+    reads dY with the padding ``d * (f - 1) - p`` on each side)."""
+    return all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window))
 
 
 def tensor_type(shape: tuple[int, ...], element: str) -> str:

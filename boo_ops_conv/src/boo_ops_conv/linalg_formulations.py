@@ -38,16 +38,16 @@ from __future__ import annotations
 
 import math
 
-from . import layouts
 from .linalg_common import (
-    ELEMENT,
     Writer,
     affine_map,
-    extent_of_x_read,
+    channels_last_float,
     in_parts,
     iterators,
+    padding_within_window,
     parts,
     tensor_type,
+    windows_read_x,
 )
 from .signature import ConvSignature
 
@@ -55,15 +55,13 @@ from .signature import ConvSignature
 def _plain_channels_last(s: ConvSignature) -> bool:
     """Channels-last x, dY and filter (K, *window, C), one group, not transposed, a
     floating-point type."""
-    channels_last = layouts.channels_last(s.spatial_rank)
-    return (not s.transposed and s.groups == 1 and s.dtype in ELEMENT
-            and s.input_layout == s.output_layout == s.kernel_layout == channels_last)
+    return s.groups == 1 and channels_last_float(s)
 
 
 def serves_weight_gradient(s: ConvSignature) -> bool:
     """Whether ``implicit_split`` computes ``s``: a channels-last weight gradient whose
     windows read x."""
-    return s.mode == "wrw" and _plain_channels_last(s) and all(u > 0 for u in extent_of_x_read(s))
+    return s.mode == "wrw" and _plain_channels_last(s) and windows_read_x(s)
 
 
 def serves_data_gradient(s: ConvSignature) -> bool:
@@ -71,8 +69,7 @@ def serves_data_gradient(s: ConvSignature) -> bool:
     channels-last data gradient of a window of several taps, with no bias, padding within
     the dilated window."""
     return (s.mode == "bwd" and _plain_channels_last(s) and math.prod(s.window) > 1
-            and all(st == 1 for st in s.stride) and not getattr(s, "bias", False)
-            and all(p <= d * (f - 1) for p, d, f in zip(s.padding, s.dilation, s.window)))
+            and all(st == 1 for st in s.stride) and not getattr(s, "bias", False) and padding_within_window(s))
 
 
 def serves_strided_data_gradient(s: ConvSignature) -> bool:
