@@ -33,6 +33,20 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref).norm() / ref.norm())
 
 
+def assert_right_on_fresh_inputs(launchable, bounds: float | tuple[float, ...]) -> None:
+    """Twice, on fresh random inputs: each output within its bound (one for all, or one
+    each) of the signature's float64 reference, as a relative error."""
+    signature = launchable.signature
+    for _ in range(2):
+        args = signature.get_sample_args(device=DEVICE)
+        refs = signature.reference(*(a.double() for a in args))
+        outs = launchable(*args)
+        outs, refs = (t if isinstance(t, tuple) else (t,) for t in (outs, refs))
+        each = bounds if isinstance(bounds, tuple) else (bounds,) * len(refs)
+        for out, ref, bound in zip(outs, refs, each, strict=True):
+            assert relative_error(out, ref) < bound
+
+
 @pytest.mark.parametrize(("m", "n", "k"), BENCHMARK_SHAPES)
 def test_a_benchmark_matmul_is_served_by_the_library_kernel(private_cache, m, n, k):
     launchable = get_launchable(MatmulSignature(m=m, n=n, k=k, dtype=BF16), DEVICE)
@@ -154,12 +168,7 @@ def test_a_layer_norm_forward_is_served_by_the_library_kernel_and_right(private_
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_layernorm"
     assert launchable.verified and launchable.launch == "direct"
-    for _ in range(2):  # fresh inputs each time
-        args = signature.get_sample_args(device=DEVICE)
-        refs = signature.reference(*(a.double() for a in args))
-        outs = launchable(*args)
-        for out, ref, bound in zip(outs, refs, (1e-2, 1e-4, 1e-4), strict=True):  # y, mean, rstd
-            assert relative_error(out, ref) < bound
+    assert_right_on_fresh_inputs(launchable, (1e-2, 1e-4, 1e-4))  # y, mean, rstd
 
 
 LAYER_NORM_BACKWARDS = [  # (command, served): dx alone, and dx with dw and db (IREE's staged sums after it)
@@ -180,11 +189,30 @@ def test_a_layer_norm_backward_takes_dx_from_the_library_kernel_and_is_right(pri
     name = launchable.substitution.name if launchable.substitution is not None else None
     assert name == ("hopper_layernorm_dx" if served else None)
     assert launchable.verified and launchable.launch == "direct"
-    for _ in range(2):  # fresh inputs each time
-        args = signature.get_sample_args(device=DEVICE)
-        refs = signature.reference(*(a.double() for a in args))
-        outs = launchable(*args)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        refs = refs if isinstance(refs, tuple) else (refs,)
-        for out, ref in zip(outs, refs, strict=True):  # dx[, dw, db]
-            assert relative_error(out, ref) < 1e-2
+    assert_right_on_fresh_inputs(launchable, 1e-2)  # dx[, dw, db]
+
+
+BATCH_NORM_BACKWARDS = [  # ResNet-50's (groups of 32 rows; a 7x7 map's two stages), f32, f16 per activation, 3-D, odd
+    "bnormbfp16 -n 32 -c 64 -H 56 -W 56 -F 0 -b 1 -m 1 -s 1 -L NHWC",
+    "bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC",
+    "bnormbfp16 -n 32 -c 2048 -H 7 -W 7 -F 0 -b 1 -m 1 -s 1 -L NHWC",
+    "bnorm -n 8 -c 48 -H 10 -W 10 -F 0 -b 1 -m 1 -s 1 -L NHWC",
+    "bnormfp16 -n 4 -c 24 -H 5 -W 7 -F 0 -b 1 -m 0 -s 1 -L NHWC",
+    "bnormbfp16 -n 4 -c 16 -D 3 -H 5 -W 5 -F 0 -b 1 -m 1 -s 1 -L NDHWC",
+    "bnormbfp16 -n 3 -c 40 -H 5 -W 7 -F 0 -b 1 -m 1 -s 1 -L NHWC",
+    # a ResNet-50 training step's (--backward-kernels bnorm): after a ReLU, and a residual added before it
+    "bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu",
+    "bnormbfp16 -n 32 -c 1024 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu",
+    "bnormbfp16 -n 32 -c 2048 -H 7 -W 7 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu",
+    "bnormbfp16 -n 5 -c 24 -H 3 -W 7 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1"]
+
+
+@pytest.mark.parametrize("command", BATCH_NORM_BACKWARDS)
+def test_a_batch_norm_backward_takes_its_sums_and_dx_from_the_library_and_is_right(private_cache, command):
+    from boo_core.plugins.registry import BooOpRegistry
+
+    (signature,) = BooOpRegistry.parse_signatures(command)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name == "hopper_bnorm"
+    assert launchable.verified and launchable.launch == "direct"
+    assert_right_on_fresh_inputs(launchable, 1e-2)  # dx, dw, db[, the residual's gradient]

@@ -22,6 +22,7 @@ ptx = pytest.importorskip("boo_kernels_hopper.ptx")
 wgrad = pytest.importorskip("boo_kernels_hopper.wgrad")
 dgrad = pytest.importorskip("boo_kernels_hopper.dgrad")
 layernorm = pytest.importorskip("boo_kernels_hopper.layernorm")
+batchnorm = pytest.importorskip("boo_kernels_hopper.batchnorm")
 
 SERVED = MatmulSignature(m=256, n=512, k=512, dtype=torch.bfloat16)
 
@@ -603,3 +604,61 @@ def test_a_layer_norms_other_configurations_keep_every_thread_busy():
             assert config.block == chosen.block and 1 <= config.rows_per <= 16 and 4 <= config.num_warps <= 16
             # 4 to 32 values a thread (more spill registers: ptxas said so for 64 of a 16,384-wide dx)
             assert 4 * 32 * config.num_warps <= config.block * config.rows_per <= 32 * 32 * config.num_warps
+
+
+def test_it_knows_which_batch_norms_it_serves():
+    from boo_ops_batchnorm import BatchNormSignature
+
+    def bnorm(**changes: object) -> BatchNormSignature:
+        fields = dict(input_shape=(32, 64, 56, 56), mode="bwd", channels_last=True, save=True, dtype=torch.bfloat16)
+        return BatchNormSignature(**{**fields, **changes})
+
+    assert batchnorm.problem_of(bnorm()) == batchnorm.BatchNormProblem(32 * 56 * 56, 64, "bf16")
+    per_activation = batchnorm.problem_of(bnorm(input_shape=(4, 24, 5, 7), spatial=False, dtype=torch.float16))
+    assert (per_activation.rows, per_activation.columns) == (4, 24 * 5 * 7)
+    relu_and_residual = batchnorm.problem_of(bnorm(activation="relu", residual=True))
+    assert (relu_and_residual.relu, relu_and_residual.residual) == (True, True)
+    assert relu_and_residual.dx_tensors() == ["w", "invstd", "y", "dy", "dy2", "sum_g", "x", "mean", "sum_g_xhat",
+                                              "dres", "dx"]
+    for other in (bnorm(mode="train"), bnorm(save=False), bnorm(channels_last=False)):  # modules of other shapes
+        assert batchnorm.problem_of(other) is None
+    found = hooks.candidates(bnorm(), Target.parse("cuda:sm_90a"))
+    assert [s.name for s in found] == ["hopper_bnorm", *(f"hopper_bnorm_rows{r}" for r in batchnorm.OTHER_PROGRAM_ROWS)]
+    assert {s.formulation for s in found} == {"staged_sums"} and len({s.key for s in found}) == len(found)
+    # a 7x7 map's sums take the module with one stage fewer
+    assert hooks.candidates(bnorm(input_shape=(32, 2048, 7, 7)), Target.parse("cuda:sm_90a"))[0].formulation == \
+        "staged_sums_two_stages"
+    assert hooks.candidates(bnorm(), Target.parse("cpu")) is None
+
+
+@pytest.mark.parametrize(("command", "parts"), [
+    ("bnormbfp16 -n 32 -c 64 -H 56 -W 56 -F 0 -b 1 -m 1 -s 1 -L NHWC", 3136),  # ResNet-50's, groups of 32 rows
+    ("bnormbfp16 -n 32 -c 2048 -H 7 -W 7 -F 0 -b 1 -m 1 -s 1 -L NHWC", 32),  # two stages: 49 rows a part
+    ("bnorm -n 8 -c 48 -H 10 -W 10 -F 0 -b 1 -m 1 -s 1 -L NHWC", 25),
+    ("bnormfp16 -n 4 -c 24 -H 5 -W 7 -F 0 -b 1 -m 0 -s 1 -L NHWC", 1),  # per activation
+    ("bnormbfp16 -n 4 -c 16 -D 3 -H 5 -W 5 -F 0 -b 1 -m 1 -s 1 -L NDHWC", 15),
+    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu", 196),  # y read too
+    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu", 196)])
+def test_it_finds_the_batch_norm_backwards_first_stage_and_elementwise_pass(private_cache, command, parts):
+    (signature,) = BooOpRegistry.parse_signatures(command)
+    problem = batchnorm.problem_of(signature)
+    formulation = hooks.candidates(signature, Target.parse("cuda:sm_90a"))[0].formulation
+    found = executables_of(signature, "cuda:sm_80", formulation)  # cross-compiled: no GPU needed
+    chosen = batchnorm.plan(problem, found.executables)
+    assert chosen.parts == parts and (chosen.sums.name, chosen.dx.name) == (found.names[0], found.names[-1])
+    # both sums in one binding of the elementwise pass, at the offsets the stages before it write
+    sum_g, sum_g_xhat = chosen.dx_tensors["sum_g"], chosen.dx_tensors["sum_g_xhat"]
+    assert sum_g.binding == sum_g_xhat.binding and sum_g.offset != sum_g_xhat.offset
+    assert list(chosen.sums_tensors) == problem.sums_tensors() and list(chosen.dx_tensors) == problem.dx_tensors()
+    assert chosen.sums_tensors["partials"].access != "readonly" and chosen.dx_tensors["dx"].access != "readonly"
+    with pytest.raises(ValueError):  # another size's module: BOO would pass the substitution over
+        wider = dataclasses.replace(signature, input_shape=(signature.input_shape[0] + 1, *signature.input_shape[1:]))
+        batchnorm.plan(batchnorm.problem_of(wider), found.executables)
+
+
+def test_a_first_stage_program_sums_whole_parts():
+    problem = batchnorm.BatchNormProblem(rows=100352, columns=64, dtype="bf16")
+    assert batchnorm.parts_per(problem, 3136) == 8  # 8 parts of 32 rows
+    assert batchnorm.parts_per(batchnorm.BatchNormProblem(1568, 2048, "bf16"), 32) == 6  # 6 of 49
+    assert batchnorm.parts_per(batchnorm.BatchNormProblem(4, 840, "f16"), 1) == 1  # no more parts than there are
+    assert batchnorm.parts_per(problem, 3136, 1024) == 32

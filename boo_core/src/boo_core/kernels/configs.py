@@ -181,10 +181,12 @@ def executable_name(configured: str) -> str:
 
 
 def compile_with_config(compile_command: Sequence[str], directory: Path, config: Mapping[str, Any],
-                        timeout: float) -> list[str]:
+                        timeout: float, required: bool = True) -> list[str]:
     """Dump the executables IREE configures for ``compile_command`` (an iree-compile command
     line, without its output flags), apply ``config`` and write the edited ones into
-    ``directory/configurations``; the flags that make the real compile use them."""
+    ``directory/configurations``; the flags that make the real compile use them. A
+    configuration that fits no executable is an error where ``required``, else no flags
+    (a substitution replaced the executables it was for)."""
     dumped, edited = directory / "configured", directory / "configurations"
     for folder in (dumped, edited):
         folder.mkdir(parents=True, exist_ok=True)
@@ -209,6 +211,8 @@ def compile_with_config(compile_command: Sequence[str], directory: Path, config:
         if text is not None:
             (edited / f"{executable_name(text)}.mlir").write_text(text)
             applied += 1
+    if not applied and not required:
+        return []
     if not applied:
         raise CompileError(f"configuration {dict(config)} fits no dispatch of this kernel (no root op with its "
                            "tile levels)", recordable=True)

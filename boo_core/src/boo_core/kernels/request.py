@@ -138,15 +138,17 @@ class KernelRequest:
         except CompileError as e:
             raise _with_scratch_reproducer(e, mlir, self.flags, self.signature.func_name) from None
 
-    def configured_flags(self, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...]) -> tuple[str, ...]:
+    def configured_flags(self, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...],
+                         required: bool = True) -> tuple[str, ...]:
         """``flags`` and, where the kernel has a configuration, the flags that apply it (its
-        edited executables written into ``entry``'s folder, from a compile with ``flags``)."""
+        edited executables written into ``entry``'s folder, from a compile with ``flags``);
+        ``required``: whether a configuration that fits no executable is an error."""
         if not self.config:
             return flags
         command = compile_command(mlir_path, entry.kernel_path, flags)[:-2]  # without "-o output"
         try:
             return (*flags, *compile_with_config(command, entry.directory, self.config,
-                                                 get_settings().compile_timeout))
+                                                 get_settings().compile_timeout, required))
         except OSError as e:
             raise cache.CacheUnwritable(f"cannot write in {entry.directory}: {e.strerror or e}") from e
 

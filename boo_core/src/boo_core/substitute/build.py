@@ -146,11 +146,12 @@ def _relative_files(directory: Path) -> list[str]:
 def configured_flags(request: Any, entry: cache.CacheEntry, mlir_path: Path, flags: tuple[str, ...],
                      files: Mapping[str, bytes]) -> tuple[str, ...]:
     """``flags`` and those applying ``request``'s configuration (its formulation's, or a
-    tuning candidate's) to the executables a substitution's ``files`` leave IREE's; a
-    substitution that brings configured executables of its own decides them all."""
+    tuning candidate's) to the executables a substitution's ``files`` leave IREE's, if it
+    fits any (it may have been for those the files replace); a substitution that brings
+    configured executables of its own decides them all."""
     if "configurations" in stage_files(files):
         return flags
-    return request.configured_flags(entry, mlir_path, flags)
+    return request.configured_flags(entry, mlir_path, flags, required=False)
 
 
 def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:

@@ -42,14 +42,13 @@ serve). Everything here but :func:`generate` runs without Triton or a GPU.
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from . import gemm
+from .iree_subspans import Span, spans
 from .ptx import Kernel, compile_for_iree
 
 BF16 = torch.bfloat16
@@ -298,29 +297,9 @@ def config_label(config: ConvConfig) -> str:
 
 # -- IREE's module --------------------------------------------------------------------------------
 
-_SUBSPAN = re.compile(r"hal\.interface\.binding\.subspan [^\n]*?binding\((\d+)\)[^\n]*?offset\((%\w+)\)[^\n]*?"
-                      r": !iree_tensor_ext\.dispatch\.tensor<(\w+):tensor<([0-9x]+)xbf16>>")
-_INDEX_CONSTANT = re.compile(r"(%\w+) = arith\.constant (\d+) : index")
-
-
-@dataclass(frozen=True)
-class Subspan:
-    binding: int
-    offset: int  # bytes
-    numel: int
-    access: str  # readonly, writeonly, readwrite
-
-
-def subspans(executable: Any) -> list[Subspan]:
+def subspans(executable: Any) -> list[Span]:
     """Every bf16 tensor an executable's function reads or writes: binding, byte offset, size."""
-    text = executable.text
-    constants = {name: int(value) for name, value in _INDEX_CONSTANT.findall(text)}
-    found = []
-    for binding, offset, access, shape in _SUBSPAN.findall(text):
-        if offset not in constants:
-            raise ValueError(f"{executable.name}: binding {binding} at a dynamic offset {offset}")
-        found.append(Subspan(int(binding), constants[offset], math.prod(int(d) for d in shape.split("x")), access))
-    return found
+    return spans(executable, "bf16")
 
 
 @dataclass(frozen=True)
@@ -347,7 +326,7 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
     for e in executables:
         _only_export(e)
 
-    def expect(name: str, found: list[Subspan], wanted: list[tuple[int, int, str]]) -> None:
+    def expect(name: str, found: list[Span], wanted: list[tuple[int, int, str]]) -> None:
         # what a kernel writes IREE may declare readwrite (a transient filled, then written into)
         got = [(sp.binding, sp.numel, "readonly" if sp.access == "readonly" else "writeonly") for sp in found]
         if sorted(got) != sorted(wanted):

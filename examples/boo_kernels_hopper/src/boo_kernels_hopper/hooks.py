@@ -1,5 +1,5 @@
-"""The ``boo`` entry point ``hopper_kernels``: 16-bit matmuls, bf16 convolutions and layer-norm
-forwards for Hopper GPUs.
+"""The ``boo`` entry point ``hopper_kernels``: 16-bit matmuls, bf16 convolutions, layer norms
+and batch-norm backwards for Hopper GPUs.
 
 For a CUDA target, when Triton is installed and the GPU is a Hopper (compute capability
 9.0), a matmul, conv or layer-norm signature this library serves (``gemm.problem_of``,
@@ -31,6 +31,10 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   depthwise kernel (``depthwise.plan``), or its weight gradient's products
   (``depthwise.plan_wgrad``); the chosen tiles first, then the others for ``boo tune``.
 
+* A batch-norm backward (statistics saved, channels last): the op's staged module, its
+  first stage and elementwise pass (the two executables that read dY and x) replaced by the
+  library's kernels (``batchnorm.plan``), the stages between them IREE's.
+
 * A layer-norm forward: the op's ``mean_statistics`` module, one executable, replaced by
   the library's kernel (``layernorm.plan``). A backward with a weight: its two dx executables
   (``layernorm.plan_dx``), one kernel summing both row sums and writing dx, and an entry
@@ -50,7 +54,7 @@ from typing import Any
 from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
 
 from . import __version__ as VERSION
-from . import conv, depthwise, dgrad, gemm, layernorm, ptx, wgrad
+from . import batchnorm, conv, depthwise, dgrad, gemm, layernorm, ptx, wgrad
 
 logger = logging.getLogger(__name__)
 OBJECT = "objects/hopper_gemm.ptx"
@@ -266,6 +270,34 @@ def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitutio
             for config, suffix in configs]
 
 
+def _batchnorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
+    """A batch-norm backward's candidates: the first staged module the op offers
+    (``batchnorm.FORMULATIONS``) with its first stage and elementwise pass replaced
+    (``batchnorm.plan``); first-stage programs of ``batchnorm.PROGRAM_ROWS`` rows, then, for
+    ``boo tune``, of the others (named ``hopper_bnorm_rows<rows>``)."""
+    problem = batchnorm.problem_of(signature)
+    if problem is None:
+        return None
+    formulation = next((f for f in batchnorm.FORMULATIONS if _offers(signature, target, f)), None)
+    if formulation is None:
+        return None
+
+    def replaced(program_rows: int) -> Callable[[KernelExecutables], dict[str, str]]:
+        def build(kernel: KernelExecutables) -> dict[str, str]:
+            chosen = batchnorm.plan(problem, kernel.executables)
+            sums = batchnorm.generate_sums(problem, chosen, program_rows, chosen.sums.exports[0].kernel_name)
+            dx = batchnorm.generate_dx(problem, chosen, chosen.dx.exports[0].kernel_name)
+            return {**_replaced(chosen.sums, sums, "objects/hopper_bnorm_sums.ptx"),
+                    **_replaced(chosen.dx, dx, "objects/hopper_bnorm_dx.ptx")}
+
+        return build
+
+    rows = [(batchnorm.PROGRAM_ROWS, "hopper_bnorm")] + [(r, f"hopper_bnorm_rows{r}")
+                                                          for r in batchnorm.OTHER_PROGRAM_ROWS]
+    return [Substitution(name, build=replaced(r), key=_key("bnorm", problem, r, formulation), formulation=formulation)
+            for r, name in rows]
+
+
 def depthwise_substitution(problem: depthwise.DepthwiseProblem, config: depthwise.DepthwiseConfig,
                            name: str = "hopper_depthwise") -> Substitution:
     """The library's depthwise kernel with ``config`` in the op's ``depthwise`` module
@@ -298,6 +330,8 @@ def candidates(signature: Any, target: Target) -> list[Substitution] | None:
     whether or not this machine can build it (None: nothing)."""
     if getattr(signature, "op_name", None) == "layernorm":
         return _layernorm_substitutions(signature, target)
+    if getattr(signature, "op_name", None) == "bnorm":
+        return _batchnorm_substitutions(signature, target)
     if depthwise.problem_of(signature) is not None:
         return _depthwise_substitutions(signature, target)
     if getattr(signature, "op_name", None) not in ("conv", "cbainfer"):

@@ -48,12 +48,12 @@ passes the substitution over and IREE's kernels serve). Everything here but
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import conv
+from .iree_subspans import Span, spans
 from .ptx import Kernel, compile_for_iree
 
 SMS = 132  # an H100 SXM's multiprocessors
@@ -249,44 +249,8 @@ def alternatives(problem: WgradProblem, chosen: WgradConfig) -> list[WgradTiles]
 
 # -- IREE's module --------------------------------------------------------------------------------
 
-_SUBSPAN = re.compile(r"(%\w+) = hal\.interface\.binding\.subspan [^\n]*?binding\((\d+)\)[^\n]*?offset\((%\w+)\)"
-                      r"[^\n]*?: !iree_tensor_ext\.dispatch\.tensor<(\w+):tensor<([0-9x]+)x(bf16|f32)>>")
 _LOAD = re.compile(r"(%\w+) = iree_tensor_ext\.dispatch\.tensor\.load (%\w+),")
 _MATMUL = re.compile(r"linalg\.batch_matmul [^\n]*?ins\((%\w+), (%\w+) :")
-_INDEX_CONSTANT = re.compile(r"(%\w+) = arith\.constant (\d+) : index")
-_BYTES = {"bf16": 2, "f32": 4}
-
-
-@dataclass(frozen=True)
-class Span:
-    name: str  # the subspan's SSA value
-    binding: int
-    offset: int  # bytes
-    shape: tuple[int, ...]
-    dtype: str  # bf16, f32
-    access: str
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def element_offset(self) -> int:
-        if self.offset % 16:
-            raise ValueError(f"a tensor at byte {self.offset}: not 16-byte aligned")
-        return self.offset // _BYTES[self.dtype]
-
-
-def spans(executable: Any) -> list[Span]:
-    text = executable.text
-    constants = {name: int(value) for name, value in _INDEX_CONSTANT.findall(text)}
-    found = []
-    for name, binding, offset, access, shape, dtype in _SUBSPAN.findall(text):
-        if offset not in constants:
-            raise ValueError(f"{executable.name}: binding {binding} at a dynamic offset {offset}")
-        found.append(Span(name, int(binding), constants[offset], tuple(int(d) for d in shape.split("x")), dtype,
-                          access))
-    return found
 
 
 @dataclass(frozen=True)
