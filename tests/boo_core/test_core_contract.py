@@ -146,9 +146,9 @@ def test_every_setting_has_a_field_an_environment_variable_and_configure_sets_it
                                                        r"an option \(each flag starts with -, its value after =: "),
     ("BOO_EXTRA_COMPILE_FLAGS", "''", r"""^BOO_EXTRA_COMPILE_FLAGS="''": '' is not an option"""),
     ("BOO_EXTRA_COMPILE_FLAGS", "-- --x", r"^BOO_EXTRA_COMPILE_FLAGS='-- --x': '--' is not an option"),
-    ("BOO_USE_BACKWARD_KERNELS", "bnorm layernorm", r"^BOO_USE_BACKWARD_KERNELS='bnorm layernorm': expected 0, 1 "
-                                                    r"or op names separated by commas"),
-    ("BOO_USE_BACKWARD_KERNELS", ",", r"^BOO_USE_BACKWARD_KERNELS=',': expected 0, 1 or op names"),
+    ("BOO_USE_BACKWARD_KERNELS", "bnorm layernorm", r"^BOO_USE_BACKWARD_KERNELS='bnorm layernorm': expected 0, 1, "
+                                                    r"auto or op names separated by commas"),
+    ("BOO_USE_BACKWARD_KERNELS", ",", r"^BOO_USE_BACKWARD_KERNELS=',': expected 0, 1, auto or op names"),
 ])
 def test_a_bad_setting_is_an_error_naming_the_variable(boo_env, variable, value, message):
     with pytest.raises(SettingError, match=message):
@@ -164,6 +164,14 @@ def test_backward_kernels_are_chosen_for_every_op_none_or_the_ops_named(boo_env)
     assert configure(use_backward_kernels=["matmul"]).backward_kernels_for("matmul")
     assert configure(use_backward_kernels="conv").use_backward_kernels == {"conv"}
     assert configure(use_backward_kernels=False).use_backward_kernels is False
+    # auto, the default: the batch norms' gradients on CUDA devices, none elsewhere or where the device is unknown
+    assert Settings().use_backward_kernels == "auto"
+    auto = boo_env(BOO_USE_BACKWARD_KERNELS=" Auto")
+    assert auto.use_backward_kernels == "auto"
+    assert auto.backward_kernels_for("bnorm", "cuda") and not auto.backward_kernels_for("conv", "cuda")
+    assert not any(auto.backward_kernels_for("bnorm", device) for device in ("cpu", None))
+    assert auto.backward_ops("cpu") is False and auto.backward_ops("cuda") == {"bnorm"}
+    assert boo_env(BOO_USE_BACKWARD_KERNELS="1").backward_ops("cpu") is True
     # a name no plugin registers is an error naming the variable when an op asks (its backward)
     configure(use_backward_kernels="bnorm,bnrom")
     with pytest.raises(SettingError, match=r"^BOO_USE_BACKWARD_KERNELS names no op bnrom; the ops are .*bnorm"):

@@ -12,6 +12,7 @@ from boo_core import Decline, FusionMatch, FusionPattern, get_launchable, node_a
 from boo_core.dynamo.kernel_call import KernelCall
 from boo_core.dynamo.rewrite import rewrite
 from boo_core.plugins.patterns import conversion_of, only_user
+from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry
 
 from .fake_plugins.scale_op import ScalePlugin, ScaleSignature
@@ -132,7 +133,11 @@ def test_backward_graphs_are_left_alone_unless_asked(patterns):
     gm = graph(lambda x: x * 3.0, (3,))
     with patterns(MulByConstant()):
         report = rewrite(gm, backend="test", kind="backward", as_custom_op=False)
-    assert report.offloaded == {} and "BOO_USE_BACKWARD_KERNELS=0" in report.note
+    # the default, auto, puts no op's gradients on BOO's kernels on the CPU
+    assert report.offloaded == {} and "BOO_USE_BACKWARD_KERNELS=auto on cpu" in report.note
+    with patterns(MulByConstant()), settings_override(use_backward_kernels=False):
+        report = rewrite(graph(lambda x: x * 3.0, (3,)), backend="test", kind="backward", as_custom_op=False)
+    assert report.offloaded == {} and "BOO_USE_BACKWARD_KERNELS=0 on cpu" in report.note
 
 
 class BoundMul(MulByConstant):

@@ -79,11 +79,20 @@ def _name_set(value: str | Iterable[str]) -> frozenset[str]:
     return _names(value) if isinstance(value, str) else frozenset(value)
 
 
-def _backward_ops(value: str | bool | Iterable[str]) -> bool | frozenset[str]:
-    """``0``/``1`` (no op's or every op's backward kernels), or the ops whose backward
-    kernels run, by op name, comma-separated (``bnorm,layernorm``) or as a collection."""
+#: The ops whose gradients ``BOO_USE_BACKWARD_KERNELS=auto`` puts on BOO's kernels, by device
+#: type: those whose gradient kernels made whole training steps faster than the nested
+#: backend's (docs/architecture.md, "Which gradients run on BOO by default").
+AUTO_BACKWARD_OPS: dict[str, frozenset[str]] = {"cuda": frozenset({"bnorm"})}
+
+
+def _backward_ops(value: str | bool | Iterable[str]) -> bool | str | frozenset[str]:
+    """``0``/``1`` (no op's or every op's backward kernels), ``auto`` (:data:`AUTO_BACKWARD_OPS`
+    on each device), or the ops whose backward kernels run, by op name, comma-separated
+    (``bnorm,layernorm``) or as a collection."""
     if isinstance(value, bool):
         return value
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
     if isinstance(value, str):
         try:
             return _boolean(value)
@@ -92,7 +101,7 @@ def _backward_ops(value: str | bool | Iterable[str]) -> bool | frozenset[str]:
     else:
         names = frozenset(value)
     if not names or not all(name.replace("_", "").isalnum() for name in names):
-        raise ValueError("expected 0, 1 or op names separated by commas (bnorm,layernorm)")
+        raise ValueError("expected 0, 1, auto or op names separated by commas (bnorm,layernorm)")
     return names
 
 
@@ -211,9 +220,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cuda_graph_replay", "BOO_CUDA_GRAPH_REPLAY", _boolean, _const(True), "`1`",
             "`1`: a direct launch of several commands is recorded as a CUDA graph and relaunched as one where its "
             "buffers repeat (docs/gpu.md); `0`: command by command", selects_kernel=True),
-    Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _backward_ops, _const(False), "`0`",
-            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels; op names, comma-separated "
-            "(`bnorm,layernorm`): those ops' gradients only (`boo ops` lists the names)", selects_kernel=False),
+    Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _backward_ops, _const("auto"), "`auto`",
+            "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels; `0`: on PyTorch's (or the "
+            "nested backend's); op names, comma-separated (`bnorm,layernorm`): those ops' gradients only (`boo ops` "
+            "lists the names); `auto`: on CUDA the batch norms' (measured faster in whole training steps: "
+            "docs/architecture.md), elsewhere none", selects_kernel=False),
     Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
             "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
             "into a 1-D or 3-D convolution before it, or one whose statistics have another dtype than the data; "
@@ -296,7 +307,7 @@ class Settings:
     cuda_target: str | None = None
     cuda_launch: str = "direct"
     cuda_graph_replay: bool = True
-    use_backward_kernels: bool | frozenset[str] = False
+    use_backward_kernels: bool | str | frozenset[str] = "auto"
     graph_rewrites: str = "auto"
     verify: str = "auto"
     substitutions: Path | None = None
@@ -320,11 +331,21 @@ class Settings:
         an in-memory launchable's key holds of the settings."""
         return tuple(getattr(self, setting.name) for setting in SETTINGS if setting.selects_kernel)
 
-    def backward_kernels_for(self, op_name: str) -> bool:
-        """Whether gradients of op ``op_name`` run on BOO kernels (``BOO_USE_BACKWARD_KERNELS``);
-        the op registry's :meth:`~boo_core.OpRegistry.backward_kernels_for` also checks that
-        every op the setting names is registered."""
+    def backward_ops(self, device_type: str | None) -> bool | frozenset[str]:
+        """``BOO_USE_BACKWARD_KERNELS`` for tensors on ``device_type``: every op's gradients
+        (True), none (False) or those ops'; ``auto`` is :data:`AUTO_BACKWARD_OPS`'s for the
+        device (none where the device is not known)."""
         choice = self.use_backward_kernels
+        if choice == "auto":
+            return AUTO_BACKWARD_OPS.get(device_type or "", frozenset()) or False
+        return choice
+
+    def backward_kernels_for(self, op_name: str, device_type: str | None = None) -> bool:
+        """Whether gradients of op ``op_name`` on ``device_type`` run on BOO kernels
+        (``BOO_USE_BACKWARD_KERNELS``); the op registry's
+        :meth:`~boo_core.OpRegistry.backward_kernels_for` also checks that every op the
+        setting names is registered."""
+        choice = self.backward_ops(device_type)
         return choice if isinstance(choice, bool) else op_name in choice
 
     def verifies(self, device_type: str) -> bool:

@@ -144,7 +144,7 @@ class _TrainBatchNorm(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor, *_updated: torch.Tensor):  # type: ignore[override]
         x, weight, mean, invstd = ctx.saved_tensors
         signature = ctx.signature
-        if BooOpRegistry.backward_kernels_for("bnorm"):
+        if BooOpRegistry.backward_kernels_for("bnorm", x.device.type):
             kernel = backward_launchable(signature, x.device)
             dy = dy.contiguous(memory_format=memory_format_of(x))
             dx, dw, db = kernel(stored(x, signature), stored(dy, signature), weight, mean, invstd)

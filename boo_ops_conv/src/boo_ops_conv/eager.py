@@ -394,7 +394,7 @@ def _make_conv_backward(launchable: Launchable):
     def backward(inputs, grads, needs):
         dy, x, w = grads[0], inputs[0], inputs[1]
         mask = (needs[0], needs[1], len(inputs) > 2 and needs[2])
-        if BooOpRegistry.backward_kernels_for("conv"):
+        if BooOpRegistry.backward_kernels_for("conv", x.device.type):
             gradients = boo_conv_backward(dy, x, w, mask, **layout_options)
         else:
             gradients = _torch_backward(signature, dy, x, w, mask)

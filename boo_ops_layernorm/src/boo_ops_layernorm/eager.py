@@ -112,7 +112,7 @@ class _LayerNormFunction(torch.autograd.Function):
         x, mean, rstd, weight, bias = ctx.saved_tensors
         _, needs_x, needs_w, needs_b = ctx.needs_input_grad
         gradients = tuple(g for g, need in zip(GRADIENTS, (needs_x, needs_w, needs_b)) if need)
-        compute = _boo_backward if BooOpRegistry.backward_kernels_for("layernorm") else _torch_backward
+        compute = _boo_backward if BooOpRegistry.backward_kernels_for("layernorm", x.device.type) else _torch_backward
         grads = compute(ctx.signature, gradients, dy.contiguous(), x, mean, rstd, weight, bias)
         return None, grads.get("dx"), grads.get("dw"), grads.get("db")
 

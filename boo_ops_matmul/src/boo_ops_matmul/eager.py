@@ -174,13 +174,13 @@ def _matmul(a, b, c, alpha, beta, bias, activation) -> torch.Tensor:
     launchable = _kernel(a, b, c, alpha, beta, bias, None if record else activation, trans_a, trans_b)
     if not record:
         return launchable(*inputs)
-    y = launch(launchable, *inputs, backward=_backward(launchable.signature))
+    y = launch(launchable, *inputs, backward=_backward(launchable.signature, inputs[0].device.type))
     return y if activation is None else ACTIVATIONS[activation](y)
 
 
-def _backward(signature: MatmulSignature) -> Backward:
+def _backward(signature: MatmulSignature, device_type: str) -> Backward:
     """Gradients by BOO kernels or by PyTorch, per the setting in force at the forward call."""
-    matmul = _kernel_matmul if BooOpRegistry.backward_kernels_for("matmul") else _torch_matmul
+    matmul = _kernel_matmul if BooOpRegistry.backward_kernels_for("matmul", device_type) else _torch_matmul
     return lambda inputs, grads, needs: input_gradients(signature, inputs, grads[0], needs, matmul)
 
 

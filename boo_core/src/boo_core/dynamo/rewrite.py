@@ -158,7 +158,7 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
         report.saved_for_backward = len(saved_for_backward(gm))
     patterns = BooOpRegistry.default().fusion_patterns()
     if kind == "backward" and not autotune:
-        patterns = _backward_patterns(patterns, report)
+        patterns = _backward_patterns(patterns, report, _device_type(gm.graph))
     by_anchor = _by_anchor(patterns)
     if not as_custom_op:  # Inductor fuses the sum into one kernel itself
         report.stacked_gradients = stack_selection_gradients(gm.graph)
@@ -231,18 +231,23 @@ def rewrite(gm: torch.fx.GraphModule, *, backend: str, kind: str, as_custom_op: 
     return report
 
 
-def _backward_patterns(patterns: Sequence[FusionPattern], report: GraphReport) -> list[FusionPattern]:
+def _backward_patterns(patterns: Sequence[FusionPattern], report: GraphReport,
+                       device_type: str) -> list[FusionPattern]:
     """The patterns of the ops whose gradients ``BOO_USE_BACKWARD_KERNELS`` puts on BOO's
-    kernels (a pattern's op is its name's prefix: ``bnorm.backward``); the report says which
-    ops' nodes are left to the nested backend."""
-    choice = get_settings().use_backward_kernels
+    kernels for a graph on ``device_type`` (a pattern's op is its name's prefix:
+    ``bnorm.backward``); the report says which ops' nodes are left to the nested backend."""
+    setting = get_settings().use_backward_kernels
+    value = int(setting) if isinstance(setting, bool) else ",".join(sorted(setting)) if isinstance(
+        setting, frozenset) else setting
+    named = f"BOO_USE_BACKWARD_KERNELS={value}"
+    choice = get_settings().backward_ops(device_type)
     if choice is True:
         return list(patterns)
     if choice is False:
-        report.note = "backward graph left to the nested backend (BOO_USE_BACKWARD_KERNELS=0)"
+        report.note = f"backward graph left to the nested backend ({named} on {device_type})"
         return []
-    report.note = f"backward graph on BOO's kernels for {', '.join(sorted(choice))} only (BOO_USE_BACKWARD_KERNELS)"
-    return [p for p in patterns if BooOpRegistry.backward_kernels_for(p.name.split(".")[0])]
+    report.note = f"backward graph on BOO's kernels for {', '.join(sorted(choice))} only ({named} on {device_type})"
+    return [p for p in patterns if BooOpRegistry.backward_kernels_for(p.name.split(".")[0], device_type)]
 
 
 def _device_type(graph: torch.fx.Graph) -> str:

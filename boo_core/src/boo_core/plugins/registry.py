@@ -163,18 +163,19 @@ class OpRegistry:
         """Plugins that failed to import, validate or register."""
         return list(self.plugins.failures)
 
-    def backward_kernels_for(self, op_name: str) -> bool:
-        """Whether gradients of op ``op_name`` run on BOO kernels (``BOO_USE_BACKWARD_KERNELS``:
-        0, 1 or op names); SettingError where the setting names an op not registered here."""
+    def backward_kernels_for(self, op_name: str, device_type: str | None = None) -> bool:
+        """Whether gradients of op ``op_name`` on ``device_type`` run on BOO kernels
+        (``BOO_USE_BACKWARD_KERNELS``: 0, 1, auto or op names); SettingError where the setting
+        names an op not registered here."""
         settings = get_settings()
         choice = settings.use_backward_kernels
-        if not isinstance(choice, bool):
+        if isinstance(choice, frozenset):
             ops = sorted({op.name for op in self.list_ops()})
             unknown = sorted(choice - set(ops))
             if unknown:
                 raise SettingError(f"BOO_USE_BACKWARD_KERNELS names no op {', '.join(unknown)}; the ops are "
                                    f"{', '.join(ops)}")
-        return settings.backward_kernels_for(op_name)
+        return settings.backward_kernels_for(op_name, device_type)
 
     def conflicts(self) -> list[str]:
         """One message per op name or command keyword claimed by more than one plugin."""
@@ -425,9 +426,9 @@ class BooOpRegistry:
         return cls.default().failures
 
     @classmethod
-    def backward_kernels_for(cls, op_name: str) -> bool:
+    def backward_kernels_for(cls, op_name: str, device_type: str | None = None) -> bool:
         """See :meth:`OpRegistry.backward_kernels_for`."""
-        return cls.default().backward_kernels_for(op_name)
+        return cls.default().backward_kernels_for(op_name, device_type)
 
 
 def _suffixes(entry: OpEntry) -> Mapping[str, torch.dtype]:
