@@ -74,6 +74,22 @@ def test_the_reference_is_pytorchs_batch_norm_in_float64(signature):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["bwd", "train", "infer"])
+def test_the_eager_baseline_of_a_16_bit_batch_norm_runs_on_the_cpu(dtype, mode):
+    """ATen's CPU kernels refuse a 16-bit weight beside float32 statistics: the baseline
+    runs their mixed-type path (the parameters in float32), each output in its own dtype."""
+    signature = S((4, 6, 5, 3), mode=mode, channels_last=True, save=mode != "infer", running=mode != "bwd",
+                  dtype=dtype)
+    args = signature.get_sample_args()
+    got = signature.eager(*args)
+    expected = signature.reference(*(a.double() for a in args))
+    got, expected = ((t,) if isinstance(t, torch.Tensor) else t for t in (got, expected))
+    for g, e, spec in zip(got, expected, signature.output_specs(), strict=True):
+        assert g.dtype == spec.dtype and g.shape == e.shape
+        assert float((g.double() - e).norm() / e.norm()) < 2e-2
+
+
 def test_per_activation_normalizes_each_position_over_the_batch():
     s = S((5, 3, 2, 2), spatial=False, save=True, running=True)
     x, w, b, rm, rv, m = (a.double() for a in s.get_sample_args())
@@ -216,7 +232,11 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
                if c.formulation == "staged_sums_paired")
     backward = S((32, 64, 56, 56), mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
     assert formulations(backward, gpu)[0].name == "staged_sums"  # paired sums were slower there
-    assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["default"]
+    # on the CPU, no configuration: the channels-last sums in stages (no GPU flags), then the export
+    assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["staged_sums", "default"]
+    assert not any(f.config or "llvmgpu" in " ".join(f.flags) for f in formulations(train, cpu))
+    assert [f.name for f in formulations(infer, cpu)] == ["default"]  # no sums
+    assert [f.name for f in formulations(dataclasses.replace(train, channels_last=False), cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]
 

@@ -36,6 +36,7 @@ NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector
 #: statistics) into the last stages' dispatches or into one beside them (docs/gpu.md, "One
 #: reduction per pass", counts the dispatches).
 STAGED_FLAGS = (*NO_REDUCTION_VECTOR_DISTRIBUTION, "--iree-dispatch-creation-enable-aggressive-fusion=true")
+CPU_STAGED_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",)
 
 
 def elementwise_pass_configs(signature: BatchNormSignature, target: Target) -> list[dict]:
@@ -93,10 +94,11 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     in stages of ``GROUPS`` rows, then of ``SECOND_GROUPS``;
     a channels-last input's elementwise pass configured (the first of
     :func:`elementwise_pass_configs`: within 1-3% of the best of them on an H200), then the
-    same without that configuration; then the reference's export. On the CPU the export."""
+    same without that configuration; then the reference's export. On the CPU the export,
+    after :func:`cpu_staged_sums` where it offers them."""
     default = Formulation("default")
     if target.backend == "llvm-cpu":
-        return (default,)
+        return (*cpu_staged_sums(signature), default)
     configs = elementwise_pass_configs(signature, target)
     config = configs[0] if configs else None
     if signature.mode == "infer" and signature.running:
@@ -121,6 +123,18 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
                              if name == "staged_sums_paired" else "a thread per output)"))
               for name, groups, tiles in variants]
     return (*staged, default)
+
+
+def cpu_staged_sums(signature: BatchNormSignature) -> tuple[Formulation, ...]:
+    """On the CPU, a channels-last spatial input's sums over the batch in stages of
+    ``GROUPS`` rows (no GPU flags): IREE's CPU code for the export's sums down the rows,
+    channels innermost, took 2-6x the time (docs/architecture.md, "Batch norms on the CPU");
+    none for other inputs, or an inference with running statistics (no sums)."""
+    if (signature.mode == "infer" and signature.running) or not (signature.spatial and signature.channels_last):
+        return ()
+    compute = signature._backward if signature.mode == "bwd" else signature._forward
+    return (Formulation("staged_sums", computation=functools.partial(compute, groups=GROUPS), flags=CPU_STAGED_FLAGS,
+                        description=f"sums over the batch in stages of {GROUPS} rows"),)
 
 
 def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCandidate]:

@@ -251,13 +251,21 @@ class BatchNormSignature(Signature):
                 *saved, y = saved
                 dy = torch.ops.aten.threshold_backward(dy, self._logical(y), 0)
             mean, invstd = saved if saved else self._batch_stats(args[0])
+            if x.device.type == "cpu" and weight.dtype != mean.dtype:
+                # ATen's CPU kernel takes 16-bit tensors with float32 statistics only with a
+                # float32 weight too (its mixed-type path), and returns dw and db in float32
+                weight = weight.to(mean.dtype)
             dx, dw, db = torch.ops.aten.native_batch_norm_backward(
                 dy, x, weight, None, None, mean, invstd, True, self.eps, [True, True, True])
+            dw, db = (t.to(args[2].dtype) for t in (dw, db))
             return (self._stored(dx), dw, db, *((self._stored(dy),) if self.residual else ()))
         x = self._logical(args[0])
         weight, bias, running, residual, momentum = self._forward_args(args[1:])
         running_mean, running_var = (t.clone() for t in running) if running else (None, None)
         training = self.mode == "train" or not self.running
+        if x.device.type == "cpu" and running_mean is not None and weight is not None and \
+                weight.dtype != running_mean.dtype:  # ATen's CPU mixed-type kernel: the parameters as the statistics
+            weight, bias = (None if t is None else t.to(running_mean.dtype) for t in (weight, bias))
         y, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                            0.1 if momentum is None else float(momentum), self.eps)
         if residual is not None:
