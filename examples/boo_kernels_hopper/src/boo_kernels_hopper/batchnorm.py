@@ -6,9 +6,9 @@ is a first stage that reads dY and x and writes partial sums ``(parts, 2, C)`` o
 ``g x̂`` (a part: ``group`` rows of C channels; g: dY, after a ReLU dY where the forward's
 output y is positive, with a residual dY + dY2), stages that add the parts up, and an
 elementwise pass that reads them again and writes dx (and with a residual, g as its
-gradient). IREE's first stage gives a part
-to a 32-thread workgroup; its elementwise pass, configured with 16-byte accesses, still
-takes 1.3-2x the time of the copy it is (docs/gpu.md of BOO). :func:`generate_sums` builds
+gradient). IREE's first stage gives a part to a 32-thread workgroup; its elementwise pass,
+configured with 16-byte accesses, still took 1.2-2.2x the time of this library's (docs/gpu.md
+of BOO). :func:`generate_sums` builds
 ``boo_hopper_bn_sums`` for the first: each program sums ``parts_per`` parts in float32
 registers and writes their total as its first part and zeros as the others, which the
 later stages, only adding, turn into the same sums. :func:`generate_dx` builds
@@ -51,8 +51,8 @@ SUMS_ORDER = [*SUMS_POINTERS, *(f"{p.upper()}_AT" for p in SUMS_POINTERS), "PART
 #: in the order its source declares them: both sums come from the binding ``sums``.
 DX_POINTERS = ["w", "invstd", "y", "dy", "dy2", "sums", "x", "mean", "dres", "dx"]
 DX_TENSORS = ["w", "invstd", "y", "dy", "dy2", "sum_g", "x", "mean", "sum_g_xhat", "dres", "dx"]
-DX_ORDER = [*DX_POINTERS, *(f"{t.upper()}_AT" for t in DX_TENSORS if t != "sums"), "ROWS", "COLUMNS", "BLOCK_R",
-            "BLOCK_C", "RELU", "RESIDUAL"]
+DX_ORDER = [*DX_POINTERS, *(f"{t.upper()}_AT" for t in DX_TENSORS), "ROWS", "COLUMNS", "BLOCK_R", "BLOCK_C", "RELU",
+            "RESIDUAL"]
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ def generate_dx(problem: BatchNormProblem, chosen: BatchNormPlan, entry: str) ->
     block_r = BLOCK_ELEMENTS // block_c
     pointers = [p for p in DX_POINTERS if p == "sums" or problem.has(p)]
     constants: dict[str, Any] = {p: None for p in DX_POINTERS if p not in pointers}
-    constants.update(_offsets(chosen.dx_tensors, [t for t in DX_TENSORS if t != "sums"]))
+    constants.update(_offsets(chosen.dx_tensors, DX_TENSORS))
     constants.update(ROWS=problem.rows, COLUMNS=problem.columns, BLOCK_R=block_r, BLOCK_C=block_c, RELU=problem.relu,
                      RESIDUAL=problem.residual)
     compiled, ptx = compile_for_iree(boo_hopper_bn_dx, pointers, constants, DX_ORDER, 4, 1, entry,
