@@ -75,12 +75,12 @@ def test_the_reference_is_pytorchs_batch_norm_in_float64(signature):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("mode", ["bwd", "train", "infer"])
-def test_the_eager_baseline_of_a_16_bit_batch_norm_runs_on_the_cpu(dtype, mode):
-    """ATen's CPU kernels refuse a 16-bit weight beside float32 statistics: the baseline
-    runs their mixed-type path (the parameters in float32), each output in its own dtype."""
-    signature = S((4, 6, 5, 3), mode=mode, channels_last=True, save=mode != "infer", running=mode != "bwd",
-                  dtype=dtype)
+@pytest.mark.parametrize(("mode", "running"), [("bwd", False), ("train", True), ("train", False), ("infer", True)])
+def test_the_eager_baseline_of_a_16_bit_batch_norm_runs_on_the_cpu(dtype, mode, running):
+    """ATen's CPU kernels refuse a 16-bit weight beside float32 statistics, and with 16-bit
+    parameters save 16-bit statistics: the baseline runs their mixed-type path (the
+    parameters in float32), each output in its own dtype."""
+    signature = S((4, 6, 5, 3), mode=mode, channels_last=True, save=mode != "infer", running=running, dtype=dtype)
     args = signature.get_sample_args()
     got = signature.eager(*args)
     expected = signature.reference(*(a.double() for a in args))

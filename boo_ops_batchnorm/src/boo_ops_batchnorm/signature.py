@@ -263,9 +263,11 @@ class BatchNormSignature(Signature):
         weight, bias, running, residual, momentum = self._forward_args(args[1:])
         running_mean, running_var = (t.clone() for t in running) if running else (None, None)
         training = self.mode == "train" or not self.running
-        if x.device.type == "cpu" and running_mean is not None and weight is not None and \
-                weight.dtype != running_mean.dtype:  # ATen's CPU mixed-type kernel: the parameters as the statistics
-            weight, bias = (None if t is None else t.to(running_mean.dtype) for t in (weight, bias))
+        statistics = running_mean.dtype if running_mean is not None else torch.float32
+        if x.device.type == "cpu" and x.dtype.itemsize == 2 and weight is not None and weight.dtype != statistics:
+            # ATen's CPU mixed-type kernel for 16-bit data: the parameters in the statistics'
+            # dtype, which it also saves them in (16-bit parameters: 16-bit statistics)
+            weight, bias = (None if t is None else t.to(statistics) for t in (weight, bias))
         y, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, training,
                                                            0.1 if momentum is None else float(momentum), self.eps)
         if residual is not None:
