@@ -1,7 +1,8 @@
 """Whole networks under torch.compile: eager, Inductor, iree_boo and iree_boo_inductor, with
 and without CUDA graphs, inference and training, measured in one run.
 
-Models: torchvision's ResNet-50 (channels-last) and ViT-B/16, random weights, and the
+Models: torchvision's ResNet-50 (channels-last; ``resnet50_nchw``: the same network left
+channels-first) and ViT-B/16, random weights, and the
 GPT-style decoder block of ``boo_core.testing.models`` (8 x 1024 tokens, width 1024); bf16 on
 a GPU, float32 on the CPU. Per row: milliseconds per step (forward, or forward and backward
 of a fixed random projection of the output; ``max-autotune`` rows keep a node on BOO only

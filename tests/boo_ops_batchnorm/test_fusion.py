@@ -269,3 +269,36 @@ def test_backward_kernels_of_an_op_that_does_not_exist_are_an_error_naming_the_s
     with settings_override(use_backward_kernels="bnorm,bnrom"), \
             pytest.raises(Exception, match="BOO_USE_BACKWARD_KERNELS names no op bnrom; the ops are .*bnorm"):
         torch.compile(lambda t: (t * 2).relu().sum(), backend="iree_boo")(x).backward()
+
+
+@pytest.mark.parametrize("setting", ["auto", "bnorm"])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_auto_puts_only_channels_last_batch_norms_gradients_on_boo(monkeypatch, setting, channels_last):
+    """``BOO_USE_BACKWARD_KERNELS=auto`` takes the gradients of channels-last batch norms alone
+    (a channels-first network's were measured slower); naming the op takes them all. The CPU
+    stands in for CUDA here, its ``auto`` entry patched to the batch norm's."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from boo_core import settings as settings_module
+    from boo_core.plugins.patterns import Decline, FusionMatch
+    from boo_ops_batchnorm.eager import AUTO_DECLINES_CHANNELS_FIRST, gradients_on_boo
+
+    monkeypatch.setitem(settings_module.AUTO_BACKWARD_OPS, "cpu", frozenset({"bnorm"}))
+    x = torch.randn(2, 4, 3, 3)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def gradient(dy, x, weight, mean, invstd):
+        return torch.ops.aten.native_batch_norm_backward(dy, x, weight, None, None, mean, invstd, True, 1e-5,
+                                                         [True, True, True])
+
+    graph = make_fx(gradient, tracing_mode="fake")(torch.randn_like(x), x, *(torch.rand(4) for _ in range(3))).graph
+    node = next(n for n in graph.nodes if n.target is torch.ops.aten.native_batch_norm_backward.default)
+    with settings_override(use_backward_kernels=setting):
+        on_boo = gradients_on_boo(x)
+        matched = BatchNormBackward().match(node)
+    assert on_boo == (channels_last or setting == "bnorm")
+    if on_boo:
+        assert isinstance(matched, FusionMatch)
+    else:
+        assert isinstance(matched, Decline) and matched.reason == AUTO_DECLINES_CHANNELS_FIRST

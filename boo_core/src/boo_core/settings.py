@@ -223,12 +223,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("use_backward_kernels", "BOO_USE_BACKWARD_KERNELS", _backward_ops, _const("auto"), "`auto`",
             "`1`: gradients (autograd and torch.compile backward graphs) on BOO kernels; `0`: on PyTorch's (or the "
             "nested backend's); op names, comma-separated (`bnorm,layernorm`): those ops' gradients only (`boo ops` "
-            "lists the names); `auto`: on CUDA the batch norms' (measured faster in whole training steps: "
-            "docs/architecture.md), elsewhere none", selects_kernel=False),
+            "lists the names); `auto`: on CUDA the channels-last batch norms' (measured faster in whole training "
+            "steps, channels-first ones slower: docs/architecture.md), elsewhere none", selects_kernel=False),
     Setting("graph_rewrites", "BOO_GRAPH_REWRITES", _auto_switch, _const("auto"), "`auto`",
             "torch.compile applies the plugins' graph rewrites before matching (an inference batch norm folded "
             "into a 1-D or 3-D convolution before it, or one whose statistics have another dtype than the data; "
-            "a 2-D conv + batch norm is one CBAInfer kernel instead): `auto` in graphs on GPUs, `1` on every "
+            "a 2-D conv + batch norm is one CBAInfer kernel instead; a channels-first network's convolutions given "
+            "channels-last operands, which its activations then keep): `auto` in graphs on GPUs, `1` on every "
             "device, `0` never; the rewrites of a training step's joint graph, which change no value (a "
             "training batch norm's gradient without the running statistics), apply on every device unless `0` "
             "(measured: docs/plugins.md, Graph rewrites)",

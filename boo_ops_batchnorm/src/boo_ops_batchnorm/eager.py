@@ -8,6 +8,7 @@ import torch
 
 from boo_core import ArgumentError, BooOpRegistry, Launchable, launchable_for
 from boo_core.runtime.arguments import require_number, require_same_device
+from boo_core.settings import get_settings
 
 from .layout import is_channels_last, logical, memory_format_of, stored
 from .signature import FLOAT_DTYPES, BatchNormSignature
@@ -144,7 +145,7 @@ class _TrainBatchNorm(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor, *_updated: torch.Tensor):  # type: ignore[override]
         x, weight, mean, invstd = ctx.saved_tensors
         signature = ctx.signature
-        if BooOpRegistry.backward_kernels_for("bnorm", x.device.type):
+        if gradients_on_boo(x):
             kernel = backward_launchable(signature, x.device)
             dy = dy.contiguous(memory_format=memory_format_of(x))
             dx, dw, db = kernel(stored(x, signature), stored(dy, signature), weight, mean, invstd)
@@ -155,6 +156,21 @@ class _TrainBatchNorm(torch.autograd.Function):
         needs = ctx.needs_input_grad
         return (None, dx if needs[1] else None, dw if needs[2] else None, db if needs[3] else None,
                 *(None,) * (len(needs) - 4))
+
+
+def gradients_on_boo(x: torch.Tensor) -> bool:
+    """Whether the gradients of a training batch norm of ``x`` run on BOO's kernels: as
+    ``BOO_USE_BACKWARD_KERNELS`` says, except that ``auto`` takes channels-last inputs alone.
+    Those are what made whole training steps faster; a channels-first ResNet-50's took 9 ms a
+    step more on BOO's kernels than on the nested backend's (H200, docs/gpu.md)."""
+    if not BooOpRegistry.backward_kernels_for("bnorm", x.device.type):
+        return False
+    return get_settings().use_backward_kernels != "auto" or is_channels_last(x)
+
+
+#: Why ``auto`` leaves a channels-first batch norm's gradient to the nested backend.
+AUTO_DECLINES_CHANNELS_FIRST = ("BOO_USE_BACKWARD_KERNELS=auto takes channels-last batch norms' gradients alone "
+                                "(channels-first ones measured slower in a ResNet-50 step: docs/gpu.md)")
 
 
 class _EvalBatchNorm(torch.autograd.Function):

@@ -43,7 +43,7 @@ from boo_core.plugins.patterns import (
 )
 from boo_core.signatures.dtypes import dtype_from_name, short_name
 
-from .eager import backward_launchable, batch_norm_signature_for
+from .eager import AUTO_DECLINES_CHANNELS_FIRST, backward_launchable, batch_norm_signature_for, gradients_on_boo
 from .layout import logical, memory_format_of, stored
 from .signature import FLOAT_DTYPES, BatchNormSignature
 
@@ -304,6 +304,9 @@ class BatchNormBackward(FusionPattern):
             return Decline("the gradient of an inference batch norm (BOO's backward is the training one's)")
         if weight is None:
             return Decline("a batch norm without weight (BOO's backward takes one)")
+        x_value = tensor_value(x)
+        if x_value is not None and not gradients_on_boo(x_value):
+            return Decline(AUTO_DECLINES_CHANNELS_FIRST)
         spec = {"eps": float(eps), "mask": [bool(m) for m in mask]}
         relu = _relu_gradient(dy, node)
         if relu is not None:

@@ -17,7 +17,9 @@ import torch
 import torch.fx
 
 from ..plugins.registry import BooOpRegistry
+from ..settings import get_settings
 from . import custom_op  # noqa: F401  (registers torch.ops.boo.fused)
+from .conv_layouts import channels_last_convolutions
 from .cuda_graphs import graphed
 from .decompose import decompose_remaining
 from .inductor_calls import install
@@ -65,11 +67,24 @@ def boo_backend(nested_backend: str | Backend = "eager", *, cuda_graphs: bool = 
     # graph as ``copy_`` nodes, as under Inductor: a CUDA graph's replay then updates the
     # buffers where they are, instead of returning new values that AOTAutograd's wrapper
     # copies in one launch each (ResNet-50: 161 a step, after 159 clones of them).
-    return aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
-                        bw_compiler=functools.partial(compiler, kind="backward"),
-                        inference_compiler=functools.partial(compiler, kind="inference"),
-                        partition_fn=functools.partial(_partition, eager=not as_custom_op),
-                        keep_inference_input_mutations=True)
+    traced = aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
+                          bw_compiler=functools.partial(compiler, kind="backward"),
+                          inference_compiler=functools.partial(compiler, kind="inference"),
+                          partition_fn=functools.partial(_partition, eager=not as_custom_op),
+                          keep_inference_input_mutations=True)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        _convolutions_channels_last(gm)
+        return traced(gm, example_inputs)
+
+    return backend
+
+
+def _convolutions_channels_last(gm: torch.fx.GraphModule) -> None:
+    """Dynamo's graph with channels-last convolutions (:mod:`.conv_layouts`) on the devices
+    where graph rewrites apply (``BOO_GRAPH_REWRITES``: GPUs by default)."""
+    settings = get_settings()
+    channels_last_convolutions(gm, lambda x: settings.rewrites_graphs(x.device.type))
 
 
 def _partition(joint: torch.fx.GraphModule, joint_inputs: Any, *, eager: bool, **kwargs: Any) -> Any:
@@ -95,6 +110,7 @@ def _inductor_nested(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     from torch._inductor.decomposition import select_decomp_table
 
     install()  # the generated code calls BOO's kernel calls without the dispatcher
+    _convolutions_channels_last(gm)  # as Inductor's layout optimization would, before BOO's patterns see them
     table = select_decomp_table()
     anchors = {anchor for pattern in BooOpRegistry.default().fusion_patterns() for anchor in pattern.anchors}
     # Inductor would decompose some anchors (layer norm, say) before BOO's pass could see them;

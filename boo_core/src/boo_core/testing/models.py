@@ -128,17 +128,20 @@ class TinyConvNet(nn.Module):
 
 
 #: The networks :func:`workload` builds.
-WORKLOADS = ("resnet50", "vit_b_16", "decoder", "tiny_convnet", "resnext50_32x4d", "convnext_tiny")
+WORKLOADS = ("resnet50", "vit_b_16", "decoder", "tiny_convnet", "resnext50_32x4d", "convnext_tiny", "resnet50_nchw")
 
 
 def workload(name: str, batch: int, *, small: bool = False) -> tuple[nn.Module, tuple[int, ...], bool]:
     """A benchmark network with random weights (seeded: every call builds the same one), the
     shape of one input batch, and whether inputs are channels-last. ``small`` gives its
     CPU-sized cousin: ResNet-18 at 64 x 64, a two-layer ViT, a narrow decoder block.
+    ``resnet50_nchw`` is ``resnet50`` not converted to channels-last.
     The decoder's batch is ``batch`` sequences of 1,024 tokens (64 when small)."""
     torch.manual_seed(0)
-    if name == "resnet50":
+    if name in ("resnet50", "resnet50_nchw"):  # resnet50_nchw: left channels-first, as most users run it
         model, size = (resnet(18), 64) if small else (resnet(50), 224)
+        if name == "resnet50_nchw":
+            return model, (batch, 3, size, size), False
         return model.to(memory_format=torch.channels_last), (batch, 3, size, size), True
     if name == "vit_b_16":
         size = 64 if small else 224
