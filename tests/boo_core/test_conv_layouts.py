@@ -80,17 +80,26 @@ def test_nothing_changes_where_the_input_is_not_wanted_or_already_channels_last(
 
 def test_three_d_convolutions_take_channels_last_3d_and_one_d_ones_are_left_alone():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.ReLU())
+    model = nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv3d(8, 8, 3, padding=1))
     x = torch.randn(2, 4, 4, 6, 6)
     gm, inputs = _dynamo_graph(model, x)
     (want,) = gm(*inputs)
-    assert channels_last_convolutions(gm, lambda value: True) == 2
-    assert _conversions(gm) == [torch.channels_last_3d] * 2
-    assert _operands_seen(gm, *inputs) == [(True, True)]
+    assert channels_last_convolutions(gm, lambda value: True) == 4
+    assert _conversions(gm) == [torch.channels_last_3d] * 4
+    assert _operands_seen(gm, *inputs) == [(True, True), (True, True)]
     torch.testing.assert_close(gm(*inputs)[0], want, rtol=1e-5, atol=1e-6)
 
-    gm, _ = _dynamo_graph(nn.Conv1d(4, 8, 3), torch.randn(2, 4, 16))
+    gm, _ = _dynamo_graph(nn.Sequential(nn.Conv1d(4, 8, 3), nn.Conv1d(8, 8, 3)), torch.randn(2, 4, 16))
     assert channels_last_convolutions(gm, lambda value: True) == 0
+
+
+def test_a_graph_with_one_convolution_is_left_as_it_is():
+    """A vision transformer's patch embedding: its output becomes tokens at once, and a
+    channels-last one would cost a copy there."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 4, stride=4), nn.Flatten(2))
+    gm, _ = _dynamo_graph(model, torch.randn(2, 3, 16, 16))
+    assert channels_last_convolutions(gm, lambda value: True) == 0 and _conversions(gm) == []
 
 
 @pytest.mark.parametrize(("rewrites", "layout"), [("auto", "NCHW"), ("all", "NHWC")])

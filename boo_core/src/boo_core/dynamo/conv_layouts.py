@@ -10,7 +10,9 @@ weight is not channels-last gets a ``contiguous(memory_format=...)`` of it first
 the first of those copies of the activations stays (the network's input): a convolution of
 channels-last tensors returns one, and batch norm, ReLU, residual adds and pooling keep the
 layout, so every later conversion traces to nothing. The weights are copied each step (and
-their gradients back), a few tens of microseconds in a ResNet-50 step.
+their gradients back), a few tens of microseconds in a ResNet-50 step. A graph with a single
+convolution (a vision transformer's patch embedding, whose output is reshaped into tokens at
+once) is left as it is: nothing after it would read the layout.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ _OPERANDS = (("input", 0), ("weight", 1))
 
 def channels_last_convolutions(gm: torch.fx.GraphModule, wanted: Callable[[torch.Tensor], bool]) -> int:
     """Give every convolution of Dynamo's graph ``gm`` channels-last operands where its input is
-    a tensor ``wanted`` accepts (module docstring); the number of conversions inserted. The
-    graph is recompiled where one was."""
+    a tensor ``wanted`` accepts and the graph has more than one convolution (module docstring);
+    the number of conversions inserted. The graph is recompiled where one was."""
+    convolutions = [node for node in gm.graph.nodes if node.op == "call_function" and node.target in CONVOLUTIONS]
+    if len(convolutions) < 2:
+        return 0
     inserted = 0
-    for node in list(gm.graph.nodes):
-        memory_format = CONVOLUTIONS.get(node.target) if node.op == "call_function" else None
-        if memory_format is None:
-            continue
+    for node in convolutions:
+        memory_format = CONVOLUTIONS[node.target]
         values = [_example(_operand(node, name, index)) for name, index in _OPERANDS]
         if values[0] is None or not wanted(values[0]) or not all(map(_static, values)):
             continue
