@@ -24,7 +24,10 @@ KERNELS = [
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, activation="relu"),
     S((4, 6, 5, 3), mode="infer", running=True, residual=True),
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, running_dtype=bf16),
-    S((4, 6, 5, 3), mode="infer", channels_last=True, running=True),
+    S((4, 6, 5, 3), mode="infer", channels_last=True, running=True),  # on the CPU, each channel's scale once
+    S((4, 6, 5, 3), mode="infer", channels_last=True, running=True, dtype=bf16, running_dtype=bf16, residual=True,
+      activation="relu"),
+    S((3, 5, 4, 2, 3), mode="infer", channels_last=True, running=True, dtype=f16),
     S((4, 6, 5, 3), mode="infer", spatial=False),  # per-activation, batch statistics
     S((4, 6, 5, 3), mode="bwd", save=True),
     S((4, 6, 5, 3), mode="bwd", channels_last=True, save=True, dtype=bf16),

@@ -235,7 +235,8 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
     # on the CPU, no configuration: the channels-last sums in stages (no GPU flags), then the export
     assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["staged_sums", "default"]
     assert not any(f.config or "llvmgpu" in " ".join(f.flags) for f in formulations(train, cpu))
-    assert [f.name for f in formulations(infer, cpu)] == ["default"]  # no sums
+    assert [f.name for f in formulations(infer, cpu)] == ["own_scale", "default"]  # no sums; the scale once
+    assert [f.name for f in formulations(dataclasses.replace(infer, channels_last=False), cpu)] == ["default"]
     assert [f.name for f in formulations(dataclasses.replace(train, channels_last=False), cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]

@@ -95,10 +95,10 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     a channels-last input's elementwise pass configured (the first of
     :func:`elementwise_pass_configs`: within 1-3% of the best of them on an H200), then the
     same without that configuration; then the reference's export. On the CPU the export,
-    after :func:`cpu_staged_sums` where it offers them."""
+    after :func:`cpu_staged_sums` or :func:`cpu_own_scale` where they offer theirs."""
     default = Formulation("default")
     if target.backend == "llvm-cpu":
-        return (*cpu_staged_sums(signature), default)
+        return (*cpu_staged_sums(signature), *cpu_own_scale(signature), default)
     configs = elementwise_pass_configs(signature, target)
     config = configs[0] if configs else None
     if signature.mode == "infer" and signature.running:
@@ -132,9 +132,21 @@ def cpu_staged_sums(signature: BatchNormSignature) -> tuple[Formulation, ...]:
     none for other inputs, or an inference with running statistics (no sums)."""
     if (signature.mode == "infer" and signature.running) or not (signature.spatial and signature.channels_last):
         return ()
-    compute = signature._backward if signature.mode == "bwd" else signature._forward
+    # a forward's scale once per channel too (cpu_own_scale): 8-16% faster training forwards
+    compute = signature._backward if signature.mode == "bwd" else functools.partial(signature._forward, own_scale=True)
     return (Formulation("staged_sums", computation=functools.partial(compute, groups=GROUPS), flags=CPU_STAGED_FLAGS,
                         description=f"sums over the batch in stages of {GROUPS} rows"),)
+
+
+def cpu_own_scale(signature: BatchNormSignature) -> tuple[Formulation, ...]:
+    """On the CPU, an inference with running statistics of a channels-last spatial input with
+    each channel's scale computed once, in a dispatch of its own: IREE's export computed its
+    ``rsqrt`` for every element, 1.7-2.6x ATen's time (docs/architecture.md, "Batch norms on
+    the CPU"). A channels-first input's pass gained nothing from it."""
+    if not (signature.mode == "infer" and signature.running and signature.spatial and signature.channels_last):
+        return ()
+    return (Formulation("own_scale", computation=functools.partial(signature._forward, own_scale=True),
+                        description="each channel's scale computed once, in a dispatch of its own"),)
 
 
 def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCandidate]:

@@ -38,6 +38,14 @@ def _stage_group(rows: int, groups: int) -> int:
     return divisor if 4 * divisor >= groups and divisor > 1 else groups
 
 
+def _in_own_dispatch(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as it is, computed by a dispatch of its own. IREE fuses a small elementwise
+    producer into the elementwise pass that broadcasts it and computes it again for every
+    element (a batch norm's ``rsqrt`` once per element on the CPU); a sum over ``t`` and zeros
+    is a reduction, which it does not fuse into a larger consumer."""
+    return torch.stack([t, torch.zeros_like(t)]).sum(0)
+
+
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of every statistic (mean, inverse standard deviation, running mean and
     variance) and of every accumulation: at least float32."""
@@ -408,8 +416,11 @@ class BatchNormSignature(Signature):
         momentum = rest.pop(0) if self.mode == "train" and self.running else None
         return weight, bias, running, residual, momentum
 
-    def _forward(self, x: torch.Tensor, *args: torch.Tensor,
-                 groups: int | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    def _forward(self, x: torch.Tensor, *args: torch.Tensor, groups: int | None = None,
+                 own_scale: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """The forward; ``groups``: the batch's sums in stages of that many rows;
+        ``own_scale``: each channel's scale ``invstd * weight`` in a dispatch of its own
+        (:func:`_in_own_dispatch`)."""
         weight, bias, running, residual, momentum = self._forward_args(args)
         acc = _accumulation_dtype(self, x)
         use_running = self.mode == "infer" and self.running
@@ -421,12 +432,15 @@ class BatchNormSignature(Signature):
             mean = b_mean.reshape(self.param_shape)
             invstd = torch.rsqrt(var + self.eps).reshape(self.param_shape)
         activation = ACTIVATIONS[self.activation] if self.activation else (lambda t: t)
+        scale = invstd * weight.to(acc)
+        if own_scale:
+            scale = _in_own_dispatch(scale)
         if residual is None:
             y = self._map(lambda a, m, s, b: activation((a.to(acc) - m) * s + b).to(x.dtype),
-                          x, mean, invstd * weight.to(acc), bias.to(acc))
+                          x, mean, scale, bias.to(acc))
         else:
             y = self._map(lambda a, m, s, b, r: activation((a.to(acc) - m) * s + b + r.to(acc)).to(x.dtype),
-                          x, mean, invstd * weight.to(acc), bias.to(acc), residual)
+                          x, mean, scale, bias.to(acc), residual)
         if self.mode == "infer":
             return y
         # On GPUs (staged sums) the saved statistics are returned as values of their own (+ 0.0,
