@@ -22,10 +22,10 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-#: The convolutions converted, by the rank of their tensors' memory formats.
-CONVOLUTIONS: dict[object, torch.memory_format] = {
-    torch.conv2d: torch.channels_last, torch.nn.functional.conv2d: torch.channels_last,
-    torch.conv3d: torch.channels_last_3d, torch.nn.functional.conv3d: torch.channels_last_3d}
+#: The convolutions converted (``torch.nn.functional.conv2d`` is ``torch.conv2d``), and the
+#: channels-last memory format of their tensors.
+CONVOLUTIONS: dict[object, torch.memory_format] = {torch.conv2d: torch.channels_last,
+                                                   torch.conv3d: torch.channels_last_3d}
 _OPERANDS = (("input", 0), ("weight", 1))
 
 
@@ -39,11 +39,11 @@ def channels_last_convolutions(gm: torch.fx.GraphModule, wanted: Callable[[torch
     inserted = 0
     for node in convolutions:
         memory_format = CONVOLUTIONS[node.target]
-        values = [_example(_operand(node, name, index)) for name, index in _OPERANDS]
+        operands = [_operand(node, name, index) for name, index in _OPERANDS]
+        values = [_example(operand) for operand in operands]
         if values[0] is None or not wanted(values[0]) or not all(map(_static, values)):
             continue
-        for (name, index), value in zip(_OPERANDS, values, strict=True):
-            operand = _operand(node, name, index)
+        for operand, value in zip(operands, values, strict=True):
             if value is None or value.dim() != _rank(memory_format) or value.is_contiguous(
                     memory_format=memory_format):
                 continue
