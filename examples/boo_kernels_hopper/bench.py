@@ -6,13 +6,14 @@ weight gradients with and without the split-K candidates. Each result is checked
 float64 and timed as benchmarks/gpu.py times (device time from the profiler, median of 5
 batches of 5 calls).
 
-    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape] [--long-k]
+    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape] [--long-k] [--only REGEX]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from boo_core import get_launchable  # noqa: E402
 from boo_ops_matmul import BooLinear, MatmulSignature, boo_matmul  # noqa: E402
 
 BF16 = torch.bfloat16
+ONLY = ""  # --only: a regular expression over the signatures' function names
 SHAPES = ((8192, 4096, 1024), (8192, 1024, 4096), (4096, 4096, 4096))  # (m, n, k) of benchmarks/gpu.py
 #: Shapes real models give a matmul (batch 32): ViT-B/16's linear layers (6,304 tokens), forward,
 #: data and weight gradients, its attention's batched products, a decoder block's MLP (8×1024
@@ -38,6 +40,8 @@ ANY_SHAPE = (
     MatmulSignature(m=6304, n=3072, k=768, trans_b=True, bias=True, dtype=BF16),  # MLP up
     MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, dtype=BF16),  # MLP down
     MatmulSignature(m=6304, n=768, k=3072, dtype=BF16),  # MLP up's data gradient (dY @ W)
+    MatmulSignature(m=6304, n=768, k=2304, dtype=BF16),  # qkv's data gradient
+    MatmulSignature(m=6304, n=768, k=768, dtype=BF16),  # attention output's data gradient
     MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16),  # MLP up's weight gradient
     MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=BF16),  # attention output's weight gradient
     MatmulSignature(m=197, n=197, k=64, batch=384, trans_b=True, dtype=BF16),  # q @ k^T
@@ -53,6 +57,17 @@ LONG_K = tuple(MatmulSignature(m=m, n=n, k=k, trans_a=True, dtype=BF16) for m, n
     (96, 384, 100352), (384, 96, 100352), (192, 768, 25088), (768, 192, 25088), (384, 1536, 6272),
     (1536, 384, 6272), (768, 768, 6304), (1024, 1024, 32768), (768, 3072, 6304), (3072, 768, 6304),
     (3072, 1024, 32768)))
+
+
+#: Configurations the sweep times beside those ``gemm.configs_for`` offers.
+SWEEP_ONLY = (gemm.GemmConfig(bm=128, bn=128, num_stages=4, tma=True),
+              gemm.GemmConfig(bm=64, bn=256, num_warps=4, num_stages=4, tma=True),
+              gemm.GemmConfig(bm=256, bn=128, num_stages=3, tma=True))
+
+
+def chosen(signatures: tuple[MatmulSignature, ...]) -> list[MatmulSignature]:
+    """The signatures whose function name matches ``--only``."""
+    return [s for s in signatures if re.search(ONLY, s.func_name)]
 
 
 def error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -77,7 +92,7 @@ def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
         programs = min(gemm.SMS, p.tiles(config))
         return out, functools.partial(boo_hopper_gemm_tma[(programs,)], *common, programs,
-                                      2 if config.bn > 128 else 1, **options)
+                                      2 if config.bn > 128 else 1, config.cols, **options)
     return out, functools.partial(boo_hopper_gemm[(p.tiles(config), p.batch)], *common, **options)
 
 
@@ -87,10 +102,17 @@ def sweep(device: str) -> None:
     import triton
 
     peak, _ = peaks(device)
-    for signature in ANY_SHAPE:
+    for signature in chosen(ANY_SHAPE):
         args = signature.get_sample_args(device=device)
         ref = signature.reference(*(t.double() for t in args))
-        for index, config in enumerate(gemm.configs_for(gemm.problem_of(signature))):
+        with torch.no_grad():
+            ms = triton.testing.do_bench(functools.partial(signature.eager, *args), warmup=25, rep=100,
+                                         return_mode="median")
+        print(f"sweep {signature.func_name} torch: {ms * 1e3:.1f} us", flush=True)
+        problem = gemm.problem_of(signature)
+        configs = gemm.configs_for(problem)
+        extra = [c for c in SWEEP_ONLY if c not in configs and (not c.tma or gemm.tma_serves(problem))]
+        for index, config in enumerate(configs + extra):
             out, run = _triton_run(signature, config, args)
             ms = triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median")
             tflops = signature.flops / ms / 1e9
@@ -120,7 +142,7 @@ def any_shape(device: str) -> None:
     print(f"{'signature':<64} {'torch us':>9} {'BOO us':>9} {'no TMA':>8} {'BOO/torch':>9} {'torch %':>8} "
           f"{'BOO %':>6} {'error':>8}  served by")
     ratios = {"boo": [], "no_tma": []}
-    for signature in ANY_SHAPE:
+    for signature in chosen(ANY_SHAPE):
         args = signature.get_sample_args(device=device)
         ref = signature.reference(*(t.double() for t in args))
         found = with_and_without(gemm, "OFFER_TMA", signature, device)
@@ -202,7 +224,9 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", action="store_true", help="every tile configuration through Triton's launcher")
     parser.add_argument("--any-shape", action="store_true", help="the shapes real models give (ANY_SHAPE) only")
     parser.add_argument("--long-k", action="store_true", help="long-K weight gradients (LONG_K), split or not, only")
+    parser.add_argument("--only", default="", help="the shapes whose function name matches this regular expression")
     args = parser.parse_args()
+    ONLY = args.only
     if args.long_k:
         long_k(args.device)
         raise SystemExit(0)

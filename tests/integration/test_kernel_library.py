@@ -62,6 +62,18 @@ def test_small_products_get_smaller_tiles_so_that_every_sm_has_work():
     assert all(c.num_stages == 2 for c in every)  # one step of K: no deeper pipeline
 
 
+
+def test_tiles_rank_as_an_h200_sweep_measured_them():
+    def ranked(m: int, n: int, k: int, **kw: bool) -> list[str]:
+        signature = MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16, **kw)
+        return [c.label for c in gemm.configs_for(gemm.problem_of(signature))]
+
+    assert ranked(6304, 2304, 768, trans_b=True)[:2] == ["tma_128x128", "tma_128x256"]  # ViT's qkv: 43.5 us, 53.3
+    assert ranked(6304, 3072, 768, trans_b=True)[0] == "tma_128x256"  # 5 waves of either: the larger tiles
+    wgrad = ranked(3072, 768, 6304, trans_a=True)  # A stored transposed: each TMA tile behind its cp.async twin
+    assert wgrad.index("128x256") < wgrad.index("tma_128x256") and wgrad.index("128x128") < wgrad.index("tma_128x128")
+
+
 # The product's executable in IREE's module for each class the library serves: one executable
 # of the op's tensors, or (both operands transposed) IREE's transpose of A, then the product.
 @pytest.mark.parametrize(("signature", "executables", "trans_a"), [

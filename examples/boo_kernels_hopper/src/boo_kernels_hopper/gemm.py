@@ -76,9 +76,12 @@ OFFER_TMA = True
 #: best of a sweep on an H200 over ViT-B/16's and a decoder block's products (docs/gpu.md).
 TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=3, tma=True), (128, 128): GemmConfig(bm=128, bn=128, num_stages=5,
                                                                                       tma=True)}
-#: Guessed throughput of one SM on a tile of each size, relative to 128×256 (larger tiles
-#: reuse each loaded element more); only ranks the configurations, the tuner measures them.
-_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.85, (64, 128): 0.7, (64, 64): 0.5}
+#: Throughput of one SM on a tile of each size, relative to 128×256 (larger tiles reuse each
+#: loaded element more): rounded from a sweep on an H200 (``bench.py --sweep``, docs/gpu.md),
+#: where the TMA kernel's 128×128 tiles, five stages deep, were as fast per element as 128×256
+#: ones; only ranks the configurations, the tuner measures them.
+_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.85, (64, 128): 0.7, (64, 64): 0.55}
+_TMA_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.98}
 
 
 @dataclass(frozen=True)
@@ -139,26 +142,21 @@ def configs_for(problem: GemmProblem) -> list[GemmConfig]:
     """Every configuration, the likely fastest first: the fewest waves of programs over the
     SMs, weighted by the guessed speed of a tile (a 768×768 product takes 64×128 tiles: 72
     programs instead of 18). BOO uses the first; ``boo tune`` times them all."""
+    # With A stored transposed (a weight gradient's long K) the sweep found the TMA kernel no
+    # faster than the same tiles' cp.async kernel: it ranks as those tiles do, behind them.
+    tma_first = not problem.trans_a
+
     def cost(config: GemmConfig) -> float:
         waves = math.ceil(problem.tiles(config) * problem.batch / SMS)
-        return waves * config.bm * config.bn / _TILE_EFFICIENCY[(config.bm, config.bn)]
+        efficiency = _TMA_TILE_EFFICIENCY if config.tma and tma_first else _TILE_EFFICIENCY
+        return waves * config.bm * config.bn / efficiency[(config.bm, config.bn)]
 
-    ranked = sorted(CONFIGS, key=lambda c: (cost(c), CONFIGS.index(c)))
-    if OFFER_TMA and tma_serves(problem):
-        # ahead of the same tiles' cp.async kernel, except for A stored transposed (a weight
-        # gradient's long K), where the sweep found it no faster
-        ranked = [pair for c in ranked for pair in
-                  _with_tma_twin(c, behind=problem.trans_a)]
+    candidates = list(CONFIGS) + (list(TMA_CONFIGS.values()) if OFFER_TMA and tma_serves(problem) else [])
+    position = [(c.bm, c.bn) for c in CONFIGS]
+    ranked = sorted(candidates, key=lambda c: (cost(c), c.tma != tma_first, position.index((c.bm, c.bn))))
     # A reduction shorter than the pipeline needs fewer stages (less shared memory, same work).
     steps = math.ceil(problem.k / DEFAULT.bk)
     return [replace(c, num_stages=max(2, min(c.num_stages, steps))) for c in ranked]
-
-
-def _with_tma_twin(config: GemmConfig, behind: bool) -> list[GemmConfig]:
-    twin = TMA_CONFIGS.get((config.bm, config.bn))
-    if twin is None:
-        return [config]
-    return [config, twin] if behind else [twin, config]
 
 
 def tma_serves(problem: GemmProblem) -> bool:
