@@ -60,9 +60,11 @@ LONG_K = tuple(MatmulSignature(m=m, n=n, k=k, trans_a=True, dtype=BF16) for m, n
 
 
 #: Configurations the sweep times beside those ``gemm.configs_for`` offers.
-SWEEP_ONLY = (gemm.GemmConfig(bm=128, bn=128, num_stages=4, tma=True),
+SWEEP_ONLY = (gemm.GemmConfig(bm=128, bn=128, num_stages=5, tma=True),  # the TMA tiles without the split tail
+              gemm.GemmConfig(num_stages=3, tma=True),
+              gemm.GemmConfig(bm=128, bn=128, num_stages=4, tma=True, split_tail=True),
               gemm.GemmConfig(bm=64, bn=256, num_warps=4, num_stages=4, tma=True),
-              gemm.GemmConfig(bm=256, bn=128, num_stages=3, tma=True))
+              gemm.GemmConfig(bm=256, bn=128, num_stages=3, tma=True, split_tail=True))
 
 
 def chosen(signatures: tuple[MatmulSignature, ...]) -> list[MatmulSignature]:
@@ -92,7 +94,7 @@ def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
         programs = min(gemm.SMS, p.tiles(config))
         return out, functools.partial(boo_hopper_gemm_tma[(programs,)], *common, programs,
-                                      2 if config.bn > 128 else 1, config.cols, **options)
+                                      2 if config.bn > 128 else 1, int(gemm.tail_halves(p, config)), **options)
     return out, functools.partial(boo_hopper_gemm[(p.tiles(config), p.batch)], *common, **options)
 
 

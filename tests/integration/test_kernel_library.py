@@ -74,6 +74,20 @@ def test_tiles_rank_as_an_h200_sweep_measured_them():
     assert wgrad.index("128x256") < wgrad.index("tma_128x256") and wgrad.index("128x128") < wgrad.index("tma_128x128")
 
 
+
+def test_the_tma_kernel_cuts_its_last_round_in_halves_only_where_the_halves_fill_one_round():
+    def halves(m: int, n: int, k: int, config: gemm.GemmConfig) -> bool:
+        return gemm.tail_halves(gemm.problem_of(MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16)), config)
+
+    tma_128, tma_256 = gemm.TMA_CONFIGS[(128, 128)], gemm.TMA_CONFIGS[(128, 256)]
+    assert halves(6304, 768, 3072, tma_128)  # 300 tiles: two rounds of 132, then 36 tiles as 72 halves
+    assert halves(6304, 768, 3072, tma_256)  # 150: one round, then 18 tiles as 36 halves
+    assert not halves(6304, 768, 768, tma_128)  # a short K: the halves' fixed costs outweigh them
+    assert not halves(4096, 4096, 4096, tma_256)  # 512 tiles: 116 left over, 232 halves would not fit
+    assert not halves(768, 768, 4096, tma_128)  # 36 tiles: one round only
+    assert not halves(6304, 768, 3072, gemm.CONFIGS[1])  # the cp.async kernel has no tail of its own
+
+
 # The product's executable in IREE's module for each class the library serves: one executable
 # of the op's tensors, or (both operands transposed) IREE's transpose of A, then the product.
 @pytest.mark.parametrize(("signature", "executables", "trans_a"), [
@@ -512,8 +526,8 @@ def test_a_weight_gradients_other_tiles_come_after_its_chosen_candidates():
 
 
 def test_the_tma_kernel_comes_first_where_it_can_read_the_operands():
-    vit_linear = gemm.problem_of(MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True,
-                                                 dtype=torch.bfloat16))
+    vit_linear = gemm.problem_of(MatmulSignature(m=6304, n=3072, k=768, trans_b=True, bias=True,
+                                                 dtype=torch.bfloat16))  # ViT-B/16's MLP up
     ranked = gemm.configs_for(vit_linear)
     assert ranked[0].tma and not ranked[1].tma and (ranked[0].bm, ranked[0].bn) == (ranked[1].bm, ranked[1].bn)
     assert sum(c.tma for c in ranked) == len(gemm.TMA_CONFIGS)
@@ -531,7 +545,7 @@ def test_the_tma_kernel_comes_first_where_it_can_read_the_operands():
 
 
 def test_every_matmul_candidate_has_its_own_name_and_key():
-    signature = MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=torch.bfloat16)
+    signature = MatmulSignature(m=6304, n=3072, k=768, trans_b=True, bias=True, dtype=torch.bfloat16)
     found = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
     assert [s.name for s in found[:2]] == ["hopper_gemm_tma_128x256", "hopper_gemm_128x256"]
     assert len({s.name for s in found}) == len({s.key for s in found}) == len(found)

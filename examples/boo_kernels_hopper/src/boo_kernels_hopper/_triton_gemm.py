@@ -94,36 +94,28 @@ def boo_hopper_gemm_tma(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K:
                         TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
                         HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BM: tl.constexpr,
                         BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, PROGRAMS: tl.constexpr,
-                        SPLIT: tl.constexpr):
+                        SPLIT: tl.constexpr, SPLIT_TAIL: tl.constexpr):
     """The same product for one batch, persistent and fed by the Tensor Memory Accelerator:
     ``PROGRAMS`` programs take every ``PROGRAMS``-th output tile, A and B read through tensor
     maps built on the device (the edges filled with zeros by the hardware: no masks), the
     loop over tiles flattened so that the next tile's loads start under this tile's
-    epilogue, which stores ``SPLIT`` column slices one after another. The operands' rows must
-    be 16-byte multiples (``gemm.tma_serves``)."""
+    epilogue, which stores ``SPLIT`` column slices one after another. With ``SPLIT_TAIL`` (1),
+    the tiles left over after the last whole round (at most half of ``PROGRAMS``) are each
+    cut into two halves of BM / 2 rows, one a program: the last round takes half a tile's
+    time (6,304 × 768 in 128 × 128 tiles: two rounds and 72 halves, not three rounds). The
+    operands' rows must be 16-byte multiples (``gemm.tma_serves``)."""
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = (N + BN - 1) // BN
-    if TRANS_A:  # stored K×M
-        a_map = tl.make_tensor_descriptor(a, shape=[K, M], strides=[M, 1], block_shape=[BK, BM])
-    else:
-        a_map = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    tiles: tl.constexpr = tiles_m * tiles_n
+    tail: tl.constexpr = (tiles % PROGRAMS) * SPLIT_TAIL
+    a_map = _a_map(a, M, K, BM, BK, TRANS_A)
     if TRANS_B:  # stored N×K
         b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
     else:
         b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
-    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
+    for tile in tl.range(tl.program_id(0), tiles - tail, PROGRAMS, flatten=True):
         pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for step in range(0, (K + BK - 1) // BK):
-            if TRANS_A:
-                a_values = a_map.load([step * BK, pid_m * BM]).T
-            else:
-                a_values = a_map.load([pid_m * BM, step * BK])
-            if TRANS_B:
-                b_values = b_map.load([pid_n * BN, step * BK]).T
-            else:
-                b_values = b_map.load([step * BK, pid_n * BN])
-            acc = tl.dot(a_values, b_values, acc)
+        acc = _tile_product(a_map, b_map, pid_m * BM, pid_n * BN, K, BM, BN, BK, TRANS_A, TRANS_B)
         offs_m = pid_m * BM + tl.arange(0, BM)
         if SPLIT == 1:
             store_tile(acc, c, bias, out, 0, offs_m, pid_n * BN + tl.arange(0, BN), M, N, ALPHA, BETA, HAS_C,
@@ -134,3 +126,40 @@ def boo_hopper_gemm_tma(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K:
                        HAS_C, HAS_BIAS, ACT)
             store_tile(right, c, bias, out, 0, offs_m, pid_n * BN + BN // 2 + tl.arange(0, BN // 2), M, N, ALPHA,
                        BETA, HAS_C, HAS_BIAS, ACT)
+    if tail > 0:
+        half = tl.program_id(0)
+        if half < 2 * tail:
+            pid_m, pid_n = grouped_tile(tiles - tail + half // 2, tiles_m, tiles_n, GROUP)
+            row = pid_m * BM + (half % 2) * (BM // 2)
+            half_map = _a_map(a, M, K, BM // 2, BK, TRANS_A)
+            acc = _tile_product(half_map, b_map, row, pid_n * BN, K, BM // 2, BN, BK, TRANS_A, TRANS_B)
+            store_tile(acc, c, bias, out, 0, row + tl.arange(0, BM // 2), pid_n * BN + tl.arange(0, BN), M, N,
+                       ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
+
+
+@triton.jit
+def _a_map(a, M: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BK: tl.constexpr, TRANS_A: tl.constexpr):
+    """A tensor map reading blocks of ROWS rows of op(A) (stored K×M where ``TRANS_A``)."""
+    if TRANS_A:
+        a_map = tl.make_tensor_descriptor(a, shape=[K, M], strides=[M, 1], block_shape=[BK, ROWS])
+    else:
+        a_map = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[ROWS, BK])
+    return a_map
+
+
+@triton.jit
+def _tile_product(a_map, b_map, row, col, K: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr,
+                  BK: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr):
+    """The float32 ROWS × BN block of op(A) @ op(B) at (``row``, ``col``)."""
+    acc = tl.zeros((ROWS, BN), dtype=tl.float32)
+    for step in range(0, (K + BK - 1) // BK):
+        if TRANS_A:
+            a_values = a_map.load([step * BK, row]).T
+        else:
+            a_values = a_map.load([row, step * BK])
+        if TRANS_B:
+            b_values = b_map.load([col, step * BK]).T
+        else:
+            b_values = b_map.load([step * BK, col])
+        acc = tl.dot(a_values, b_values, acc)
+    return acc

@@ -54,10 +54,11 @@ class GemmConfig:
     num_warps: int = 8
     num_stages: int = 4
     tma: bool = False  # the persistent kernel reading A and B through tensor maps (tma_serves)
+    split_tail: bool = False  # the TMA kernel: the last round's tiles in halves, where that fills it (tail_halves)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
-                f"stages {self.num_stages}{' tma' if self.tma else ''}")
+                f"stages {self.num_stages}{' tma' if self.tma else ''}{' split tail' if self.split_tail else ''}")
 
     @property
     def label(self) -> str:
@@ -74,8 +75,8 @@ CONFIGS = (DEFAULT, GemmConfig(bm=128, bn=128), GemmConfig(bm=64, bn=128, num_wa
 OFFER_TMA = True
 #: The persistent TMA kernel's tiles, each tried beside the same tiles of the other kernel: the
 #: best of a sweep on an H200 over ViT-B/16's and a decoder block's products (docs/gpu.md).
-TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=3, tma=True), (128, 128): GemmConfig(bm=128, bn=128, num_stages=5,
-                                                                                      tma=True)}
+TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=3, tma=True, split_tail=True),
+               (128, 128): GemmConfig(bm=128, bn=128, num_stages=5, tma=True, split_tail=True)}
 #: Throughput of one SM on a tile of each size, relative to 128×256 (larger tiles reuse each
 #: loaded element more): rounded from a sweep on an H200 (``bench.py --sweep``, docs/gpu.md),
 #: where the TMA kernel's 128×128 tiles, five stages deep, were as fast per element as 128×256
@@ -166,6 +167,23 @@ def tma_serves(problem: GemmProblem) -> bool:
     return problem.batch == 1 and all(length * 2 % 16 == 0 for length in rows)
 
 
+#: The shortest reduction whose last round of tiles the TMA kernel cuts in halves: on an H200
+#: (``bench.py --sweep``, docs/gpu.md) halves gained 2-12% with K of 2,304 and 3,072, and with
+#: K = 768, where a program's fixed costs weigh more, lost up to 5% on 128 × 128 tiles.
+SPLIT_TAIL_FROM_K = 2048
+
+
+def tail_halves(problem: GemmProblem, config: GemmConfig) -> bool:
+    """Whether the TMA kernel with ``config`` cuts the tiles of its last round in halves: it
+    splits tails, K is long (:data:`SPLIT_TAIL_FROM_K`), there is more than one round, and
+    the tiles left over after the whole rounds, halved, fit one round (at most half the
+    programs). Not part of the ranking: it changes a tile's time by a few percent."""
+    tiles = problem.tiles(config)
+    tail = tiles % SMS
+    return (config.tma and config.split_tail and problem.k >= SPLIT_TAIL_FROM_K and tiles > SMS
+            and 0 < tail <= SMS // 2)
+
+
 def choose_config(problem: GemmProblem) -> GemmConfig:
     """The configuration BOO tries first."""
     return configs_for(problem)[0]
@@ -240,8 +258,10 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
         if not tma_serves(p):
             raise ValueError(f"the TMA kernel cannot read the operands of {p}")
         programs = min(SMS, p.tiles(config))
-        constants.update(PROGRAMS=programs, SPLIT=2 if config.bn > 128 else 1)
-        compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants, ORDER + ["PROGRAMS", "SPLIT"],
+        constants.update(PROGRAMS=programs, SPLIT=2 if config.bn > 128 else 1,
+                         SPLIT_TAIL=int(tail_halves(p, config)))
+        compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants,
+                                         ORDER + ["PROGRAMS", "SPLIT", "SPLIT_TAIL"],
                                          config.num_warps, config.num_stages, entry, types=types)
         grid: tuple[int, int, int] = (programs, 1, 1)
     else:
