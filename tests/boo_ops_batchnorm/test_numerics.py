@@ -24,6 +24,8 @@ KERNELS = [
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, activation="relu"),
     S((4, 6, 5, 3), mode="infer", running=True, residual=True),
     S((4, 6, 5, 3), mode="infer", running=True, dtype=bf16, running_dtype=bf16),
+    S((2, 4, 3, 5, 6), mode="infer", running=True),  # channels-first 3-D: whole planes to a CPU workgroup
+    S((4, 6, 20), mode="infer", running=True, dtype=f16),  # and 1-D
     S((4, 6, 5, 3), mode="infer", channels_last=True, running=True),  # on the CPU, each channel's scale once
     S((4, 6, 5, 3), mode="infer", channels_last=True, running=True, dtype=bf16, running_dtype=bf16, residual=True,
       activation="relu"),

@@ -236,7 +236,11 @@ def test_channels_last_gpu_kernels_configure_their_elementwise_pass_and_tune_the
     assert tuning_space(train, cpu) == [] and [f.name for f in formulations(train, cpu)] == ["staged_sums", "default"]
     assert not any(f.config or "llvmgpu" in " ".join(f.flags) for f in formulations(train, cpu))
     assert [f.name for f in formulations(infer, cpu)] == ["own_scale", "default"]  # no sums; the scale once
-    assert [f.name for f in formulations(dataclasses.replace(infer, channels_last=False), cpu)] == ["default"]
+    # channels-first: whole planes to a CPU workgroup (8 x 64 x 56 x 56: 4 channels' planes, 12,544 elements)
+    nchw_infer = dataclasses.replace(infer, channels_last=False)
+    assert [f.name for f in formulations(nchw_infer, cpu)] == ["whole_rows", "default"]
+    assert formulations(nchw_infer, cpu)[0].config == {"distribution": [4, 3136], "vector_common_parallel": [1, 16]}
+    assert tuning_space(nchw_infer, cpu) == []
     assert [f.name for f in formulations(dataclasses.replace(train, channels_last=False), cpu)] == ["default"]
     nchw = S((32, 64, 56, 56), mode="infer", running=True, dtype=torch.bfloat16)
     assert tuning_space(nchw, gpu) == [] and [f.name for f in formulations(nchw, gpu)] == ["default"]

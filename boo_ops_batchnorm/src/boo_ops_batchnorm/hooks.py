@@ -37,6 +37,8 @@ NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector
 #: reduction per pass", counts the dispatches).
 STAGED_FLAGS = (*NO_REDUCTION_VECTOR_DISTRIBUTION, "--iree-dispatch-creation-enable-aggressive-fusion=true")
 CPU_STAGED_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",)
+#: Elements a CPU workgroup of ``whole_rows`` covers at most (whole channel planes of one image).
+CPU_ROWS_ELEMENTS = 16384
 
 
 def elementwise_pass_configs(signature: BatchNormSignature, target: Target) -> list[dict]:
@@ -95,10 +97,11 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     a channels-last input's elementwise pass configured (the first of
     :func:`elementwise_pass_configs`: within 1-3% of the best of them on an H200), then the
     same without that configuration; then the reference's export. On the CPU the export,
-    after :func:`cpu_staged_sums` or :func:`cpu_own_scale` where they offer theirs."""
+    after :func:`cpu_staged_sums`, :func:`cpu_own_scale` or :func:`cpu_whole_rows` where they
+    offer theirs."""
     default = Formulation("default")
     if target.backend == "llvm-cpu":
-        return (*cpu_staged_sums(signature), *cpu_own_scale(signature), default)
+        return (*cpu_staged_sums(signature), *cpu_own_scale(signature), *cpu_whole_rows(signature), default)
     configs = elementwise_pass_configs(signature, target)
     config = configs[0] if configs else None
     if signature.mode == "infer" and signature.running:
@@ -147,6 +150,26 @@ def cpu_own_scale(signature: BatchNormSignature) -> tuple[Formulation, ...]:
         return ()
     return (Formulation("own_scale", computation=functools.partial(signature._forward, own_scale=True),
                         description="each channel's scale computed once, in a dispatch of its own"),)
+
+
+def cpu_whole_rows(signature: BatchNormSignature) -> tuple[Formulation, ...]:
+    """On the CPU, an inference with running statistics of a channels-first spatial input: the
+    export's one elementwise pass (loops N, C, and the plane) with each workgroup whole planes
+    of a few channels of one image (at most :data:`CPU_ROWS_ELEMENTS` elements). IREE 3.13
+    tiles it 8 x 64 x 64, every workgroup 512 short pieces of rows 12 KB apart (8 x 64 x
+    56 x 56): 2.2-2.7x ATen's time, 1.2-1.6x with whole planes (docs/architecture.md, "Batch
+    norms on the CPU")."""
+    shape = signature.input_shape
+    if not (signature.mode == "infer" and signature.running and signature.spatial and not signature.channels_last
+            and len(shape) >= 3):
+        return ()
+    plane = math.prod(shape[2:])
+    rows = 1
+    while shape[1] % (2 * rows) == 0 and 2 * rows * plane <= CPU_ROWS_ELEMENTS:
+        rows *= 2
+    config = {"distribution": [rows, plane], "vector_common_parallel": [1, 16]}
+    return (Formulation("whole_rows", config=config,
+                        description=f"the export, each CPU workgroup {rows} whole plane(s) of one image"),)
 
 
 def tuning_space(signature: BatchNormSignature, target: Target) -> list[TuningCandidate]:
