@@ -207,6 +207,7 @@ KERNELS = [
     S(2, 3, 6, 6, k=5, fil_h=1, fil_w=1, fusion="cb", dtype=f16),
     S(2, 8, 7, 6, k=16, pad_h=1, pad_w=1, stride_h=2, fusion="cna", bn_mode="spatial", eps=1e-5, dtype=bf16,
       layout="NHWC", residual=True),  # what torch.compile hands over for a channels-last ResNet block
+    S(2, 8, 2, 2, k=32, pad_h=1, pad_w=1, fusion="cna", bn_mode="spatial", layout="NHWC", dtype=bf16),  # late stage
 ]
 
 

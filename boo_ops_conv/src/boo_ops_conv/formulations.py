@@ -369,16 +369,18 @@ def _pad(s: ConvSignature, x: torch.Tensor, crop: bool) -> torch.Tensor:
     return _pad_to(x, s.padding, s.read_extents if crop else None)
 
 
-def _pad_to(x: torch.Tensor, padding: tuple[int, ...], extents: tuple[int, ...] | None) -> torch.Tensor:
-    """A logical ``x`` padded by ``padding`` at both ends of each spatial axis; with
-    ``extents``, then cut (or zero-extended) to them."""
-    pads: list[int] = []
-    for axis in reversed(range(len(padding))):  # F.pad lists the last dimension first
-        n, p = x.shape[2 + axis], padding[axis]
+def _pad_to(x: torch.Tensor, padding: tuple[int, ...], extents: tuple[int, ...] | None, *,
+            channels_last: bool = False) -> torch.Tensor:
+    """A logical ``x`` (with ``channels_last``, one as (N, *spatial, C)) padded by ``padding``
+    at both ends of each spatial axis; with ``extents``, then cut (or zero-extended) to them."""
+    first = 1 if channels_last else 2  # the first spatial axis
+    pads: list[int] = [0, 0] if channels_last else []  # F.pad lists the last dimension first
+    for axis in reversed(range(len(padding))):
+        n, p = x.shape[first + axis], padding[axis]
         pads += [p, p if extents is None else max(0, extents[axis] - n - p)]
     padded = F.pad(x, pads) if any(pads) else x
     if extents is not None:
-        padded = padded[(slice(None), slice(None), *(slice(0, extent) for extent in extents))]
+        padded = padded[(*(slice(None),) * first, *(slice(0, extent) for extent in extents))]
     return padded
 
 
@@ -518,7 +520,11 @@ def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
     patchifying convolution's by a reshape: :func:`_patches`)."""
     if _patchifies(s):
         return _patches(s, x).unsqueeze(0)
-    x = _channels_last(_pad(s, x, crop=True))  # (N, *read extent, C)
+    if x.shape[1] // s.groups >= CHANNELS_LAST_PAD_FROM:
+        # padded as (N, *spatial, C): a channels-last input is padded where it lies, not transposed first
+        x = _pad_to(_channels_last(x), s.padding, s.read_extents, channels_last=True)  # (N, *read extent, C)
+    else:
+        x = _channels_last(_pad(s, x, crop=True))
     taps = []
     for offsets in itertools.product(*(range(f) for f in s.window)):
         index = tuple(slice(o * d, o * d + (out - 1) * st + 1, st)
@@ -530,12 +536,23 @@ def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
     return columns.reshape(g, pixels, -1)
 
 
+#: Channels a group from which ``_columns`` pads the input channels-last. With fewer (the
+#: 3-channel stem), IREE folds that padding into each tap's copy, rows of a few bytes each:
+#: the stem's weight gradient took 3.9 ms on the CPU that way, 2.2 with the padding made
+#: channels-first and transposed once (2-core machine, f32, batch 8 at 64 x 64).
+CHANNELS_LAST_PAD_FROM = 16
+
+
 def _tap_major(w: torch.Tensor, groups: int) -> torch.Tensor:
     """A logical (K, C/G, *window) filter as (G, taps * C/G, K/G): the right operand of the
-    columns' matmul."""
+    columns' matmul, the transpose of the filter read channels-last, (G, K/G, taps * C/G).
+    A filter stored channels-last (K, *window, C/G) is that view, so the product reads it where
+    it is; one stored channels-first is copied once. (Reshaping the logical filter first moved
+    a channels-last one twice: two transposes of 9.4 MB at 512 -> 512 3x3 on the CPU.)"""
     k, cg = w.shape[:2]
     taps = math.prod(w.shape[2:])
-    return w.reshape(groups, k // groups, cg, taps).permute(0, 3, 2, 1).reshape(groups, taps * cg, k // groups)
+    rows = _channels_last(w).reshape(groups, k // groups, taps * cg)
+    return rows.transpose(-1, -2)
 
 
 def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -544,8 +561,15 @@ def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     operands accumulate in float32, rounded once."""
     x, w, *b = _to_logical(s, args)
     columns = _columns(s, x)  # (G, N*P, T*C/G)
-    y = torch.matmul(columns.float(), _tap_major(w, s.groups).float())  # (G, N*P, K/G)
     n, k = s.input_shape[0], s.output_channels
+    if s.groups == 1 and columns.shape[1] < k:
+        # A filter larger than the columns (few pixels: a late stage's maps) is read where it
+        # lies, as the product's transposed B, not copied tap-major first: on the CPU that
+        # copy took most of a 512 -> 512 3x3 at 2 x 2 (docs/architecture.md). Where the
+        # columns are larger, IREE's product reading B transposed is the slower part.
+        y = F.linear(columns[0].float(), _tap_major(w, 1)[0].T.float()).unsqueeze(0)
+    else:
+        y = torch.matmul(columns.float(), _tap_major(w, s.groups).float())  # (G, N*P, K/G)
     y = y.permute(1, 0, 2).reshape(n, *s.output_spatial, k)  # channels-last output
     if b:
         y = y + b[0].float()
