@@ -203,6 +203,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     """The conv op's formulations for ``signature`` on ``target`` (module docstring)."""
     s = signature
     cuda = target.backend == "cuda"
+    cpu = target.backend == "llvm-cpu"  # im2col reads channels-last operands in place (_columns, _tap_major)
     windowed = s.mode in ("fwd", "wrw") and not s.transposed
     first: list[Formulation] = []
     later: list[Formulation] = []
@@ -218,7 +219,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                                  description="the adjoint convolution of dY, padded explicitly and cut "
                                              "to the extent x's windows read"))
     if s.mode == "fwd" and not s.transposed:
-        im2col = Formulation("im2col", computation=lambda *a: _im2col(s, a),
+        im2col = Formulation("im2col", computation=lambda *a: _im2col(s, a, in_place=cpu),
                              description="implicit GEMM: unfolded windows (channels minor) times the filter")
         if cuda and _is_unpadded_nchw_1x1(s):
             first.append(Formulation("matmul_1x1", computation=lambda *a: _one_by_one_matmul(s, *a),
@@ -233,7 +234,8 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         later.append(Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                                  description="explicit padding, then an unpadded convolution"))
     if s.mode == "wrw" and not s.transposed:
-        splits = [Formulation(f"im2col_split{n}", computation=lambda *a, n=n: _im2col_weight_gradient(s, a, n),
+        splits = [Formulation(f"im2col_split{n}",
+                              computation=lambda *a, n=n: _im2col_weight_gradient(s, a, n, in_place=cpu),
                               description=f"dY^T @ columns, the reduction cut into about {n} partial products")
                   for n in (32, 128)]
         if cuda and s.dtype in _HALF and all(w == 1 for w in s.window):
@@ -244,7 +246,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             first += [f for f in splits if f.name == WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
             splits = [f for f in splits if f.name != WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
         later += [*splits,
-                  Formulation("im2col", computation=lambda *a: _im2col_weight_gradient(s, a, 1),
+                  Formulation("im2col", computation=lambda *a: _im2col_weight_gradient(s, a, 1, in_place=cpu),
                               description="dY^T @ columns in one product"),
                   Formulation("explicit_pad", computation=lambda *a: _unpadded(s, a, crop=False),
                               description="explicit padding, then an unpadded convolution")]
@@ -264,7 +266,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                                  description="dY @ W, each row a patch of dX put back in place"))
     if _in_phases(s):
         (first if target.backend == "llvm-cpu" and PHASES_FIRST_ON_THE_CPU else later).append(Formulation(
-            "phases", computation=lambda *a: _phase_data_gradient(s, a),
+            "phases", computation=lambda *a: _phase_data_gradient(s, a, in_place=cpu),
             description="one convolution of dY per phase of dX's pixels: no zeros inserted"))
     if _scatters(s):
         scatter = Formulation("matmul_scatter", computation=lambda *a: _strided_1x1_data_gradient(s, a),
@@ -275,7 +277,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                                     description="computed without padding, then cut back by it"))
     if s.mode == "bwd" and not s.transposed and all(st == 1 for st in s.stride) \
             and linalg_common.padding_within_window(s):
-        later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a),
+        later.append(Formulation("im2col", computation=lambda *a: _data_gradient_as_forward(s, a, in_place=cpu),
                                  description="the forward im2col of dY with the filter flipped"))
     if s.mode == "bwd_bias" and s.output_layout == layouts.channels_last(s.spatial_rank):
         first.append(Formulation(
@@ -514,13 +516,14 @@ def _patch_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> to
     return _store(s, _from_patches(s, values).to(s.dtype))
 
 
-def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
+def _columns(s: ConvSignature, x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """The unfolded windows of a logical input, channels minor: (groups, N * output pixels,
     taps * C/groups), built from strided slices of the padded channels-last input (a
-    patchifying convolution's by a reshape: :func:`_patches`)."""
+    patchifying convolution's by a reshape: :func:`_patches`). With ``in_place`` (the CPU's
+    modules; the GPU's stay as the Hopper library knows them), padded channels-last."""
     if _patchifies(s):
         return _patches(s, x).unsqueeze(0)
-    if x.shape[1] // s.groups >= CHANNELS_LAST_PAD_FROM:
+    if in_place and x.shape[1] // s.groups >= CHANNELS_LAST_PAD_FROM:
         # padded as (N, *spatial, C): a channels-last input is padded where it lies, not transposed first
         x = _pad_to(_channels_last(x), s.padding, s.read_extents, channels_last=True)  # (N, *read extent, C)
     else:
@@ -543,33 +546,36 @@ def _columns(s: ConvSignature, x: torch.Tensor) -> torch.Tensor:
 CHANNELS_LAST_PAD_FROM = 16
 
 
-def _tap_major(w: torch.Tensor, groups: int) -> torch.Tensor:
+def _tap_major(w: torch.Tensor, groups: int, in_place: bool = False) -> torch.Tensor:
     """A logical (K, C/G, *window) filter as (G, taps * C/G, K/G): the right operand of the
-    columns' matmul, the transpose of the filter read channels-last, (G, K/G, taps * C/G).
-    A filter stored channels-last (K, *window, C/G) is that view, so the product reads it where
-    it is; one stored channels-first is copied once. (Reshaping the logical filter first moved
-    a channels-last one twice: two transposes of 9.4 MB at 512 -> 512 3x3 on the CPU.)"""
+    columns' matmul. With ``in_place``, the transpose of the filter read channels-last,
+    (G, K/G, taps * C/G): a filter stored channels-last (K, *window, C/G) is that view, so the
+    product can read it where it is, and one stored channels-first is copied once (the
+    logical filter reshaped first moved a channels-last one twice: two transposes of 9.4 MB at
+    512 -> 512 3x3 on the CPU)."""
     k, cg = w.shape[:2]
     taps = math.prod(w.shape[2:])
-    rows = _channels_last(w).reshape(groups, k // groups, taps * cg)
-    return rows.transpose(-1, -2)
+    if in_place:
+        return _channels_last(w).reshape(groups, k // groups, taps * cg).transpose(-1, -2)
+    return w.reshape(groups, k // groups, cg, taps).permute(0, 3, 2, 1).reshape(groups, taps * cg, k // groups)
 
 
-def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...], in_place: bool = False) -> torch.Tensor:
     """``im2col``: the forward convolution as one matmul per group of the unfolded windows
     (channels minor, so a channels-last input is read in order) by the filter; 16-bit
-    operands accumulate in float32, rounded once."""
+    operands accumulate in float32, rounded once. ``in_place``: the CPU's module (:func:`_columns`,
+    :func:`_tap_major`)."""
     x, w, *b = _to_logical(s, args)
-    columns = _columns(s, x)  # (G, N*P, T*C/G)
+    columns = _columns(s, x, in_place)  # (G, N*P, T*C/G)
     n, k = s.input_shape[0], s.output_channels
-    if s.groups == 1 and columns.shape[1] < k:
+    if in_place and s.groups == 1 and columns.shape[1] < k:
         # A filter larger than the columns (few pixels: a late stage's maps) is read where it
         # lies, as the product's transposed B, not copied tap-major first: on the CPU that
-        # copy took most of a 512 -> 512 3x3 at 2 x 2 (docs/architecture.md). Where the
-        # columns are larger, IREE's product reading B transposed is the slower part.
-        y = F.linear(columns[0].float(), _tap_major(w, 1)[0].T.float()).unsqueeze(0)
+        # copy took most of a 512 -> 512 3x3 at 2 x 2 (docs/cli.md). Where the columns are
+        # larger, IREE's CPU product reading B transposed is the slower part.
+        y = F.linear(columns[0].float(), _tap_major(w, 1, in_place)[0].T.float()).unsqueeze(0)
     else:
-        y = torch.matmul(columns.float(), _tap_major(w, s.groups).float())  # (G, N*P, K/G)
+        y = torch.matmul(columns.float(), _tap_major(w, s.groups, in_place).float())  # (G, N*P, K/G)
     y = y.permute(1, 0, 2).reshape(n, *s.output_spatial, k)  # channels-last output
     if b:
         y = y + b[0].float()
@@ -579,10 +585,11 @@ def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return _store(s, y.to(s.dtype))
 
 
-def im2col_forward(s: ConvSignature, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def im2col_forward(s: ConvSignature, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, *,
+                   in_place: bool) -> torch.Tensor:
     """``s``'s forward convolution of logical (NC[D]HW) ``x``, ``w`` and ``b`` through
-    ``im2col``, for ``s`` in logical layouts (CBAInfer's conv stage on the CPU)."""
-    return _im2col(s, (x, w) if b is None else (x, w, b))
+    ``im2col``, for ``s`` in logical layouts (CBAInfer's conv stage on the CPU: ``in_place``)."""
+    return _im2col(s, (x, w) if b is None else (x, w, b), in_place)
 
 
 def _split(pixels: int, splits: int) -> int:
@@ -591,12 +598,13 @@ def _split(pixels: int, splits: int) -> int:
     return max(64, -(-pixels // (splits * 64)) * 64)
 
 
-def _im2col_weight_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], splits: int) -> torch.Tensor:
+def _im2col_weight_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], splits: int,
+                            in_place: bool = False) -> torch.Tensor:
     """``im2col`` and ``im2col_splitN`` for the weight gradient: dW = dY^T @ columns per
     group, the sum over images and pixels cut into ``splits`` partial products (summed in
     float32) so that the long reduction runs in parallel."""
     dy, x = _to_logical(s, args)
-    columns = _columns(s, x)  # (G, N*P, T*C/G)
+    columns = _columns(s, x, in_place)  # (G, N*P, T*C/G)
     g, pixels = s.groups, columns.shape[1]
     grads = _channels_last(dy).reshape(pixels, g, -1).permute(1, 0, 2)  # (G, N*P, K/G)
     rows = _split(pixels, splits) if splits > 1 else pixels
@@ -615,7 +623,8 @@ def _input_major(s: ConvSignature, w: torch.Tensor) -> torch.Tensor:
     return w.reshape(g, k // g, cg, *taps).transpose(1, 2).reshape(g * cg, k // g, *taps)
 
 
-def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...],
+                              in_place: bool = False) -> torch.Tensor:
     """``im2col`` for the data gradient of a stride-1 convolution: the forward convolution
     of dY, padded by d(f-1)-p, with the filter flipped and its channel roles swapped."""
     dy, w = _to_logical(s, args)
@@ -624,7 +633,7 @@ def _data_gradient_as_forward(s: ConvSignature, args: tuple[torch.Tensor, ...]) 
     padding = tuple(d * (f - 1) - p for d, f, p in zip(s.dilation, s.window, s.padding))
     forward = _logical_signature(s, input_shape=tuple(dy.shape), kernel_shape=tuple(flipped.shape), padding=padding,
                                  mode="fwd", bias=False, activation=None)
-    return _store(s, _im2col(forward, (dy, flipped)))
+    return _store(s, _im2col(forward, (dy, flipped), in_place))
 
 
 def _in_phases(s: ConvSignature) -> bool:
@@ -636,7 +645,7 @@ def _in_phases(s: ConvSignature) -> bool:
             and not _patchifies(s))
 
 
-def _phase_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def _phase_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...], in_place: bool = False) -> torch.Tensor:
     """``phases``: the data gradient of a strided convolution without zeros inserted in dY.
     The pixels of dX at ``i * stride + phase`` (per axis, phase < stride) are the stride-1
     convolution of dY with the filter's taps ``rho + stride * u`` (``rho = (phase + padding)
@@ -664,7 +673,7 @@ def _phase_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> to
         sub = flipped[(slice(None), slice(None), *taps)]
         forward = _logical_signature(s, input_shape=tuple(source.shape), kernel_shape=tuple(sub.shape),
                                      padding=(0,) * rank, stride=(1,) * rank, mode="fwd", bias=False, activation=None)
-        values = _im2col(forward, (source, sub))  # (N, C, *lengths), rounded once
+        values = _im2col(forward, (source, sub), in_place)  # (N, C, *lengths), rounded once
         placed = (slice(None), slice(None), *(slice(ph, None, st) for ph, st in zip(phase, s.stride)))
         dx[placed] = values[(slice(None), slice(None), *(slice(0, len(range(ph, h, st)))
                                                           for ph, h, st in zip(phase, size, s.stride)))]
