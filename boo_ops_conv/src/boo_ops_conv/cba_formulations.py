@@ -6,7 +6,8 @@ conv op's class). Verification refuses any formulation that comes out wrong, and
 one serves. On CUDA an NHWC padded convolution also has the conv op's ``channels_last``
 (formulations.py: one executable, the padding fused into the convolution), last: the Hopper
 kernel library substitutes into it. On the CPU, a conv stage that the conv op builds
-through ``im2col`` first (ungrouped, channels-last or strided: ``im2col_first_on_the_cpu``)
+through ``im2col`` first (ungrouped, channels-last, strided or on short output rows:
+``im2col_first_on_the_cpu``)
 is built that way here too: IREE's own convolution took 9-10x its time there, and CBAInfer's
 reference export had it."""
 

@@ -80,7 +80,8 @@ matmul), ``im2col_split32``. Verification (on by default on GPUs) refuses any fo
 that comes out wrong, and the next one serves.
 
 CPU: ``im2col`` comes first for ungrouped channels-last or strided forwards, where IREE's own
-convolution is about 9x slower (``im2col_first_on_the_cpu``), ``im2col_split128`` for
+convolution is about 9x slower, and for channels-first ones on output rows at most 4 pixels
+wide (``im2col_first_on_the_cpu``), ``im2col_split128`` for
 every weight gradient, where it is 8-22x faster (``WEIGHT_GRADIENT_FIRST_ON_THE_CPU``), and
 ``matmul_scatter`` for the strided 1x1 data gradients it serves (``SCATTER_FIRST_ON_THE_CPU``),
 and ``staged_sums`` for channels-last bias gradients (:data:`BIAS_GRADIENT_ROWS`; on CUDA
