@@ -527,6 +527,13 @@ def _patch_data_gradient(s: ConvSignature, args: tuple[torch.Tensor, ...]) -> to
     return _store(s, _from_patches(s, values).to(s.dtype))
 
 
+#: Channels a group from which ``_columns`` pads the input channels-last. With fewer (the
+#: 3-channel stem), IREE folds that padding into each tap's copy, rows of a few bytes each:
+#: the stem's weight gradient took 4.0 ms on the CPU that way, 1.9 with the padding made
+#: channels-first and transposed once (2-core machine, f32, batch 8 at 64 x 64).
+CHANNELS_LAST_PAD_FROM = 16
+
+
 def _columns(s: ConvSignature, x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
     """The unfolded windows of a logical input, channels minor: (groups, N * output pixels,
     taps * C/groups), built from strided slices of the padded channels-last input (a
@@ -550,24 +557,23 @@ def _columns(s: ConvSignature, x: torch.Tensor, in_place: bool = False) -> torch
     return columns.reshape(g, pixels, -1)
 
 
-#: Channels a group from which ``_columns`` pads the input channels-last. With fewer (the
-#: 3-channel stem), IREE folds that padding into each tap's copy, rows of a few bytes each:
-#: the stem's weight gradient took 4.0 ms on the CPU that way, 1.9 with the padding made
-#: channels-first and transposed once (2-core machine, f32, batch 8 at 64 x 64).
-CHANNELS_LAST_PAD_FROM = 16
+def _filter_rows(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """A logical (K, C/G, *window) filter read channels-last, (G, K/G, taps * C/G): a filter
+    stored channels-last (K, *window, C/G) is that view, one stored channels-first is copied
+    once."""
+    k = w.shape[0]
+    return _channels_last(w).reshape(groups, k // groups, -1)
 
 
 def _tap_major(w: torch.Tensor, groups: int, in_place: bool = False) -> torch.Tensor:
     """A logical (K, C/G, *window) filter as (G, taps * C/G, K/G): the right operand of the
-    columns' matmul. With ``in_place``, the transpose of the filter read channels-last,
-    (G, K/G, taps * C/G): a filter stored channels-last (K, *window, C/G) is that view, so the
-    product can read it where it is, and one stored channels-first is copied once (the
-    logical filter reshaped first moved a channels-last one twice: two transposes of 9.4 MB at
-    512 -> 512 3x3 on the CPU)."""
+    columns' matmul. With ``in_place``, the transpose of :func:`_filter_rows`, so the product
+    can read a channels-last filter where it is (the logical filter reshaped first moved a
+    channels-last one twice: two transposes of 9.4 MB at 512 -> 512 3x3 on the CPU)."""
+    if in_place:
+        return _filter_rows(w, groups).transpose(-1, -2)
     k, cg = w.shape[:2]
     taps = math.prod(w.shape[2:])
-    if in_place:
-        return _channels_last(w).reshape(groups, k // groups, taps * cg).transpose(-1, -2)
     return w.reshape(groups, k // groups, cg, taps).permute(0, 3, 2, 1).reshape(groups, taps * cg, k // groups)
 
 
@@ -584,7 +590,7 @@ def _im2col(s: ConvSignature, args: tuple[torch.Tensor, ...], in_place: bool = F
         # lies, as the product's transposed B, not copied tap-major first: on the CPU that
         # copy took most of a 512 -> 512 3x3 at 2 x 2 (docs/cli.md). Where the columns are
         # larger, IREE's CPU product reading B transposed is the slower part.
-        y = F.linear(columns[0].float(), _tap_major(w, 1, in_place)[0].T.float()).unsqueeze(0)
+        y = F.linear(columns[0].float(), _filter_rows(w, 1)[0].float()).unsqueeze(0)
     else:
         y = torch.matmul(columns.float(), _tap_major(w, s.groups, in_place).float())  # (G, N*P, K/G)
     y = y.permute(1, 0, 2).reshape(n, *s.output_spatial, k)  # channels-last output
