@@ -4,15 +4,20 @@ For each ResNet-50 row of benchmarks/gpu.py (bf16, NHWC, batch 32; fwd and bwd):
 kernel (where the row needs one) and the convolution kernel, as BOO's module runs them,
 checked against float64 PyTorch and timed (device time from the profiler) against torch's
 convolution (cuDNN). ``--sweep`` also times other tile configurations; ``--stages`` the chosen
-tiles with 2, 3 and 4 pipeline stages and 4 or 8 warps.
+tiles with 2, 3 and 4 pipeline stages and 4 or 8 warps. ``--implicit`` reads x unpadded where
+the kernel can (the channels_last module's problem); ``--splits 1,2,4`` also times each
+configuration's products in that many splits of the reduction (the split_k module's kernel:
+float32 partial sums, their sum not included).
 
-    python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep] [--stages]
+    python3 examples/boo_kernels_hopper/bench_conv.py [--only TEXT] [--sweep] [--stages] [--implicit]
+        [--splits 1,2,4] [--tiles 128x128_w8_s4,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -52,9 +57,11 @@ def runner(problem: conv.ConvProblem, config: conv.ConvConfig, source: torch.Ten
     and one running only its pad (None where the row needs none)."""
     p = problem
     out = torch.empty(p.n, p.p, p.q, p.cout, device=source.device, dtype=BF16)
+    if p.splits > 1:  # float32 partial sums, one slice per split
+        out = torch.empty(p.splits, p.n, p.p, p.q, p.cout, device=source.device, dtype=torch.float32)
     image = source
     pad_args = None
-    if not p.direct:
+    if not (p.direct or p.implicit_pad):
         image = torch.empty(p.n, p.hp, p.wp, p.c, device=source.device, dtype=BF16)
         constants, grid = conv.pad_constants(p.n, p.h, p.w, p.c, p.hp, p.wp, p.lo_h, p.lo_w, p.dh, p.dw, 0)
         pad_args = (grid, constants)
@@ -81,19 +88,26 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--stages", action="store_true")
     parser.add_argument("--modes", default="fwd,bwd")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--implicit", action="store_true", help="x read unpadded where the kernel can")
+    parser.add_argument("--splits", default="1", help="comma-separated numbers of splits of the reduction")
+    parser.add_argument("--tiles", default="", help="comma-separated tiles to time beside the chosen ones, as "
+                        "conv.config_label writes them: 128x128_w8_s4")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     device = "cuda:0"
     print(f"{'row':<44} {'err':>8} {'ours us':>9} {'pad us':>7} {'cudnn us':>9} {'ratio':>6}  config", flush=True)
     for row in RESNET50:
         for mode in args.modes.split(","):
-            name, signature = resnet50_conv(row, mode)
+            name, signature = resnet50_conv(row, mode, args.batch)
             if not any(part in name for part in args.only.split("|")):
                 continue
             problem = conv.problem_of(signature)
             if problem is None:
                 print(f"{name:<44} not served")
                 continue
+            if args.implicit:
+                problem = conv.padding_as_it_reads(problem) or problem
             inputs = signature.get_sample_args(device=device)
             reference = signature.reference(*[t.double() for t in inputs])
             torch_us = device_us(lambda signature=signature, inputs=inputs: signature.reference(*inputs))
@@ -102,18 +116,25 @@ def main() -> None:
                 configs += [dataclasses.replace(configs[0], num_warps=warps, num_stages=stages)
                             for warps in (8, 4) for stages in (2, 3, 4)
                             if (warps, stages) != (configs[0].num_warps, configs[0].num_stages)]
+            for label in filter(None, args.tiles.split(",")):
+                bm, bn, warps, stages = map(int, re.fullmatch(r"(\d+)x(\d+)_w(\d+)_s(\d+)", label).groups())
+                configs.append(conv.ConvConfig(bm, bn, 64, 8, warps, stages))
             if args.sweep:
                 configs += [cfg for cfg in SWEEP if problem.cout % cfg.bn == 0 and cfg not in configs
                             and problem.cin % 64 == 0]
-            for config in configs:
+            for config, splits in [(c, int(s)) for c in configs for s in args.splits.split(",")]:
+                if splits > 1 and (problem.mode != "fwd" or problem.cin % config.bk):
+                    continue
                 try:
-                    run, pad = runner(problem, config, *inputs)
+                    run, pad = runner(dataclasses.replace(problem, splits=splits), config, *inputs)
                     out = run().double()
+                    if splits > 1:
+                        out = out.sum(0)
                     error = float((out - reference).norm() / reference.norm())
                     ours = device_us(run)
                     pad_us = device_us(pad) if pad is not None else 0.0
                     print(f"{name:<44} {error:8.1e} {ours:9.1f} {pad_us:7.1f} {torch_us:9.1f} {ours / torch_us:6.2f}  "
-                          f"{config}", flush=True)
+                          f"{conv.config_label(config)} splits {splits}", flush=True)
                 except Exception as e:  # one config failing must not stop the table
                     print(f"{name:<44} {config}: {type(e).__name__}: {str(e)[:300]}", flush=True)
 

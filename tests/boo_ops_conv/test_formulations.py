@@ -10,7 +10,7 @@ import torch
 
 from boo_core import BooOpRegistry, Target, get_launchable
 from boo_core.verify.numerics import check_launchable
-from boo_ops_conv import ConvSignature
+from boo_ops_conv import ConvBatchNormActivationSignature, ConvSignature, split_forward
 
 CPU, CUDA = Target.parse("cpu"), Target.parse("cuda:sm_80")
 f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
@@ -224,7 +224,49 @@ LINALG_CASES = [
      "grouped"),
     (ConvSignature((2, 6, 9, 10), (9, 2, 5, 3), padding=(1, 2), dilation=(1, 2), groups=3, dtype=bf16,
                    shared_layout="NHWC", mode="bwd"), "grouped"),
+    # Forwards of few output tiles, summed over slices of the input channels (split_k): padded
+    # with a bias and a ReLU; strided, x's last row unread, a sigmoid; an unpadded 1x1 in f16
+    (ConvSignature((2, 256, 5, 6), (24, 256, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", bias=True,
+                   activation="relu"), "split_k"),
+    (ConvSignature((3, 256, 8, 8), (16, 256, 3, 3), padding=(1, 0), stride=2, dtype=bf16, shared_layout="NHWC",
+                   activation="sigmoid"), "split_k"),
+    (ConvSignature((2, 2048, 3, 4), (16, 2048, 1, 1), dtype=f16, shared_layout="NHWC"), "split_k"),
 ]
+
+
+def _cba(**options: object) -> ConvBatchNormActivationSignature:
+    base = dict(n=2, c=256, h=5, w=6, k=24, pad_h=1, pad_w=1, bn_mode="spatial", dtype=bf16, layout="NHWC")
+    return ConvBatchNormActivationSignature(**{**base, **options})
+
+
+#: CBAInfer's conv stage as split_k's products, its epilogue in the sum: conv + bias + batch
+#: norm + residual + ReLU; the batch norm and a logistic, strided; tanh with its alpha and beta.
+CBA_SPLIT_CASES = [_cba(fusion="cbna", residual=True), _cba(fusion="cna", activation="logistic", stride_h=2),
+                   _cba(fusion="cba", activation="tanh", alpha=0.5, beta=2.0, dtype=f16)]
+LINALG_CASES += [(signature, "split_k") for signature in CBA_SPLIT_CASES]
+
+
+def test_split_k_is_offered_last_on_cuda_for_forwards_of_few_output_tiles():
+    """A ResNet's 7x7 maps at batches 1 and 8 (4 and 16 tiles of 128 x 128) in 8 slices of the
+    channels (4 for a 1x1 window of 2,048: slices of at least 512 products); not at batch 32
+    (52 tiles: two slices do not pay for the sum), nor 14x14 maps at batch 32, nor on the
+    CPU, nor in float32, nor for a batch norm per activation or an activation the sum lacks."""
+    def row(c: int, k: int, window: int, stride: int, size: int, batch: int) -> ConvSignature:
+        return ConvSignature((batch, c, size, size), (k, c, window, window), stride=stride, padding=window // 2,
+                             dtype=bf16, shared_layout="NHWC", bias=True, activation="relu")
+
+    for batch in (1, 8):
+        for seven, slices in ((row(512, 512, 3, 1, 7, batch), 8), (row(512, 512, 3, 2, 14, batch), 8),
+                              (row(2048, 512, 1, 1, 7, batch), 4)):
+            assert names(seven, CUDA)[-1] == "split_k" and "split_k" not in names(seven)
+            assert split_forward.parts(seven) == slices
+    for many in (row(512, 512, 3, 1, 7, 32), row(256, 256, 3, 1, 14, 32), row(1024, 256, 1, 1, 14, 8)):
+        assert "split_k" not in names(many, CUDA)
+    assert "split_k" not in names(dataclasses.replace(row(512, 512, 3, 1, 7, 8), dtype=f32), CUDA)
+    cba = _cba(n=8, c=512, h=7, w=7, k=512, fusion="cbna", residual=True)
+    assert names(cba, CUDA) == ["default", "channels_last", "split_k"]
+    assert "split_k" not in names(dataclasses.replace(cba, bn_mode="per_activation"), CUDA)
+    assert "split_k" not in names(dataclasses.replace(cba, activation="elu"), CUDA)
 
 
 @pytest.mark.parametrize(("signature", "name"), LINALG_CASES, ids=lambda case: getattr(case, "func_name", case))

@@ -10,6 +10,8 @@ Run on the GPU machine: ``pytest -m gpu tests/gpu/test_kernel_library_conv.py``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -32,6 +34,8 @@ ROWS = [  # (input channels, output channels, window, stride, input size, mode)
     (64, 256, 1, 1, 56, "fwd"),  # one executable (a flattened matmul)
     (512, 1024, 1, 2, 28, "fwd"),  # one executable, strided
     (512, 2048, 1, 1, 7, "fwd"),  # M = 1568: a partial last row of tiles
+    (512, 512, 3, 1, 7, "fwd"),  # 52 tiles of 128x128: 64x128 ones (4 warps, 3 stages), x read unpadded
+    (512, 512, 3, 2, 14, "fwd"),  # the same, strided
     (64, 64, 3, 1, 56, "bwd"),  # channels_last: filter copy + conv reading dY unpadded (flipped, input-major filter)
     (512, 512, 3, 1, 7, "bwd"),  # the same at 7x7
     (256, 256, 3, 2, 28, "bwd"),  # strided: phase_axes, each phase of dx with its taps over dY as stored
@@ -77,6 +81,7 @@ EPILOGUE_ROWS = [
     (256, 256, 3, 2, 28, "fwd", {"activation": "silu"}),  # activation alone
     (128, 128, 3, 1, 28, "fwd", {"bias": True, "activation": "sigmoid"}),
     (256, 1024, 1, 1, 14, "fwd", {"bias": True, "activation": "tanh"}),
+    (2048, 512, 1, 1, 7, "fwd", {"bias": True, "activation": "relu"}),
 ]
 
 
@@ -91,18 +96,36 @@ def test_a_conv_with_a_bias_and_activation_runs_them_in_the_library_kernels_epil
 CBA_ROWS = [(64, 64, 3, 1, 56, "cna", False), (3, 64, 7, 2, 224, "cna", False), (64, 256, 1, 1, 56, "cn", False),
             (128, 128, 3, 2, 56, "cbna", False), (512, 2048, 1, 1, 7, "cn", False),
             (1024, 512, 1, 1, 14, "cna", False), (64, 256, 1, 1, 56, "cna", True), (1024, 2048, 1, 2, 14, "cna", True),
-            (512, 512, 3, 1, 7, "cna", True)]
+            (512, 512, 3, 1, 7, "cna", True), (512, 512, 3, 2, 14, "cbna", False)]
 
 
 @pytest.mark.parametrize("row", CBA_ROWS,
                          ids=lambda r: "{}to{}_{}x{}_s{}_at{}_{}{}".format(*r[:3], *r[2:6], "_residual" * r[6]))
 def test_a_conv_batch_norm_and_relu_run_as_one_library_kernel(private_cache, row):
+    assert_served_and_right(cba_signature(*row))
+
+
+def cba_signature(c: int, k: int, window: int, stride: int, size: int, fusion: str, residual: bool,
+                  batch: int = 32):
     from boo_ops_conv import ConvBatchNormActivationSignature
 
-    c, k, window, stride, size, fusion, residual = row
-    assert_served_and_right(ConvBatchNormActivationSignature(
-        32, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride, pad_h=window // 2,
-        pad_w=window // 2, fusion=fusion, bn_mode="spatial", eps=1e-5, dtype=BF16, layout="NHWC", residual=residual))
+    return ConvBatchNormActivationSignature(
+        batch, c, size, size, k=k, fil_h=window, fil_w=window, stride_h=stride, stride_w=stride, pad_h=window // 2,
+        pad_w=window // 2, fusion=fusion, bn_mode="spatial", eps=1e-5, dtype=BF16, layout="NHWC", residual=residual)
+
+
+# Forwards of few output tiles at small batches (a ResNet's late maps): the conv op's split_k
+# module, the products in 4 or 8 splits of the reduction, IREE's sum with the epilogue.
+# (input channels, output channels, window, stride, input size, batch)
+SPLIT_ROWS = [(512, 512, 3, 1, 7, 1), (512, 512, 3, 2, 14, 8), (2048, 512, 1, 1, 7, 8), (256, 256, 3, 1, 14, 1)]
+
+
+@pytest.mark.parametrize("row", SPLIT_ROWS, ids=lambda r: "{}to{}_{}x{}_s{}_at{}_batch{}".format(*r[:3], *r[2:]))
+def test_a_small_batch_forward_runs_its_products_in_splits(private_cache, row):
+    c, k, window, stride, size, batch = row
+    plain = signature_of(c, k, window, stride, size, "fwd", bias=True, activation="relu")
+    assert_served_and_right(dataclasses.replace(plain, input_shape=(batch, c, size, size)))
+    assert_served_and_right(cba_signature(c, k, window, stride, size, "cbna", True, batch))
 
 
 def assert_served_and_right(signature) -> None:
@@ -110,9 +133,13 @@ def assert_served_and_right(signature) -> None:
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_conv"
     # a padded forward or stride-1 data gradient: the channels_last module, the padding applied as the kernel reads
     # a strided data gradient: the phase_axes module, each phase of dx computed over dY as stored
+    # a forward of few output tiles: the split_k module, its products in splits
     by_phase = dgrad.problem_of(signature) is not None
+    split = conv.problem_of(signature).mode == "fwd" and hooks._offers(signature, Target.parse("cuda:sm_90"),
+                                                                       hooks.SPLIT_K_FORMULATION)
     reads_unpadded = not by_phase and conv.padding_as_it_reads(conv.problem_of(signature)) is not None
-    assert launchable.formulation == ("phase_axes" if by_phase else "channels_last" if reads_unpadded else "default")
+    assert launchable.formulation == ("phase_axes" if by_phase else "split_k" if split else
+                                      "channels_last" if reads_unpadded else "default")
     assert launchable.verified and not launchable.passed_over
     assert launchable.launch == "direct"
     inputs = signature.get_sample_args(device=DEVICE)

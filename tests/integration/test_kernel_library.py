@@ -233,6 +233,35 @@ def test_a_padded_forward_reads_x_unpadded_from_the_channels_last_module(private
     assert conv.padding_as_it_reads(conv.problem_of(resnet_conv(3, 64, 7, 2, 224, "fwd"))) is None  # the stem: padded
 
 
+# A forward of few output tiles (a ResNet's 7x7 maps at batch 8: 16 of 128 x 128) on the conv
+# op's split_k module: the products bind x as stored, the filter and float32 partial sums,
+# which the kernel writes in as many splits, reading x unpadded; IREE's sum adds the epilogue.
+@pytest.mark.parametrize(("signature", "splits"),
+                         [(dataclasses.replace(resnet_conv(512, 512, 3, 1, 7, "fwd", **RELU_BIAS),
+                                               input_shape=(8, 512, 7, 7)), 8),
+                          (dataclasses.replace(resnet_cba(512, 512, 3, 2, 14, residual=True), n=8), 8),
+                          (dataclasses.replace(resnet_cba(2048, 512, 1, 1, 7, fusion="cbna"), n=8), 4)],
+                         ids=lambda case: getattr(case, "func_name", str(case))[:40])
+def test_a_forward_of_few_tiles_runs_split_in_the_split_k_module(private_cache, signature, splits):
+    problem = conv.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", hooks.SPLIT_K_FORMULATION)
+    split, [launch] = conv.split_plan(problem, found.executables)
+    assert (launch.kernel, launch.offsets, launch.executable.name) == ("conv", (0, 0), found.names[0])
+    assert split.splits == splits and split.implicit_pad == (problem.r > 1) and split.direct == (problem.r == 1)
+    config = conv.choose_config(split)
+    assert config == conv.choose_config(problem if problem.r == 1 else conv.padding_as_it_reads(problem))
+    assert conv.conv_grid(split, config) == splits * conv.conv_grid(dataclasses.replace(split, splits=1), config)
+    first = hooks.candidates(signature, Target.parse("cuda:sm_80"))[0]
+    assert first.formulation == hooks.SPLIT_K_FORMULATION
+    with pytest.raises(ValueError):  # the module of a problem of other channels
+        conv.split_plan(dataclasses.replace(problem, c=problem.c * 2), found.executables)
+    with pytest.raises(ValueError):  # nor is this problem ever run on another module
+        conv.split_plan(problem, executables_of(signature, "cuda:sm_80", "default").executables)
+    for many in (resnet_conv(512, 512, 3, 1, 7, "fwd"), resnet_conv(256, 256, 3, 1, 14, "fwd")):  # batch 32
+        offered = hooks.candidates(many, Target.parse("cuda:sm_80"))
+        assert all(c.formulation != hooks.SPLIT_K_FORMULATION for c in offered)
+
+
 # A stride-1 padded data gradient on the conv op's channels_last module (written as linalg):
 # the filter reversed into a transient (which the library's copy writes as stored, the kernel
 # reversing the taps as it reads them), then one contraction reading dY as stored.
@@ -268,9 +297,11 @@ def test_a_conv_with_few_output_tiles_runs_smaller_tiles():
     assert conv.choose_config(conv.problem_of(resnet_conv(64, 256, 1, 1, 56, "fwd"))).bm == 128
     assert conv.choose_config(conv.problem_of(resnet_conv(256, 256, 3, 1, 14, "fwd"))).bm == 128  # 98 tiles
     for few in (resnet_conv(512, 512, 3, 1, 7, "fwd"), resnet_conv(512, 512, 3, 2, 14, "fwd"),
-                resnet_cba(2048, 512, 1, 1, 7)):  # 7x7 outputs: 52 tiles of 128x128
+                resnet_cba(2048, 512, 1, 1, 7)):  # 7x7 outputs: 52 tiles of 128x128, a forward's 4 warps, 3 stages
         config = conv.choose_config(conv.problem_of(few))
-        assert (config.bm, config.bn, config.num_warps) == (64, 128, 8)
+        assert (config.bm, config.bn, config.num_warps, config.num_stages) == (64, 128, 4, 3)
+    config = conv.choose_config(conv.problem_of(resnet_conv(512, 512, 3, 1, 7, "bwd")))  # a data gradient's: 8, 4
+    assert (config.bm, config.bn, config.num_warps, config.num_stages) == (64, 128, 8, 4)
 
 
 def test_a_1x1_conv_runs_fewer_pipeline_stages_than_a_windowed_one():

@@ -19,14 +19,18 @@ import torch
 
 from boo_core import Formulation, Target
 
+from . import split_forward
 from .cba_signature import ConvBatchNormActivationSignature
-from .formulations import channels_last_formulation, im2col_first_on_the_cpu, im2col_forward
+from .formulations import channels_last_formulation, im2col_first_on_the_cpu, im2col_forward, split_k_formulation
 from .signature import ConvSignature
 
 
 def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target) -> tuple[Formulation, ...]:
     """The CBAInfer op's formulations for ``signature`` on ``target`` (module docstring)."""
     s = signature
+    split = split_k_of(s) if target.backend == "cuda" else None
+    if split is not None:
+        return (Formulation("default"), *([channels_last_formulation()] if any(s.padding) else []), split)
     if target.backend == "cuda" and is_plain_1x1(s):
         return (Formulation("matmul_1x1", computation=lambda *a: s.compute(a, one_by_one_matmul),
                             description="the unpadded 1x1 convolution as a batched matmul"),
@@ -39,6 +43,26 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
                             description="the conv stage as the conv op's im2col (unfolded windows times the filter)"),
                 Formulation("default"))
     return (Formulation("default"),)
+
+
+def split_k_of(s: ConvBatchNormActivationSignature) -> Formulation | None:
+    """The conv op's ``split_k`` for ``s``, its epilogue CBAInfer's (bias, batch norm,
+    residual, activation), where the conv op splits ``s``'s channels-last conv stage and the
+    epilogue has ``s``'s batch norm (per channel) and activation."""
+    if not s.has_conv or s.layout != "NHWC" or (s.has_norm and s.bn_mode != "spatial"):
+        return None
+    activation = None
+    if s.has_activation and s.activation != "passthru":
+        activation = split_forward.ACTIVATIONS.get(s.activation)
+        if activation is None:
+            return None
+    conv = conv_stage(s, "NHWC")
+    if split_forward.parts(conv) is None:
+        return None
+    epilogue = split_forward.Epilogue(bias=bool(s.has_bias), eps=float(s.eps) if s.has_norm else None,
+                                      residual=bool(s.residual), activation=activation, alpha=float(s.alpha),
+                                      beta=float(s.beta))
+    return split_k_formulation(conv, epilogue, [spec.name for spec in s.input_specs()], s.func_name)
 
 
 def conv_stage(s: ConvBatchNormActivationSignature, layout: str = "NCHW") -> ConvSignature:

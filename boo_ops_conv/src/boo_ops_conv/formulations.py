@@ -68,6 +68,12 @@ and ``boo tune`` times them all.
   dY as stored (its padding fused in) and the filter gathered by phase: no zero-inserted
   dY, no filled transient. It is the module the Hopper library computes phase by phase in,
   each phase with the taps it reads (:data:`PHASE_AXES`).
+* ``split_k`` (CUDA, a 16-bit channels-last forward whose output tiles would fill at most a
+  quarter of an H100's multiprocessors, such as a ResNet's 7x7 and 14x14 maps at small
+  batches; last):
+  written as linalg, one contraction over x as stored (its padding fused in) into float32
+  sums over slices of the input channels, then their sum with the epilogue
+  (:mod:`.split_forward`): the module a kernel library runs several programs per output tile in.
 
 CUDA (an H100, sm_80 PTX; benchmarks/gpu_scan.py and boo tune, docs/gpu.md): IREE 3.13
 computes wrongly 16-bit forward convolutions whose input is channels-last and padded (at
@@ -99,7 +105,7 @@ import torch.nn.functional as F
 
 from boo_core import Formulation, Target
 
-from . import grouped_formulations, layouts, linalg_common, linalg_formulations
+from . import grouped_formulations, layouts, linalg_common, linalg_formulations, split_forward
 from .signature import ACTIVATIONS, ConvSignature
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -159,6 +165,8 @@ IMPLICIT_SPLIT = "implicit_split"
 #: against ``default``'s 5,405 (benchmarks/gpu.py --formulations phase_axes); last elsewhere
 #: (untimed there).
 PHASE_AXES = "phase_axes"
+#: A 16-bit channels-last forward of few output tiles (CUDA, last): :mod:`.split_forward`.
+SPLIT_K = "split_k"
 #: A channels-last depthwise convolution written as linalg (grouped_formulations), first
 #: (on the CPU a weight gradient's comes after ``default``): the exported formulations'
 #: kernels run these on an NCHW copy, a thread per output with its neighbours a channel plane
@@ -319,7 +327,19 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             mlir=lambda: (grouped_formulations.grouped_weight_gradient_mlir(s) if s.mode == "wrw"
                           else grouped_formulations.grouped_mlir(s)),
             description="one contraction over x (dY) as stored, its channels viewed as (groups, channels)"))
+    if cuda and split_forward.parts(s):
+        later.append(split_k_formulation(s, split_forward.conv_epilogue(s), [spec.name for spec in s.input_specs()]))
     return (*first, Formulation("default"), *later)
+
+
+def split_k_formulation(conv: ConvSignature, epilogue: split_forward.Epilogue, inputs: list[str],
+                        func_name: str | None = None) -> Formulation:
+    """``split_k`` (:mod:`.split_forward`) of the forward convolution ``conv`` followed by
+    ``epilogue``, its inputs named ``inputs``, its function ``func_name``."""
+    return Formulation(
+        SPLIT_K, mlir=lambda: split_forward.forward_mlir(conv, epilogue, inputs, func_name), flags=linalg_common.FLAGS,
+        description=f"float32 sums over {split_forward.parts(conv)} slices of the input channels (one contraction "
+                    "over x as stored), then their sum with the epilogue")
 
 
 # -- geometry ------------------------------------------------------------------------------------

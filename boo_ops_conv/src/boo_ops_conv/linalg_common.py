@@ -73,10 +73,12 @@ def iterators(parallel: int, reduction: int) -> str:
 
 class Writer:
     """Lines of one function in BOO's calling convention (inputs, then the output written
-    in place), its tensors of element type ``e``."""
+    in place), its tensors of element type ``e``; the function is named ``func_name``
+    (default the signature's)."""
 
-    def __init__(self, s: ConvSignature) -> None:
+    def __init__(self, s: ConvSignature, func_name: str | None = None) -> None:
         self.s = s
+        self.func_name = func_name or s.func_name
         self.e = ELEMENT[s.dtype]
         self.lines: list[str] = []
 
@@ -88,7 +90,7 @@ class Writer:
         ``%int1``.. ``%int3`` are torch's integers."""
         params = [f"%{name}: {vtensor_type(shape, self.e)}" for name, shape in inputs]
         params.append(f"%{output[0]}: {vtensor_type(output[1], self.e, value=False)}")
-        self.lines.append(f"func.func @{self.s.func_name}({', '.join(params)}) {{")
+        self.lines.append(f"func.func @{self.func_name}({', '.join(params)}) {{")
         for value in (1, 2, 3):
             self.emit(f"%int{value} = torch.constant.int {value}")
         for name, shape in inputs:

@@ -24,7 +24,10 @@ tensors at fixed offsets):
   ``bias[co]``, ``HAS_NORM`` rounds to bf16 and applies a batch norm (``(y - mean[co]) *
   scale[co] / sqrt(var[co] + EPS) + shift[co]``), ``HAS_RES`` adds ``res[m, co]`` (a skip
   connection, stored like y), then ``ACT`` is applied, in float32 before the output's
-  rounding.
+  rounding. With ``SPLITS`` > 1 (CIN a multiple of BK) program ``pid`` runs split ``pid //
+  tiles`` of its tile's reduction steps and stores its float32 sums, no epilogue, at
+  ``y[split, m, co]`` (``(SPLITS, M, COUT)``): the conv op's ``split_k`` module, whose next
+  executable adds them.
 * ``boo_hopper_pad``: ``dst[n, i, j, c] = src[n, (i - LO_H) / DH, (j - LO_W) / DW, c]`` where
   that is a source element (the offset divisible by the dilation, inside the source), else
   0: zero padding (DH = DW = 1) or zero insertion and padding (a strided data gradient's dY),
@@ -57,11 +60,13 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
                     ACT: tl.constexpr, HAS_NORM: tl.constexpr, EPS: tl.constexpr, HAS_RES: tl.constexpr,
                     SCATTER: tl.constexpr,
                     OH: tl.constexpr, OW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-                    PAD_H: tl.constexpr, PAD_W: tl.constexpr):
+                    PAD_H: tl.constexpr, PAD_W: tl.constexpr, SPLITS: tl.constexpr):
     M: tl.constexpr = N * P * Q
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
-    pid_m, pid_n = grouped_tile(tl.program_id(0), tiles_m, tiles_n, GROUP)
+    pid = tl.program_id(0)
+    split = pid // (tiles_m * tiles_n)
+    pid_m, pid_n = grouped_tile(pid % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP)
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     pixel = tl.minimum(offs_m, M - 1)
@@ -81,7 +86,8 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     if CIN % BK == 0:
         blocks: tl.constexpr = CIN // BK
-        for t in range(R * S * blocks):
+        STEPS: tl.constexpr = (R * S * blocks + SPLITS - 1) // SPLITS  # a split's steps (the last may have fewer)
+        for t in range(split * STEPS, tl.minimum(split * STEPS + STEPS, R * S * blocks)):
             tap = t // blocks
             c0 = (t % blocks) * BK
             r = tap // S
@@ -119,28 +125,33 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
             else:
                 b = tl.load(w_base + offs_n[None, :] * KRED + kk[:, None], mask=valid[:, None], other=0.0)
             acc = tl.dot(a, b, acc)
-    if HAS_BIAS:
-        acc += tl.load(bias + offs_n).to(tl.float32)[None, :]
-    if HAS_NORM:  # CBAInfer: the conv's result rounded as the op computes it, then the batch norm in float32
-        acc = acc.to(tl.bfloat16).to(tl.float32)
-        inv = tl.load(scale + offs_n).to(tl.float32) / tl.sqrt(tl.load(var + offs_n).to(tl.float32) + EPS)
-        acc = (acc - tl.load(mean + offs_n).to(tl.float32)[None, :]) * inv[None, :] \
-            + tl.load(shift + offs_n).to(tl.float32)[None, :]
     m_ok = offs_m < M
-    if HAS_RES:  # CBAInfer's skip connection, stored as y is
-        acc += tl.load(res + offs_m[:, None] * COUT + offs_n[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
-    acc = activation(acc, ACT)
-    if SCATTER:  # pixel (n, p, q) lands at (n, p*DH, q*DW) of an OH x OW output; the rest of its block is 0
-        corner = ((n * OH + p * DH) * OW + q * DW) * COUT
-        tl.store(y + corner[:, None] + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
-        zeros = tl.zeros((BM, BN), dtype=tl.bfloat16)
-        for a in tl.static_range(DH):
-            for b in tl.static_range(DW):
-                if a + b > 0:
-                    ok = m_ok & (p * DH + a < OH) & (q * DW + b < OW)
-                    tl.store(y + (corner + (a * OW + b) * COUT)[:, None] + offs_n[None, :], zeros, mask=ok[:, None])
+    if SPLITS > 1:  # float32 partial sums (SPLITS, M, COUT): the sum and the epilogue are another kernel's
+        tl.store(y + split * (M * COUT) + offs_m[:, None] * COUT + offs_n[None, :], acc, mask=m_ok[:, None])
     else:
-        tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
+        if HAS_BIAS:
+            acc += tl.load(bias + offs_n).to(tl.float32)[None, :]
+        if HAS_NORM:  # CBAInfer: the conv's result rounded as the op computes it, then the batch norm in float32
+            acc = acc.to(tl.bfloat16).to(tl.float32)
+            inv = tl.load(scale + offs_n).to(tl.float32) / tl.sqrt(tl.load(var + offs_n).to(tl.float32) + EPS)
+            acc = (acc - tl.load(mean + offs_n).to(tl.float32)[None, :]) * inv[None, :] \
+                + tl.load(shift + offs_n).to(tl.float32)[None, :]
+        if HAS_RES:  # CBAInfer's skip connection, stored as y is
+            residual = tl.load(res + offs_m[:, None] * COUT + offs_n[None, :], mask=m_ok[:, None], other=0.0)
+            acc += residual.to(tl.float32)
+        acc = activation(acc, ACT)
+        if SCATTER:  # pixel (n, p, q) lands at (n, p*DH, q*DW) of an OH x OW output; the rest of its block is 0
+            corner = ((n * OH + p * DH) * OW + q * DW) * COUT
+            tl.store(y + corner[:, None] + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
+            zeros = tl.zeros((BM, BN), dtype=tl.bfloat16)
+            for a in tl.static_range(DH):
+                for b in tl.static_range(DW):
+                    if a + b > 0:
+                        ok = m_ok & (p * DH + a < OH) & (q * DW + b < OW)
+                        tl.store(y + (corner + (a * OW + b) * COUT)[:, None] + offs_n[None, :], zeros,
+                                 mask=ok[:, None])
+        else:
+            tl.store(y + offs_m[:, None] * COUT + offs_n[None, :], acc.to(tl.bfloat16), mask=m_ok[:, None])
 
 
 @triton.jit

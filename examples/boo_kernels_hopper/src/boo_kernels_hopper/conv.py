@@ -34,6 +34,11 @@ IREE's module for the op's ``default`` formulation on CUDA has, per row of bench
   Replaced by the pad, a plain copy of the filter into its slot, and the convolution reading
   both from the one binding (at the offsets IREE's own executables use).
 
+The conv op's ``split_k`` module (a forward of few output tiles, at small batches) is two
+executables: the products of x as stored and the filter into float32 partial sums over
+slices of the channels, then their sum with the epilogue. :func:`split_plan` replaces the
+first with the convolution kernel in as many splits of its reduction; the sum stays IREE's.
+
 :func:`plan` matches what it finds against this, by binding sizes and offsets, and raises
 ValueError on anything else (BOO then passes the substitution over and IREE's kernels
 serve). Everything here but :func:`generate` runs without Triton or a GPU.
@@ -100,6 +105,7 @@ class ConvProblem:
     eps: float = 0.0
     residual: bool = False  # CBAInfer's skip connection: a tensor of the output's shape added before the activation
     implicit_pad: bool = False  # the unpadded source read, padding as it reads (the channels_last module)
+    splits: int = 1  # > 1: float32 partial sums over that many splits of the reduction (the split_k module)
 
     @property
     def epilogue_vectors(self) -> int:
@@ -259,7 +265,9 @@ FEW_TILES = 66
 
 def choose_config(problem: ConvProblem) -> ConvConfig:
     """The tiles for ``problem`` (README.md: measured on an H100; stages and warps of 1x1
-    windows and of 7x7 outputs on an H200, :data:`ONE_BY_ONE_STAGES`)."""
+    windows and of 7x7 outputs on an H200, :data:`ONE_BY_ONE_STAGES`). A split problem gets
+    the tiles of the whole (``bench_conv.py --splits`` measured those)."""
+    problem = dataclasses.replace(problem, splits=1)
     if problem.cin % 64:  # the stem: 3 channels, a short gathered reduction
         return ConvConfig(128, 64, 32, 8, 4, 2)
     one_by_one = problem.r * problem.s == 1
@@ -267,7 +275,7 @@ def choose_config(problem: ConvProblem) -> ConvConfig:
         return ConvConfig(128, 64, 64, 8, 4, ONE_BY_ONE_STAGES if one_by_one else 4)
     config = ConvConfig(128, 128, 64, 8, 8, ONE_BY_ONE_STAGES if one_by_one else 4)
     if conv_grid(problem, config) < FEW_TILES:  # 7x7 outputs: 52 programs would leave most SMs idle
-        return ConvConfig(64, 128, 64, 8, 8, 4)
+        return ConvConfig(64, 128, 64, 8, 4, 3) if problem.mode == "fwd" else ConvConfig(64, 128, 64, 8, 8, 4)
     if one_by_one and problem.cin == 2 * config.bk:  # two steps of the reduction
         return ConvConfig(128, 128, 64, 8, 4, 2)
     return config
@@ -402,6 +410,32 @@ def plan(problem: ConvProblem, executables: tuple[Any, ...]) -> list[Launch]:
     raise ValueError(f"{len(executables)} executables {names}: not a module shape this library knows")
 
 
+def split_plan(problem: ConvProblem, executables: tuple[Any, ...]) -> tuple[ConvProblem, list[Launch]]:
+    """The conv op's ``split_k`` module of the forward ``problem``: the products (binding x
+    as stored, the filter and the float32 partial sums ``(splits, N, P, Q, K)``), replaced by
+    the convolution kernel in as many splits, reading x unpadded; then the sum with the
+    epilogue, IREE's. The problem as the kernel computes it, and its one launch; ValueError
+    for a module of any other shape."""
+    names = [e.name for e in executables]
+    if problem.mode != "fwd" or len(executables) != 2:
+        raise ValueError(f"{len(executables)} executables {names}: not the split_k module of a forward convolution")
+    products = executables[0]
+    _only_export(products)
+    found = spans(products)
+    partial = [sp for sp in found if sp.dtype == "f32"]
+    if len(partial) != 1 or (partial[0].binding, partial[0].offset, partial[0].access) != (2, 0, "writeonly"):
+        raise ValueError(f"{products.name}: float32 tensors {partial}, expected the partial sums at binding 2")
+    splits = partial[0].shape[0]
+    split = dataclasses.replace(padding_as_it_reads(problem) or problem, splits=splits)
+    got = sorted((sp.binding, sp.offset, sp.numel, sp.access) for sp in found if sp.dtype == "bf16")
+    wanted = [(0, 0, split.source_numel, "readonly"), (1, 0, split.weight_numel, "readonly")]
+    if splits < 2 or partial[0].numel != splits * split.output_numel or got != wanted or split.cin % 64 or \
+            not (split.direct or split.implicit_pad):  # the kernel splits whole steps of 64 channels
+        raise ValueError(f"{products.name}: tensors {got} and {partial[0].shape}, expected {wanted} and "
+                         f"{splits} x {split.output_numel} partial sums")
+    return split, [Launch(products, "conv", (0, 0))]
+
+
 # -- PTX ------------------------------------------------------------------------------------------
 
 
@@ -422,7 +456,7 @@ def kernel_geometry(problem: ConvProblem) -> dict[str, Any]:
 
 def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: int, w_from_x: bool
                    ) -> dict[str, Any]:
-    return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n,
+    return {"X_OFF": x_off, "W_OFF": w_off, "W_FROM_X": w_from_x, "N": problem.n, "SPLITS": problem.splits,
             "CIN": problem.cin, "COUT": problem.cout, "R": problem.r, "S": problem.s, "IN_MAJOR": problem.in_major,
             "FLIP": problem.in_major, "BM": config.bm, "BN": config.bn, "BK": config.bk, "GROUP": config.group,
             "HAS_BIAS": problem.bias, "ACT": problem.activation or "", "HAS_NORM": problem.norm, "EPS": problem.eps,
@@ -435,13 +469,13 @@ def conv_constants(problem: ConvProblem, config: ConvConfig, x_off: int, w_off: 
 NORM_POINTERS = ["mean", "var", "scale", "shift"]
 CONV_ORDER = ["x", "w", "bias", *NORM_POINTERS, "res", "y", "X_OFF", "W_OFF", "W_FROM_X", "N", "HP", "WP", "CIN",
               "COUT", "R", "S", "SH", "SW", "P", "Q", "IN_MAJOR", "FLIP", "BM", "BN", "BK", "GROUP", "HAS_BIAS", "ACT",
-              "HAS_NORM", "EPS", "HAS_RES", "SCATTER", "OH", "OW", "DH", "DW", "PAD_H", "PAD_W"]
+              "HAS_NORM", "EPS", "HAS_RES", "SCATTER", "OH", "OW", "DH", "DW", "PAD_H", "PAD_W", "SPLITS"]
 PAD_ORDER = ["src", "dst", "DST_OFF", "N", "H", "W", "C", "HP", "WP", "LO_H", "LO_W", "DH", "DW", "BP", "BC"]
 
 
 def conv_grid(problem: ConvProblem, config: ConvConfig) -> int:
     geometry = kernel_geometry(problem)
-    return -(-problem.n * geometry["P"] * geometry["Q"] // config.bm) * (problem.cout // config.bn)
+    return -(-problem.n * geometry["P"] * geometry["Q"] // config.bm) * (problem.cout // config.bn) * problem.splits
 
 
 def pad_constants(n: int, h: int, w: int, c: int, hp: int, wp: int, lo_h: int, lo_w: int, dh: int, dw: int,
@@ -460,11 +494,15 @@ def generate(problem: ConvProblem, config: ConvConfig, launch: Launch, entry: st
 
     if launch.kernel == "conv":
         constants = conv_constants(problem, config, launch.offsets[0], launch.offsets[1], launch.w_from_x)
-        pointers = ["x", *([] if launch.w_from_x else ["w"]), *(["bias"] if problem.bias else []),
-                    *(NORM_POINTERS if problem.norm else []), *(["res"] if problem.residual else []), "y"]
+        pointers = ["x", *([] if launch.w_from_x else ["w"])]
+        if problem.splits == 1:  # the epilogue's operands; a split's sums are another executable's
+            pointers += [*(["bias"] if problem.bias else []), *(NORM_POINTERS if problem.norm else []),
+                         *(["res"] if problem.residual else [])]
+        pointers.append("y")
         constants.update({name: None for name in ("w", "bias", *NORM_POINTERS, "res") if name not in pointers})
+        types = {"y": "*fp32"} if problem.splits > 1 else None
         compiled, ptx = compile_for_iree(boo_hopper_conv, pointers, constants, CONV_ORDER, config.num_warps,
-                                 config.num_stages, entry)
+                                         config.num_stages, entry, types=types)
         grid = conv_grid(problem, config)
     else:
         p = problem

@@ -13,7 +13,10 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   slices of K (``gemm.split_k_plan``): the configurations are ranked once the module's
   slices are known.
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
-  of the ``default`` formulation's module (``conv.plan``); for a padded forward or a padded
+  of the ``default`` formulation's module (``conv.plan``); first, for a forward of few
+  output tiles where the op offers ``split_k`` (small batches), that module's products (``conv.split_plan``:
+  float32 partial sums over splits of the reduction, summed by IREE's next executable with
+  the epilogue); for a padded forward or a padded
   stride-1 data gradient, first the ``channels_last`` formulation's module (one executable,
   or the filter's copy and one), the padding applied as the kernel reads x or dY. After
   each module's candidate with its chosen tiles, the same modules with other tiles
@@ -64,7 +67,8 @@ CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan
 CHANNELS_LAST_FORMULATION = "channels_last"
 GEMM_FORMULATION = "default"  # the matmul op's module whose executables gemm.plan knows
 SPLIT_K_FORMULATION = "split_k"  # the matmul op's module whose executables gemm.split_k_plan knows
-#: Whether to offer the split-K candidates at all (bench.py --long-k measures without them).
+#: Whether to offer the split-K candidates at all, the GEMM's and the convolution's (bench.py
+#: --long-k measures without them).
 OFFER_SPLIT_K = True
 
 
@@ -189,11 +193,15 @@ def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
     named ``hopper_conv_<tiles>``."""
     problem = conv.problem_of(signature)
     by_phase = dgrad.problem_of(signature)
-    modules: list[tuple[Callable[[conv.ConvConfig | None, str], Substitution], conv.ConvConfig, int, int]] = []
+    modules: list[tuple[Callable[[conv.ConvConfig | None, str], Substitution], conv.ConvConfig | None, int, int]] = []
     if by_phase is not None and _offers(signature, target, dgrad.FORMULATION):
         # no zeros inserted into dY, no multiply-add of one
         modules.append((lambda config, name, pb=by_phase: _phase_launches(pb, config, name),
                         dgrad.choose_config(by_phase), by_phase.k, by_phase.c))
+    if OFFER_SPLIT_K and problem is not None and problem.mode == "fwd" and \
+            _offers(signature, target, SPLIT_K_FORMULATION):
+        # few output tiles (late maps at small batches): several programs a tile, each a split of its reduction
+        modules.append((lambda config, name, pb=problem: _split_launches(pb, config, name), None, 0, 0))
     if problem is not None:
         # reading x (or dY) unpadded, where the kernel can: no padded copy, ahead of the pad + conv
         implicit = conv.padding_as_it_reads(problem)
@@ -203,7 +211,7 @@ def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
                                 conv.choose_config(pb), pb.cin, pb.cout))
     chosen = [make(None, "hopper_conv") for make, _, _, _ in modules]
     others = [make(config, f"hopper_conv_{conv.config_label(config)}") for make, tiles, cin, cout in modules
-              for config in conv.alternatives(tiles, cin, cout)]
+              if tiles is not None for config in conv.alternatives(tiles, cin, cout)]
     return chosen + others
 
 
@@ -215,6 +223,24 @@ def _phase_launches(problem: dgrad.PhaseProblem, config: conv.ConvConfig | None 
                             "hopper_dgrad")
     return Substitution(name, build=build, key=_key("dgrad", problem, config, dgrad.FORMULATION),
                         formulation=dgrad.FORMULATION)
+
+
+def _split_launches(problem: conv.ConvProblem, config: conv.ConvConfig | None = None,
+                    name: str = "hopper_conv") -> Substitution:
+    """A forward in the conv op's ``split_k`` module: its products replaced by the kernel in
+    the module's splits (``conv.split_plan``), tiles chosen for the split problem unless given."""
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        split, launches = conv.split_plan(problem, kernel.executables)
+        tiles = config or conv.choose_config(split)
+        files: dict[str, str] = {}
+        for launch in launches:
+            made = conv.generate(split, tiles, launch, launch.executable.exports[0].kernel_name)
+            files.update(_replaced(launch.executable, made, "objects/hopper_conv_split.ptx"))
+        return files
+
+    # the splits follow from the module, which the op's version (in BOO's key) decides
+    key = _key("conv", problem, config or "chosen", SPLIT_K_FORMULATION)
+    return Substitution(name, build=build, key=key, formulation=SPLIT_K_FORMULATION)
 
 
 def _conv_launches(problem: conv.ConvProblem, formulation: str, config: conv.ConvConfig | None = None,
