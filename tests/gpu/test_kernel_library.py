@@ -79,6 +79,8 @@ ANY_SHAPE = [
     MatmulSignature(m=6304, n=3072, k=768, dtype=torch.float16, activation="gelu", bias=True, trans_b=True),
     MatmulSignature(m=100, n=50, k=70, dtype=BF16),
     MatmulSignature(m=1, n=64, k=64, dtype=BF16),  # one row
+    MatmulSignature(m=1, n=1000, k=2048, trans_b=True, bias=True, dtype=BF16),  # a classifier at batch 1: a bias row
+    MatmulSignature(m=1, n=256, k=512, trans_a=True, bias=True, dtype=BF16),  # one row of A transposed: the row itself
     MatmulSignature(m=300, n=100, k=200, trans_a=True, trans_b=True, alpha=2.0, beta=0.5, bias=True,
                     activation="silu", dtype=BF16),
     MatmulSignature(m=197, n=197, k=64, batch=12, trans_b=True, dtype=BF16),  # attention scores

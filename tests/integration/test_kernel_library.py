@@ -49,6 +49,21 @@ def test_it_knows_which_matmuls_it_serves():
         assert gemm.problem_of(other) is None
 
 
+@pytest.mark.parametrize("signature", [
+    MatmulSignature(m=1, n=1000, k=2048, trans_b=True, bias=True, dtype=torch.bfloat16),  # a classifier at batch 1
+    MatmulSignature(m=1, n=256, k=512, trans_a=True, bias=True, dtype=torch.bfloat16),
+    MatmulSignature(m=1, n=256, k=512, bias=True, alpha=2.0, beta=0.5, activation="relu", dtype=torch.bfloat16)],
+    ids=lambda s: s.func_name)
+def test_a_one_row_product_is_recognized_as_iree_binds_it(private_cache, signature):
+    """IREE binds a one-row product's bias as a 1 x N row and A stored transposed as the row
+    it is (the same memory): the plan finds the executable, and the kernel reads A as a row."""
+    problem = gemm.problem_of(signature)
+    found = executables_of(signature, "cuda:sm_80", "default")
+    executable = gemm.plan(problem, found.executables)
+    assert not gemm.kernel_problem(problem, executable).trans_a
+    assert [b.tensor for b in executable.exports[0].bindings][-2] == f"tensor<1x{signature.n}xbf16>"
+
+
 def test_small_products_get_smaller_tiles_so_that_every_sm_has_work():
     def first(m: int, n: int, k: int) -> tuple[int, int]:
         config = gemm.choose_config(gemm.problem_of(MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16)))

@@ -112,12 +112,13 @@ class GemmProblem:
 
     def bindings(self) -> list[str]:
         """The tensor types of the product's executable, in binding order: A and B as stored,
-        [C], [bias], out (2-D for one batch, batch first otherwise)."""
+        [C], [bias], out (2-D for one batch, batch first otherwise). IREE binds the bias of a
+        one-row product as a row (``1 x N``: a classifier's at batch 1)."""
         lead = (self.batch,) if self.batch > 1 else ()
         shapes = [lead + ((self.k, self.m) if self.trans_a else (self.m, self.k)),
                   lead + ((self.n, self.k) if self.trans_b else (self.k, self.n))]
         shapes += [lead + (self.m, self.n)] if self.has_c else []
-        shapes += [(self.n,)] if self.bias else []
+        shapes += [(1, self.n) if self.m == 1 and not lead else (self.n,)] if self.bias else []
         types = [self.dtype] * len(shapes) + [self.out_dtype or self.dtype]
         shapes += [lead + (self.m, self.n)]
         return [f"tensor<{'x'.join(map(str, s))}x{t}>" for s, t in zip(shapes, types, strict=True)]
@@ -192,9 +193,10 @@ def choose_config(problem: GemmProblem) -> GemmConfig:
 def plan(problem: GemmProblem, executables: Any) -> Any:
     """The executable of IREE's module that computes the product (the one whose bindings
     are the problem's; where both operands are transposed, the one reading IREE's transient
-    of A transposed). ValueError for a module of any other shape."""
+    of A transposed; for one row, A transposed read as the row it is). ValueError for a
+    module of any other shape."""
     wanted = [problem.bindings()]
-    if problem.trans_a and problem.trans_b:
+    if problem.trans_a and (problem.trans_b or problem.m == 1):
         wanted.append(replace(problem, trans_a=False).bindings())
     found = []
     for executable in executables:
