@@ -94,10 +94,10 @@ def forward_mlir(s: ConvSignature, epilogue: Epilogue, inputs: list[str], func_n
     ``inputs`` in the signature's order (``x``, ``w``, then the epilogue's: ``b`` or ``bias``,
     ``scale``, ``shift``, ``mean``, ``var``, ``r``), then y."""
     g = parts(s)
-    # %b and %r are names the products and the rounding use
-    inputs = [{"b": "bias", "r": "residual"}.get(name, name) for name in inputs]
     if g is None:
         raise ValueError(f"{s.func_name}: not a convolution split_k serves")
+    # %b and %r are names the products and the rounding use
+    inputs = [{"b": "bias", "r": "residual"}.get(name, name) for name in inputs]
     n, c, h, width = s.input_shape
     k, (r, t), (p, q) = s.output_channels, s.window, s.output_spatial
     shapes = {"x": (n, h, width, c), "w": (k, r, t, c), "residual": (n, p, q, k)}
