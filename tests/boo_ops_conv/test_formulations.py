@@ -248,7 +248,8 @@ LINALG_CASES += [(signature, "split_k") for signature in CBA_SPLIT_CASES]
 
 def test_split_k_is_offered_last_on_cuda_for_forwards_of_few_output_tiles():
     """A ResNet's 7x7 maps at batches 1 and 8 (4 and 16 tiles of 128 x 128) in 8 slices of the
-    channels (4 for a 1x1 window of 2,048: slices of at least 512 products); not at batch 32
+    channels (at most 8; slices of at least 512 products, 256 for 16 tiles or fewer); not at
+    batch 32
     (52 tiles: two slices do not pay for the sum), nor 14x14 maps at batch 32, nor on the
     CPU, nor in float32, nor for a batch norm per activation or an activation the sum lacks."""
     def row(c: int, k: int, window: int, stride: int, size: int, batch: int) -> ConvSignature:
@@ -257,11 +258,14 @@ def test_split_k_is_offered_last_on_cuda_for_forwards_of_few_output_tiles():
 
     for batch in (1, 8):
         for seven, slices in ((row(512, 512, 3, 1, 7, batch), 8), (row(512, 512, 3, 2, 14, batch), 8),
-                              (row(2048, 512, 1, 1, 7, batch), 4)):
+                              (row(2048, 512, 1, 1, 7, batch), 8)):
             assert names(seven, CUDA)[-1] == "split_k" and "split_k" not in names(seven)
             assert split_forward.parts(seven) == slices
     for many in (row(512, 512, 3, 1, 7, 32), row(256, 256, 3, 1, 14, 32), row(1024, 256, 1, 1, 14, 8)):
         assert "split_k" not in names(many, CUDA)
+    # very few tiles (batch 1): slices of 256 products
+    assert split_forward.parts(row(1024, 256, 1, 1, 14, 1)) == split_forward.parts(row(128, 128, 3, 1, 28, 1)) == 4
+    assert split_forward.parts(row(256, 128, 1, 1, 56, 1)) is None  # 256 products: nothing to cut
     assert "split_k" not in names(dataclasses.replace(row(512, 512, 3, 1, 7, 8), dtype=f32), CUDA)
     cba = _cba(n=8, c=512, h=7, w=7, k=512, fusion="cbna", residual=True)
     assert names(cba, CUDA) == ["default", "channels_last", "split_k"]

@@ -117,7 +117,9 @@ def cba_signature(c: int, k: int, window: int, stride: int, size: int, fusion: s
 # Forwards of few output tiles at small batches (a ResNet's late maps): the conv op's split_k
 # module, the products in 4 or 8 splits of the reduction, IREE's sum with the epilogue.
 # (input channels, output channels, window, stride, input size, batch)
-SPLIT_ROWS = [(512, 512, 3, 1, 7, 1), (512, 512, 3, 2, 14, 8), (2048, 512, 1, 1, 7, 8), (256, 256, 3, 1, 14, 1)]
+SPLIT_ROWS = [(512, 512, 3, 1, 7, 1), (512, 512, 3, 2, 14, 8), (2048, 512, 1, 1, 7, 8), (256, 256, 3, 1, 14, 1),
+              (128, 128, 3, 1, 28, 1),  # 18 steps of the reduction in 4 splits: the last has 3
+              (1024, 256, 1, 1, 14, 1)]  # slices of 256 products (4 tiles)
 
 
 @pytest.mark.parametrize("row", SPLIT_ROWS, ids=lambda r: "{}to{}_{}x{}_s{}_at{}_batch{}".format(*r[:3], *r[2:]))

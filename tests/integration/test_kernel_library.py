@@ -255,7 +255,7 @@ def test_a_padded_forward_reads_x_unpadded_from_the_channels_last_module(private
                          [(dataclasses.replace(resnet_conv(512, 512, 3, 1, 7, "fwd", **RELU_BIAS),
                                                input_shape=(8, 512, 7, 7)), 8),
                           (dataclasses.replace(resnet_cba(512, 512, 3, 2, 14, residual=True), n=8), 8),
-                          (dataclasses.replace(resnet_cba(2048, 512, 1, 1, 7, fusion="cbna"), n=8), 4)],
+                          (dataclasses.replace(resnet_cba(2048, 512, 1, 1, 7, fusion="cbna"), n=8), 8)],
                          ids=lambda case: getattr(case, "func_name", str(case))[:40])
 def test_a_forward_of_few_tiles_runs_split_in_the_split_k_module(private_cache, signature, splits):
     problem = conv.problem_of(signature)

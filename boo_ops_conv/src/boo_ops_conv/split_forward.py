@@ -16,8 +16,12 @@ Measured on an H200 (the Hopper library's kernel alone, ``bench_conv.py --implic
 (11.0); at batch 8 26.6, 17.6, 10.6, 9.9 (11.7); 2048->512 1x1 @7 at batch 8 12.6, 9.2, 6.3,
 6.4 (5.8). Two slices do not pay for the sum's executable (about 5 µs for batch 32's 7x7
 maps): at batch 32 those maps' 52 tiles in two slices took 22.6 against 24.8 unsplit, and
-1024->256 1x1 @14 at batch 8 6.0 against 6.6. So ``split_k`` is offered where the output
-tiles fill at most a quarter of the multiprocessors, in at least :data:`MIN_PARTS` slices.
+1024->256 1x1 @14 at batch 8 6.0 against 6.6 (four slices of 256 products: 6.2, their float32
+sums written outweighing the shorter reduction). At batch 1, where the tiles are very few and
+the sums small, slices of 256 pay: 1024->256 1x1 @14 6.3 -> 3.4 in four (cuDNN 3.5), 128->128
+3x3 @28 7.4 -> 4.0 (5.9), 1024->512 1x1 @14 6.5 -> 3.8 (7.2). So ``split_k`` is offered where
+the output tiles fill at most a quarter of the multiprocessors, in at least :data:`MIN_PARTS`
+slices.
 
 The epilogue is the forward's (:class:`Epilogue`): a bias, then, for CBAInfer, the
 convolution's result rounded to the data's type as its reference computes it, a
@@ -33,14 +37,18 @@ import torch
 from .linalg_common import Writer, affine_map, extent_of_x_read, iterators, tensor_type
 from .signature import ConvSignature
 
-#: ``split_k`` cuts a reduction (window taps x input channels) into the most slices, at
-#: least :data:`MIN_PARTS`, whose output tiles of :data:`TILE` x :data:`TILE` fill :data:`SMS`
-#: multiprocessors (an H100 SXM's) at most once, each slice reducing at least
-#: :data:`MIN_SLICE` products (module docstring).
+#: ``split_k`` cuts a reduction (window taps x input channels) into the most slices, at least
+#: :data:`MIN_PARTS` and at most :data:`MAX_PARTS` (the most measured), whose output tiles of
+#: :data:`TILE` x :data:`TILE` fill :data:`SMS` multiprocessors (an H100 SXM's) at most once,
+#: each slice reducing at least :data:`MIN_SLICE` products, or :data:`MIN_SLICE_FEW_TILES`
+#: where there are at most :data:`VERY_FEW_TILES` tiles (module docstring).
 SMS = 132
 TILE = 128
 MIN_PARTS = 4
+MAX_PARTS = 8
 MIN_SLICE = 512
+MIN_SLICE_FEW_TILES = 256
+VERY_FEW_TILES = 16
 #: Activations the epilogue computes: the conv op's names, and CBAInfer's (MIOpen's) for them.
 ACTIVATIONS = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "logistic": "sigmoid"}
 _HALF = (torch.float16, torch.bfloat16)
@@ -71,7 +79,8 @@ def parts(s: ConvSignature) -> int | None:
     pixels = n * s.output_spatial[0] * s.output_spatial[1]
     tiles = -(-pixels // TILE) * -(-s.output_channels // TILE)
     reduction = c * s.window[0] * s.window[1]
-    found = [d for d in range(MIN_PARTS, SMS // tiles + 1) if c % d == 0 and reduction // d >= MIN_SLICE]
+    least = MIN_SLICE_FEW_TILES if tiles <= VERY_FEW_TILES else MIN_SLICE
+    found = [d for d in range(MIN_PARTS, min(MAX_PARTS, SMS // tiles) + 1) if c % d == 0 and reduction // d >= least]
     return max(found) if found else None
 
 
