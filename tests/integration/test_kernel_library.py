@@ -266,8 +266,11 @@ def test_a_forward_of_few_tiles_runs_split_in_the_split_k_module(private_cache, 
     config = conv.choose_config(split)
     assert config == conv.choose_config(problem if problem.r == 1 else conv.padding_as_it_reads(problem))
     assert conv.conv_grid(split, config) == splits * conv.conv_grid(dataclasses.replace(split, splits=1), config)
-    first = hooks.candidates(signature, Target.parse("cuda:sm_80"))[0]
-    assert first.formulation == hooks.SPLIT_K_FORMULATION
+    offered = hooks.candidates(signature, Target.parse("cuda:sm_80"))
+    assert offered[0].formulation == hooks.SPLIT_K_FORMULATION and offered[0].name == "hopper_conv"
+    # for boo tune: the split module with the other tiles too, after every module's chosen ones
+    others = [c.name for c in offered[1:] if c.formulation == hooks.SPLIT_K_FORMULATION]
+    assert others and all(name.startswith("hopper_conv_") for name in others)
     with pytest.raises(ValueError):  # the module of a problem of other channels
         conv.split_plan(dataclasses.replace(problem, c=problem.c * 2), found.executables)
     with pytest.raises(ValueError):  # nor is this problem ever run on another module

@@ -193,15 +193,18 @@ def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
     named ``hopper_conv_<tiles>``."""
     problem = conv.problem_of(signature)
     by_phase = dgrad.problem_of(signature)
-    modules: list[tuple[Callable[[conv.ConvConfig | None, str], Substitution], conv.ConvConfig | None, int, int]] = []
+    modules: list[tuple[Callable[[conv.ConvConfig | None, str], Substitution], conv.ConvConfig, int, int]] = []
     if by_phase is not None and _offers(signature, target, dgrad.FORMULATION):
         # no zeros inserted into dY, no multiply-add of one
         modules.append((lambda config, name, pb=by_phase: _phase_launches(pb, config, name),
                         dgrad.choose_config(by_phase), by_phase.k, by_phase.c))
     if OFFER_SPLIT_K and problem is not None and problem.mode == "fwd" and \
             _offers(signature, target, SPLIT_K_FORMULATION):
-        # few output tiles (late maps at small batches): several programs a tile, each a split of its reduction
-        modules.append((lambda config, name, pb=problem: _split_launches(pb, config, name), None, 0, 0))
+        # few output tiles (late maps at small batches): several programs a tile, each a split of its
+        # reduction, with the unsplit problem's tiles (conv.choose_config)
+        tiles = conv.choose_config(conv.padding_as_it_reads(problem) or problem)
+        modules.append((lambda config, name, pb=problem: _split_launches(pb, config, name), tiles, problem.cin,
+                        problem.cout))
     if problem is not None:
         # reading x (or dY) unpadded, where the kernel can: no padded copy, ahead of the pad + conv
         implicit = conv.padding_as_it_reads(problem)
@@ -211,7 +214,7 @@ def conv_candidates(signature: Any, target: Target) -> list[Substitution]:
                                 conv.choose_config(pb), pb.cin, pb.cout))
     chosen = [make(None, "hopper_conv") for make, _, _, _ in modules]
     others = [make(config, f"hopper_conv_{conv.config_label(config)}") for make, tiles, cin, cout in modules
-              if tiles is not None for config in conv.alternatives(tiles, cin, cout)]
+              for config in conv.alternatives(tiles, cin, cout)]
     return chosen + others
 
 
