@@ -14,9 +14,9 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
   slices are known.
 * A conv, or a CBAInfer (conv + bias + batch norm + activation) in NHWC: every executable
   of the ``default`` formulation's module (``conv.plan``); first, for a forward of few
-  output tiles where the op offers ``split_k`` (small batches), that module's products (``conv.split_plan``:
-  float32 partial sums over splits of the reduction, summed by IREE's next executable with
-  the epilogue); for a padded forward or a padded
+  output tiles (small batches) where the op offers ``split_k``, that module's products
+  (``conv.split_plan``: float32 partial sums over splits of the reduction, which IREE's next
+  executable adds with the epilogue); for a padded forward or a padded
   stride-1 data gradient, first the ``channels_last`` formulation's module (one executable,
   or the filter's copy and one), the padding applied as the kernel reads x or dY. After
   each module's candidate with its chosen tiles, the same modules with other tiles
@@ -66,7 +66,7 @@ CONV_FORMULATION = "default"  # the conv op's module whose executables conv.plan
 #: fused in), which the kernel reads unpadded (conv.padding_as_it_reads).
 CHANNELS_LAST_FORMULATION = "channels_last"
 GEMM_FORMULATION = "default"  # the matmul op's module whose executables gemm.plan knows
-SPLIT_K_FORMULATION = "split_k"  # the matmul op's module whose executables gemm.split_k_plan knows
+SPLIT_K_FORMULATION = "split_k"  # the matmul op's (gemm.split_k_plan) and the conv op's (conv.split_plan)
 #: Whether to offer the split-K candidates at all, the GEMM's and the convolution's (bench.py
 #: --long-k measures without them).
 OFFER_SPLIT_K = True
