@@ -20,6 +20,7 @@ a fraction of the step's total.
     python benchmarks/models.py [--models resnet50,vit_b_16,decoder] [--passes inference,training]
                                 (--models also takes resnet50_nchw, resnext50_32x4d and convnext_tiny)
                                 [--batch 32] [--steps 10] [--no-graphs] [--backward-kernels 0,1] [--small]
+                                [--dtype auto|bfloat16|float32]
                                 [--graph-replay 0,1] [--reorders 0,1] [--profile N] [--timeline N] [--host-profile N]
 
 ``--graph-replay 0,1`` measures BOO's configurations with and without
@@ -325,10 +326,12 @@ def main() -> None:
                         help="print every row's device timeline with its N longest idle gaps (graphless rows too)")
     parser.add_argument("--host-profile", type=int, default=0, metavar="N",
                         help="print each row's N Python functions with the most host time")
+    parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                        help="the models' dtype (auto: bfloat16 on a GPU, float32 on the CPU)")
     args = parser.parse_args()
 
     cuda = args.device.startswith("cuda")
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = (torch.bfloat16 if cuda else torch.float32) if args.dtype == "auto" else getattr(torch, args.dtype)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     configs = [c for c in CONFIGS if c[1] is None or ((cuda or "graphs" not in c[0])
                                                       and not (args.no_graphs and "graphs" in c[0])

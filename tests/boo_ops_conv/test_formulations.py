@@ -100,6 +100,9 @@ CASES = [
     ConvSignature((2, 4, 5, 6, 3), (5, 4, 1, 1, 1), dtype=bf16, shared_layout="NDHWC", mode="bwd_bias"),
     # channels-first bias gradients (image_sums)
     ConvSignature((3, 4, 7, 5), (6, 4, 3, 3), padding=1, dtype=bf16, mode="bwd_bias"),
+    # a bf16 channels-last forward: im2col first on the CPU, its matmul data-tiled
+    ConvSignature((2, 8, 6, 5), (12, 8, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC", bias=True,
+                  activation="relu"),
     # patchifying convolutions (stride = window, unpadded: a reshape of x is their columns), with
     # a remainder of the input no window reads
     *(ConvSignature((2, 6, 9, 7), (5, 6, 2, 2), stride=2, dtype=bf16, shared_layout="NHWC", mode=mode)
@@ -244,6 +247,19 @@ def _cba(**options: object) -> ConvBatchNormActivationSignature:
 CBA_SPLIT_CASES = [_cba(fusion="cbna", residual=True), _cba(fusion="cna", activation="logistic", stride_h=2),
                    _cba(fusion="cba", activation="tanh", alpha=0.5, beta=2.0, dtype=f16)]
 LINALG_CASES += [(signature, "split_k") for signature in CBA_SPLIT_CASES]
+
+
+def test_a_bf16_forward_im2col_is_data_tiled_on_the_cpu():
+    """bf16 only (float32 measured slower with it), the CPU only, CBAInfer's conv stage too."""
+    def flags(signature, target=CPU):
+        return next(f.flags for f in BooOpRegistry.default().formulations(signature, target) if f.name == "im2col")
+
+    nhwc = ConvSignature((2, 8, 6, 5), (12, 8, 3, 3), padding=1, dtype=bf16, shared_layout="NHWC")
+    assert "--iree-opt-data-tiling" in flags(nhwc)
+    assert "--iree-opt-data-tiling" not in flags(dataclasses.replace(nhwc, dtype=f32))
+    assert "--iree-opt-data-tiling" not in flags(nhwc, CUDA)
+    assert "--iree-opt-data-tiling" in flags(_cba(fusion="cna"))
+    assert "--iree-opt-data-tiling" not in flags(_cba(fusion="cna", dtype=f32))
 
 
 def test_split_k_is_offered_last_on_cuda_for_forwards_of_few_output_tiles():

@@ -21,7 +21,13 @@ from boo_core import Formulation, Target
 
 from . import split_forward
 from .cba_signature import ConvBatchNormActivationSignature
-from .formulations import channels_last_formulation, im2col_first_on_the_cpu, im2col_forward, split_k_formulation
+from .formulations import (
+    channels_last_formulation,
+    im2col_first_on_the_cpu,
+    im2col_flags,
+    im2col_forward,
+    split_k_formulation,
+)
 from .signature import ConvSignature
 
 
@@ -40,6 +46,7 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
     if s.has_conv and im2col_first_on_the_cpu(conv_stage(s, s.layout), target):
         conv = functools.partial(im2col_forward, conv_stage(s), in_place=True)  # the CPU's module
         return (Formulation("im2col", computation=lambda *a: s.compute(a, conv),
+                            flags=im2col_flags(conv_stage(s), target),
                             description="the conv stage as the conv op's im2col (unfolded windows times the filter)"),
                 Formulation("default"))
     return (Formulation("default"),)

@@ -194,6 +194,15 @@ DEPTHWISE = "depthwise"
 #: measured on a GPU.
 GROUPED = "grouped"
 PHASE_AXES_FIRST_BELOW = 64
+#: On the CPU a bf16 forward's ``im2col`` matmul is data-tiled (its operands packed into tiles
+#: shaped for the CPU's dot-product instructions), as the matmul op's bf16 products are.
+#: ``python benchmarks/cpu_data_tiling.py`` (2026-11-29, the 2-core AVX-512-BF16 machine, batch
+#: 8, one run, µs, without -> with (PyTorch)): NHWC 3x3 64 @16 1552 -> 764 (416), 3x3 128 @8
+#: 1447 -> 616 (384), 3x3 256 @4 1853 -> 515 (422), 1x1 128->256 @16 1279 -> 487 (388), 3x3/2
+#: 64->128 @32 3472 -> 1101 (737); NCHW 3x3/2 3531 -> 1269 (801); CBAInfer 3x3 64 @16 1689 ->
+#: 1228 (633). Not float32: slower on 4 of the 5 NHWC rows (3x3 64 @16 933 -> 1328); IREE's
+#: microkernels on top gained nothing in a first run.
+CPU_BF16_DATA_TILING = ("--iree-opt-data-tiling",)
 #: iree-compile flags of the ``channels_last`` formulation (module docstring): convolutions
 #: made channels-last, their padding fused into them.
 CHANNELS_LAST_FLAGS = (
@@ -229,6 +238,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
                                              "to the extent x's windows read"))
     if s.mode == "fwd" and not s.transposed:
         im2col = Formulation("im2col", computation=lambda *a: _im2col(s, a, in_place=cpu),
+                             flags=im2col_flags(s, target),
                              description="implicit GEMM: unfolded windows (channels minor) times the filter")
         if cuda and _is_unpadded_nchw_1x1(s):
             first.append(Formulation("matmul_1x1", computation=lambda *a: _one_by_one_matmul(s, *a),
@@ -330,6 +340,11 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     if cuda and split_forward.parts(s):
         later.append(split_k_formulation(s, split_forward.conv_epilogue(s), [spec.name for spec in s.input_specs()]))
     return (*first, Formulation("default"), *later)
+
+
+def im2col_flags(s: ConvSignature, target: Target) -> tuple[str, ...]:
+    """A forward ``im2col``'s iree-compile flags: :data:`CPU_BF16_DATA_TILING` for bf16 on the CPU."""
+    return CPU_BF16_DATA_TILING if target.backend == "llvm-cpu" and s.dtype == torch.bfloat16 else ()
 
 
 def split_k_formulation(conv: ConvSignature, epilogue: split_forward.Epilogue, inputs: list[str],
