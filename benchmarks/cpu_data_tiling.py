@@ -15,12 +15,10 @@ import argparse
 import dataclasses
 import statistics
 
+from cpu_formulations import verified_cpu_kernel
 from cpu_tuned import per_call_us  # the same timing as the CPU table's
 
-from boo_core import BooOpRegistry, Target, resolve_device
-from boo_core.kernels.request import KernelRequest
-from boo_core.runtime.launchable import load_launchable
-from boo_core.verify.numerics import check_launchable
+from boo_core import BooOpRegistry, Target
 
 TILING = "--iree-opt-data-tiling"
 _NHWC = "--in_layout NHWC --out_layout NHWC --fil_layout NHWC"
@@ -40,15 +38,8 @@ COMMANDS = [
 
 def built(signature, formulation, tiled: bool):
     """The CPU kernel of ``formulation`` with or without data tiling, verified."""
-    cpu = Target.parse("cpu")
     flags = tuple(f for f in formulation.flags if f != TILING) + ((TILING,) if tiled else ())
-    device = resolve_device("cpu")
-    kernel = load_launchable(signature, device, KernelRequest.create(signature, cpu, dataclasses.replace(
-        formulation, flags=flags)), device.driver_for(signature.flops))
-    failed = [str(c) for c in check_launchable(kernel) if not c.passed]
-    if failed:
-        raise RuntimeError(f"{signature.func_name} ({formulation.name}, tiled={tiled}): {failed}")
-    return kernel
+    return verified_cpu_kernel(signature, dataclasses.replace(formulation, flags=flags))
 
 
 def main() -> None:

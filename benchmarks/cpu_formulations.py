@@ -43,14 +43,18 @@ def formulation_kernel(signature, name: str, offered_on: Target):
         offered = {f.name for f in BooOpRegistry.default().formulations(signature, cpu)}
         return get_launchable(signature, formulation=name) if name in offered else None
     found = [f for f in BooOpRegistry.default().formulations(signature, offered_on) if f.name == name]
-    if not found:
-        return None
+    return verified_cpu_kernel(signature, found[0]) if found else None
+
+
+def verified_cpu_kernel(signature, formulation):
+    """The CPU kernel ``formulation`` (a :class:`~boo_core.Formulation`, with its flags) builds
+    for ``signature``, checked against float64 PyTorch; RuntimeError if it is wrong."""
     device = resolve_device("cpu")
-    kernel = load_launchable(signature, device, KernelRequest.create(signature, cpu, found[0]),
+    kernel = load_launchable(signature, device, KernelRequest.create(signature, Target.parse("cpu"), formulation),
                              device.driver_for(signature.flops))
     failed = [str(c) for c in check_launchable(kernel) if not c.passed]
     if failed:
-        raise RuntimeError(f"{signature.func_name} ({name}): {failed}")
+        raise RuntimeError(f"{signature.func_name} ({formulation.name}, flags {formulation.flags}): {failed}")
     return kernel
 
 
