@@ -23,9 +23,9 @@ the sums small, slices of 256 pay: 1024->256 1x1 @14 6.3 -> 3.4 in four (cuDNN 3
 the output tiles fill at most a quarter of the multiprocessors, in at least :data:`MIN_PARTS`
 slices.
 
-The epilogue is the forward's (:class:`Epilogue`): a bias, then, for CBAInfer, the
-convolution's result rounded to the data's type as its reference computes it, a
-per-channel batch norm from running statistics and a residual; then the activation.
+The epilogue is the forward's (:class:`Epilogue`): a bias; the result rounded to the data's
+type (what both references' convolutions output); for CBAInfer, a per-channel batch norm
+from running statistics and a residual; then the activation, rounded again.
 """
 
 from __future__ import annotations
