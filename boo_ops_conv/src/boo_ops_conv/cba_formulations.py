@@ -44,9 +44,9 @@ def cba_formulations(signature: ConvBatchNormActivationSignature, target: Target
     if target.backend == "cuda" and s.has_conv and s.layout == "NHWC" and any(s.padding):
         return (Formulation("default"), channels_last_formulation())
     if s.has_conv and im2col_first_on_the_cpu(conv_stage(s, s.layout), target):
-        conv = functools.partial(im2col_forward, conv_stage(s), in_place=True)  # the CPU's module
-        return (Formulation("im2col", computation=lambda *a: s.compute(a, conv),
-                            flags=im2col_flags(conv_stage(s), target),
+        stage = conv_stage(s)
+        conv = functools.partial(im2col_forward, stage, in_place=True)  # the CPU's module
+        return (Formulation("im2col", computation=lambda *a: s.compute(a, conv), flags=im2col_flags(stage, target),
                             description="the conv stage as the conv op's im2col (unfolded windows times the filter)"),
                 Formulation("default"))
     return (Formulation("default"),)

@@ -221,7 +221,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
     """The conv op's formulations for ``signature`` on ``target`` (module docstring)."""
     s = signature
     cuda = target.backend == "cuda"
-    cpu = target.backend == "llvm-cpu"  # im2col reads channels-last operands in place (_columns, _tap_major)
+    cpu = target.backend == "llvm-cpu"  # there im2col reads channels-last operands in place (_columns, _tap_major)
     windowed = s.mode in ("fwd", "wrw") and not s.transposed
     first: list[Formulation] = []
     later: list[Formulation] = []
@@ -261,7 +261,7 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
             first.append(splits.pop(0))  # IREE's own kernels for this class came out wrong at batch 32
         elif cuda and _patchifies(s):  # the columns are a reshape of x (_patches)
             first.append(splits.pop(1 if math.prod(s.kernel_shape) < PATCH_WEIGHTS_SPLIT_FINER else 0))
-        elif target.backend == "llvm-cpu":
+        elif cpu:
             first += [f for f in splits if f.name == WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
             splits = [f for f in splits if f.name != WEIGHT_GRADIENT_FIRST_ON_THE_CPU]
         later += [*splits,
@@ -284,13 +284,13 @@ def conv_formulations(signature: ConvSignature, target: Target) -> tuple[Formula
         first.append(Formulation("patches", computation=lambda *a: _patch_data_gradient(s, a),
                                  description="dY @ W, each row a patch of dX put back in place"))
     if _in_phases(s):
-        (first if target.backend == "llvm-cpu" and PHASES_FIRST_ON_THE_CPU else later).append(Formulation(
+        (first if cpu and PHASES_FIRST_ON_THE_CPU else later).append(Formulation(
             "phases", computation=lambda *a: _phase_data_gradient(s, a, in_place=cpu),
             description="one convolution of dY per phase of dX's pixels: no zeros inserted"))
     if _scatters(s):
         scatter = Formulation("matmul_scatter", computation=lambda *a: _strided_1x1_data_gradient(s, a),
                               description="dY @ W at the strided pixels, zeros between them")
-        (first if target.backend == "llvm-cpu" and SCATTER_FIRST_ON_THE_CPU else later).append(scatter)
+        (first if cpu and SCATTER_FIRST_ON_THE_CPU else later).append(scatter)
     if ((s.mode == "bwd" and not s.transposed) or (s.mode == "fwd" and s.transposed)) and _beyond_the_window(s):
         first.insert(0, Formulation("explicit_pad", computation=lambda *a: _padded_then_cropped(s, a),
                                     description="computed without padding, then cut back by it"))
