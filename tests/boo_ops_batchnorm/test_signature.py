@@ -155,7 +155,8 @@ STAGED = [S((9, 5, 3, 2), save=True, running=True), S((9, 5, 3, 2), channels_las
           S((17, 4, 3), spatial=False, save=True), S((9, 5, 3, 2), mode="infer"),
           S((9, 5, 3, 2), mode="bwd", channels_last=True), S((9, 5, 3, 2), mode="bwd", save=True, spatial=False),
           S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, activation="relu"),
-          S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, residual=True, activation="relu")]
+          S((9, 5, 3, 2), mode="bwd", channels_last=True, save=True, residual=True, activation="relu"),
+          S((5, 4, 21, 21), mode="bwd", channels_last=True, save=True, activation="relu")]  # 21 parts of 105 rows
 
 
 @pytest.mark.parametrize("signature", STAGED, ids=lambda s: s.func_name)
@@ -166,7 +167,10 @@ def test_gpu_formulation_sums_in_stages_to_the_same_values(signature):
     *staged, default = formulations(signature, Target.parse("cuda:sm_80"))
     # short channels-last reductions (here 54 rows: 6 partial sums of 9) in two stages first
     two_stages = ["staged_sums_two_stages"] if signature.channels_last and signature.reduction_size == 54 else []
-    assert [f.name for f in (*staged, default)] == [*two_stages, "staged_sums", "staged_sums_64", "default"]
+    # a longer backward's (2,205 rows) also from 21 parts of 105 rows, last
+    few_parts = ["staged_sums_few_parts"] if signature.reduction_size == 2205 else []
+    assert [f.name for f in (*staged, default)] == [*two_stages, "staged_sums", "staged_sums_64", *few_parts,
+                                                    "default"]
     args = [a.double() for a in signature.get_sample_args()]
     expected = signature.reference(*args)
     expected = (expected,) if isinstance(expected, torch.Tensor) else expected
@@ -191,6 +195,27 @@ def test_short_reductions_sum_in_two_stages_first():
     longer = S((32, 512, 14, 14), mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
     assert two_stage_groups(longer) is None  # it would be 196
     assert "staged_sums_two_stages" not in [f.name for f in formulations(longer, gpu)]
+
+
+def test_backwards_of_short_parts_or_many_channels_also_sum_from_few_parts_last():
+    """For a kernel library's first stage: 32 parts of 196 rows at 14x14; 32 of 784 rows only
+    with 512 channels or more (16,384 partial sums); 7x7 maps take two stages already."""
+    from boo_core import Target
+    from boo_ops_batchnorm.hooks import few_parts_groups, formulations
+
+    def backward(channels: int, size: int, **changes: object) -> S:
+        fields = dict(mode="bwd", save=True, channels_last=True, dtype=torch.bfloat16)
+        return S((32, channels, size, size), **{**fields, **changes})
+
+    for channels, size, rows in ((256, 14, 196), (1024, 14, 196), (512, 28, 784), (64, 14, 196)):
+        signature = backward(channels, size)
+        assert few_parts_groups(signature) == rows and signature.first_stage_parts(rows) == 32
+        names = [f.name for f in formulations(signature, Target.parse("cuda:sm_90"))]
+        assert names.index("staged_sums_few_parts") == len(names) - 2  # IREE's first stage alone is slow there
+    for signature in (backward(256, 28), backward(64, 56), backward(2048, 7), backward(256, 14, mode="train"),
+                      backward(256, 14, channels_last=False)):
+        assert few_parts_groups(signature) is None
+        assert "staged_sums_few_parts" not in [f.name for f in formulations(signature, Target.parse("cuda:sm_90"))]
 
 
 def test_inference_with_running_statistics_has_no_sums_to_stage():

@@ -703,6 +703,12 @@ def test_it_knows_which_batch_norms_it_serves():
     # a 7x7 map's sums take the module with one stage fewer
     assert hooks.candidates(bnorm(input_shape=(32, 2048, 7, 7)), Target.parse("cuda:sm_90a"))[0].formulation == \
         "staged_sums_two_stages"
+    # a 14x14 map's, the module of 32 parts first, then staged_sums; the other rows on the first
+    found = hooks.candidates(bnorm(input_shape=(32, 256, 14, 14)), Target.parse("cuda:sm_90a"))
+    assert [(s.name, s.formulation) for s in found] == [
+        ("hopper_bnorm", "staged_sums_few_parts"), ("hopper_bnorm", "staged_sums"),
+        *((f"hopper_bnorm_rows{r}", "staged_sums_few_parts") for r in batchnorm.OTHER_PROGRAM_ROWS)]
+    assert len({s.key for s in found}) == len(found)
     assert hooks.boo_kernel_substitutions(bnorm(), Target.parse("cpu")) is None  # CUDA targets only
 
 
@@ -712,8 +718,10 @@ def test_it_knows_which_batch_norms_it_serves():
     ("bnorm -n 8 -c 48 -H 10 -W 10 -F 0 -b 1 -m 1 -s 1 -L NHWC", 25),
     ("bnormfp16 -n 4 -c 24 -H 5 -W 7 -F 0 -b 1 -m 0 -s 1 -L NHWC", 1),  # per activation
     ("bnormbfp16 -n 4 -c 16 -D 3 -H 5 -W 5 -F 0 -b 1 -m 1 -s 1 -L NDHWC", 15),
-    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu", 196),  # y read too
-    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu", 196)])
+    ("bnormbfp16 -n 32 -c 128 -H 28 -W 28 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu", 784),  # y read too
+    # 32 parts of 196 rows (staged_sums_few_parts)
+    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --activation relu", 32),
+    ("bnormbfp16 -n 32 -c 256 -H 14 -W 14 -F 0 -b 1 -m 1 -s 1 -L NHWC --residual 1 --activation relu", 32)])
 def test_it_finds_the_batch_norm_backwards_first_stage_and_elementwise_pass(private_cache, command, parts):
     (signature,) = BooOpRegistry.parse_signatures(command)
     problem = batchnorm.problem_of(signature)

@@ -37,6 +37,10 @@ NO_REDUCTION_VECTOR_DISTRIBUTION = ("--iree-codegen-llvmgpu-use-reduction-vector
 #: reduction per pass", counts the dispatches).
 STAGED_FLAGS = (*NO_REDUCTION_VECTOR_DISTRIBUTION, "--iree-dispatch-creation-enable-aggressive-fusion=true")
 CPU_STAGED_FLAGS = ("--iree-dispatch-creation-enable-aggressive-fusion=true",)
+#: Where a backward's sums may start with at most ``GROUPS`` parts (:func:`few_parts_groups`):
+#: parts of at most this many rows, or at least this many partial sums (parts x channels).
+FEW_PARTS_ROWS = 256
+FEW_PARTS_COLUMNS = 16384
 #: Elements a CPU workgroup of ``whole_rows`` covers at most (whole channel planes of one image).
 CPU_ROWS_ELEMENTS = 16384
 
@@ -88,6 +92,26 @@ def two_stage_groups(signature: BatchNormSignature) -> int | None:
     return next((d for d in range(smallest, SECOND_GROUPS + 1) if rows % d == 0), None)
 
 
+def few_parts_groups(signature: BatchNormSignature) -> int | None:
+    """Rows per part of a backward's first stage that leaves at most ``GROUPS`` parts, so
+    that its sums take the first stage and each term's last (one adding stage fewer than
+    ``staged_sums`` at 14x14, two at 56x56): the smallest such divisor of the reduction, for
+    a kernel library's first stage whose programs each sum whole parts (IREE's own first
+    stage has too few threads for it). Offered where :func:`two_stage_groups` offers none
+    and the parts are short (at most ``FEW_PARTS_ROWS`` rows) or, with their channels, make
+    at least ``FEW_PARTS_COLUMNS`` columns of partial sums; else None. On an H200 with
+    ``boo_kernels_hopper`` (ResNet-50's rows at batch 32, docs/gpu.md) that took 256 @14
+    from 10.3 to 9.8 us and 512 @28 from 47.7 to 43.8; rows of longer parts and fewer
+    columns went up to 2.7x slower (64 @112: 82 to 219 us)."""
+    if signature.mode != "bwd" or not (signature.spatial and signature.channels_last):
+        return None
+    if two_stage_groups(signature) is not None:
+        return None
+    rows = signature.reduction_size
+    d = next(d for d in range(-(-rows // GROUPS), rows + 1) if rows % d == 0)
+    return d if d <= FEW_PARTS_ROWS or rows // d * signature.channels >= FEW_PARTS_COLUMNS else None
+
+
 def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formulation, ...]:
     """On GPUs, where the kernel sums over the batch (training, backward, inference without
     running statistics), the sums in two stages where the reduction is short
@@ -96,7 +120,8 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
     in stages of ``GROUPS`` rows, then of ``SECOND_GROUPS``;
     a channels-last input's elementwise pass configured (the first of
     :func:`elementwise_pass_configs`: within 1-3% of the best of them on an H200), then the
-    same without that configuration; then the reference's export. On the CPU the export,
+    same without that configuration, then a backward's in few parts (:func:`few_parts_groups`,
+    for a kernel library); then the reference's export. On the CPU the export,
     after :func:`cpu_staged_sums`, :func:`cpu_own_scale` or :func:`cpu_whole_rows` where they
     offer theirs."""
     default = Formulation("default")
@@ -119,13 +144,21 @@ def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formula
                         ("staged_sums_paired", GROUPS, {**config, REDUCTIONS: paired[0]}))
     if config is not None:  # should IREE refuse the configuration, the sums with its own
         variants.append(("staged_sums_iree_tiles", GROUPS, None))
+    if (few := few_parts_groups(signature)) is not None:
+        variants.append(("staged_sums_few_parts", few, config))
     staged = [Formulation(name, computation=functools.partial(compute, groups=groups), config=tiles,
                           flags=STAGED_FLAGS,
-                          description=f"sums over the batch in stages of {groups} rows ("
-                          + ("the first stage's threads each both sums of 16 bytes of channels)"
-                             if name == "staged_sums_paired" else "a thread per output)"))
+                          description=_staged_description(name, groups))
               for name, groups, tiles in variants]
     return (*staged, default)
+
+
+def _staged_description(name: str, groups: int) -> str:
+    if name == "staged_sums_few_parts":
+        return f"sums over the batch from at most {GROUPS} parts of {groups} rows (for a kernel library's first stage)"
+    threads = ("the first stage's threads each both sums of 16 bytes of channels" if name == "staged_sums_paired"
+               else "a thread per output")
+    return f"sums over the batch in stages of {groups} rows ({threads})"
 
 
 def cpu_staged_sums(signature: BatchNormSignature) -> tuple[Formulation, ...]:

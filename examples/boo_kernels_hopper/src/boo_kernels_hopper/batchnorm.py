@@ -33,8 +33,8 @@ from .iree_subspans import Span, spans
 from .layernorm import triton_power_of_two
 from .ptx import Kernel, bindings_of, compile_for_iree
 
-#: The batch-norm op's staged backward modules, the one with fewer stages first where offered.
-FORMULATIONS = ("staged_sums_two_stages", "staged_sums")
+#: The batch-norm op's staged backward modules, those with fewer stages first where offered.
+FORMULATIONS = ("staged_sums_two_stages", "staged_sums_few_parts", "staged_sums")
 DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 POINTER_TYPES = {"bf16": "*bf16", "f16": "*fp16", "f32": "*fp32"}
 #: Rows the first stage's program sums at least (in whole parts): 256 was within 6% of the

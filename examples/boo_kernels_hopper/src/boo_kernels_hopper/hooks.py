@@ -300,15 +300,16 @@ def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitutio
 
 
 def _batchnorm_substitutions(signature: Any, target: Target) -> list[Substitution] | None:
-    """A batch-norm backward's candidates: the first staged module the op offers
-    (``batchnorm.FORMULATIONS``) with its first stage and elementwise pass replaced
-    (``batchnorm.plan``); first-stage programs of ``batchnorm.PROGRAM_ROWS`` rows, then, for
-    ``boo tune``, of the others (named ``hopper_bnorm_rows<rows>``)."""
+    """A batch-norm backward's candidates: each staged module the op offers
+    (``batchnorm.FORMULATIONS``, in that order) with its first stage and elementwise pass
+    replaced (``batchnorm.plan``), first-stage programs of ``batchnorm.PROGRAM_ROWS`` rows;
+    then, for ``boo tune``, the first module's with programs of the other rows (named
+    ``hopper_bnorm_rows<rows>``)."""
     problem = batchnorm.problem_of(signature)
     if problem is None:
         return None
-    formulation = next((f for f in batchnorm.FORMULATIONS if _offers(signature, target, f)), None)
-    if formulation is None:
+    offered = [f for f in batchnorm.FORMULATIONS if _offers(signature, target, f)]
+    if not offered:
         return None
 
     def replaced(program_rows: int) -> Callable[[KernelExecutables], dict[str, str]]:
@@ -321,10 +322,12 @@ def _batchnorm_substitutions(signature: Any, target: Target) -> list[Substitutio
 
         return build
 
-    rows = [(batchnorm.PROGRAM_ROWS, "hopper_bnorm")] + [(r, f"hopper_bnorm_rows{r}")
-                                                          for r in batchnorm.OTHER_PROGRAM_ROWS]
-    return [Substitution(name, build=replaced(r), key=_key("bnorm", problem, r, formulation), formulation=formulation)
-            for r, name in rows]
+    def substitution(name: str, program_rows: int, formulation: str) -> Substitution:
+        return Substitution(name, build=replaced(program_rows), key=_key("bnorm", problem, program_rows, formulation),
+                            formulation=formulation)
+
+    first = [substitution("hopper_bnorm", batchnorm.PROGRAM_ROWS, f) for f in offered]
+    return first + [substitution(f"hopper_bnorm_rows{r}", r, offered[0]) for r in batchnorm.OTHER_PROGRAM_ROWS]
 
 
 def depthwise_substitution(problem: depthwise.DepthwiseProblem, config: depthwise.DepthwiseConfig,
