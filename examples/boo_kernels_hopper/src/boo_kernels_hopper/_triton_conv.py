@@ -65,8 +65,12 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = COUT // BN
     pid = tl.program_id(0)
-    split = pid // (tiles_m * tiles_n)
-    pid_m, pid_n = grouped_tile(pid % (tiles_m * tiles_n), tiles_m, tiles_n, GROUP)
+    if SPLITS > 1:
+        split = pid // (tiles_m * tiles_n)
+        pid = pid % (tiles_m * tiles_n)
+    else:
+        split = 0
+    pid_m, pid_n = grouped_tile(pid, tiles_m, tiles_n, GROUP)
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     pixel = tl.minimum(offs_m, M - 1)
@@ -86,8 +90,14 @@ def boo_hopper_conv(x, w, bias, mean, var, scale, shift, res, y, X_OFF: tl.const
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     if CIN % BK == 0:
         blocks: tl.constexpr = CIN // BK
-        STEPS: tl.constexpr = (R * S * blocks + SPLITS - 1) // SPLITS  # a split's steps (the last may have fewer)
-        for t in range(split * STEPS, tl.minimum(split * STEPS + STEPS, R * S * blocks)):
+        if SPLITS > 1:
+            STEPS: tl.constexpr = (R * S * blocks + SPLITS - 1) // SPLITS  # a split's steps (the last may have fewer)
+            first = split * STEPS
+            stop = tl.minimum(first + STEPS, R * S * blocks)
+        else:  # constant bounds: Triton pipelines the loop with no guard on its trip count
+            first = 0
+            stop = R * S * blocks
+        for t in range(first, stop):
             tap = t // blocks
             c0 = (t % blocks) * BK
             r = tap // S
