@@ -249,18 +249,67 @@ def test_an_inference_node_traced_for_cuda_returns_statistics_of_the_length_the_
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_an_inference_node_whose_statistics_are_read_is_left_to_pytorch():
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_an_inference_node_whose_statistics_are_read_gives_them_as_torch_does(device):
+    """An eval-mode batch norm in a training graph (frozen statistics) saves the inference
+    op's statistics for its backward: none on the CPU, and on CUDA (traced with fake
+    tensors: no GPU needed) the running mean and 1 / sqrt(running variance + eps)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from boo_core.plugins.patterns import Decline
+    from boo_core.dynamo.kernel_call import KernelCall, TensorMeta
+    from boo_core.plugins.patterns import FusionMatch
 
     def norm(x, weight, bias, mean, var):
-        out = torch.ops.aten._native_batch_norm_legit_no_training(x, weight, bias, mean, var, 0.1, 1e-5)
-        return out[0], out[1]
+        out = torch.ops.aten._native_batch_norm_legit_no_training(x, weight, bias, mean, var, 0.1, 1e-3)
+        return out[0], out[1] + 1, out[2] * 2
 
-    graph = make_fx(norm, tracing_mode="fake")(torch.randn(2, 4, 3, 3), *(torch.randn(4) for _ in range(4))).graph
+    with FakeTensorMode():
+        graph = make_fx(norm)(torch.empty(2, 4, 3, 3, device=device), *(torch.empty(4, device=device)
+                                                                         for _ in range(4))).graph
     node = next(n for n in graph.nodes if n.target is torch.ops.aten._native_batch_norm_legit_no_training.default)
-    assert isinstance(BatchNormInference().match(node), Decline)
+    match = BatchNormInference().match(node)
+    assert isinstance(match, FusionMatch) and match.spec["statistics_read"]
+    call = KernelCall(BatchNormInference(), match.spec, [TensorMeta.of(v) for v in node.meta["val"]], single=False)
+    x, weight, bias, mean = (torch.randn(shape) for shape in ((2, 4, 3, 3), (4,), (4,), (4,)))
+    var = torch.rand(4) + 0.5
+    with settings_override(compile_strict=True):  # a mismatch raises instead of falling back
+        y, saved_mean, saved_invstd = call(x, weight, bias, mean, var)
+    torch.testing.assert_close(y, torch.nn.functional.batch_norm(x, mean, var, weight, bias, eps=1e-3),
+                               rtol=1e-5, atol=1e-5)
+    if device == "cpu":
+        assert saved_mean.shape == saved_invstd.shape == (0,)
+    else:
+        torch.testing.assert_close(saved_mean, mean, rtol=0, atol=0)
+        torch.testing.assert_close(saved_invstd, (var + 1e-3).rsqrt(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_an_eval_mode_batch_norm_in_a_training_step_runs_on_boo_with_gradients_as_eagers(backend):
+    """Frozen batch norms while the rest trains (model.eval(), gradients wanted): the
+    forward's batch norms are BOO's inference kernels, the gradients match eager's."""
+    model = convnet().eval()
+    for module in model:
+        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    reset_offload_summary()
+    x_got, x_want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = torch.compile(model, backend=backend, dynamic=False)(x_got)
+    want = reference(x_want)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    probe = torch.randn_like(want)
+    (got * probe).sum().backward()
+    (want * probe).sum().backward()
+    torch.testing.assert_close(x_got.grad, x_want.grad, rtol=1e-4, atol=1e-4)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+    summary = offload_summary()
+    assert summary.offloaded["bnorm.inference"] == 2, summary.offloaded
+    assert "aten._native_batch_norm_legit_no_training" not in summary.fallbacks
 
 
 def test_backward_kernels_of_an_op_that_does_not_exist_are_an_error_naming_the_setting():

@@ -43,3 +43,29 @@ def test_training_batch_norms_replay_in_inductors_cuda_graph_trees():
     assert offload_summary().offloaded.get("bnorm.training", 0) == 2, offload_summary()
     for (name, got_buffer), want_buffer in zip(model.named_buffers(), reference.buffers()):
         torch.testing.assert_close(got_buffer.float(), want_buffer.float(), rtol=5e-2, atol=5e-2, msg=name)
+
+
+@pytest.mark.parametrize("backend", ["iree_boo", "iree_boo_inductor"])
+def test_eval_mode_batch_norms_in_a_training_step_run_on_boo_with_gradients_as_eagers(backend):
+    """Frozen batch norms (model.eval(), gradients wanted): the forward's batch norms are BOO's
+    inference kernels, and the statistics the backward saves are what torch's op gives on
+    CUDA (the running mean and 1 / sqrt(running variance + eps))."""
+    torch._dynamo.reset()
+    model = _convnet().eval()
+    for module in model:
+        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+    reference = copy.deepcopy(model)
+    reset_offload_summary()
+    x = torch.randn(8, 16, 14, 14, device=DEVICE, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    got = torch.compile(model, backend=backend)(x)
+    want = reference(x)
+    torch.testing.assert_close(got.float(), want.float(), rtol=5e-2, atol=5e-2)
+    probe = torch.randn_like(want)
+    (got.float() * probe.float()).sum().backward()
+    (want.float() * probe.float()).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
+        scale = q.grad.float().abs().max().item()
+        torch.testing.assert_close(p.grad.float(), q.grad.float(), rtol=5e-2, atol=5e-2 * scale, msg=name)
+    assert offload_summary().offloaded["bnorm.inference"] == 2, offload_summary().offloaded

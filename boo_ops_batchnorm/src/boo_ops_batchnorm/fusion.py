@@ -1,14 +1,16 @@
 """Fusion patterns for the torch.compile backends. After AOTAutograd a ``BatchNorm`` is:
 
 * in inference, ``aten._native_batch_norm_legit_no_training(x, weight, bias, running_mean,
-  running_var, momentum, eps) -> (y, empty, empty)``; where only y is used and a ReLU
-  follows, the batch norm and the ReLU are one kernel;
+  running_var, momentum, eps) -> (y, mean, invstd)`` (the statistics empty on the CPU); where
+  only y is used and a ReLU follows, the batch norm and the ReLU are one kernel; where a
+  training graph saves the statistics (an eval-mode batch norm), they are made as torch's op
+  makes them;
 * in training, ``aten._native_batch_norm_legit_functional(x, weight, bias, running_mean,
   running_var, training, momentum, eps) -> (y, mean, invstd, new running_mean, new
   running_var)``;
 * its gradient, ``aten.native_batch_norm_backward(dy, x, weight, running_mean, running_var,
-  save_mean, save_invstd, train, eps, output_mask) -> (dx, dweight, dbias)`` (which the
-  backends offer only under ``BOO_USE_BACKWARD_KERNELS=1``).
+  save_mean, save_invstd, train, eps, output_mask) -> (dx, dweight, dbias)`` (on BOO where
+  ``BOO_USE_BACKWARD_KERNELS`` says so: by default on CUDA).
 
 Torch's statistics and running statistics may be in x's dtype (a model moved to bf16 keeps
 its buffers in bf16). BOO's kernels take the running statistics in the buffers' dtype
@@ -92,20 +94,43 @@ def _params(spec: Mapping[str, Any], signature: BatchNormSignature, x: torch.Ten
     return [weight, bias, *running, *residual, *momentum]
 
 
-def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, outputs: Any) -> Any:
-    """The kernel's outputs as the matched root returns them."""
+def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, outputs: Any,
+                      running: Sequence[torch.Tensor] = ()) -> Any:
+    """The kernel's outputs as the matched root returns them; an inference's statistics from
+    its ``running`` mean and variance where the graph reads them (:func:`_inference_statistics`)."""
     if spec["mode"] == "infer":
         y = logical(outputs, signature)
         if spec.get("activation"):
             return y
-        # statistics nothing reads (match declines otherwise), as many as the traced op gives:
-        # none on the CPU, one per channel on CUDA
+        if spec.get("statistics_read"):
+            return (y, *_inference_statistics(spec, *running))
+        # statistics nothing reads, as many as the traced op gives: none on the CPU, one per channel on CUDA
         unread = torch.empty(spec.get("stats_numel", 0), dtype=dtype_from_name(spec["stats_dtype"]), device=y.device)
         return y, unread, unread.clone()
     y, mean, invstd, new_mean, new_var = outputs
     running = dtype_from_name(spec["running_dtype"])
     stats = dtype_from_name(spec["stats_dtype"])
     return logical(y, signature), mean.to(stats), invstd.to(stats), new_mean.to(running), new_var.to(running)
+
+
+def _inference_statistics(spec: Mapping[str, Any], running_mean: torch.Tensor,
+                          running_var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``aten._native_batch_norm_legit_no_training`` returns beside y, as torch's own
+    decomposition of it computes them: none on the CPU (empty tensors); on other devices the
+    running mean and ``1 / sqrt(running variance + eps)``, in the statistics' dtype. A
+    training graph of an eval-mode batch norm (frozen statistics, gradients wanted) saves
+    them for the backward, which reads the running statistics themselves in eval mode."""
+    dtype = dtype_from_name(spec["stats_dtype"])
+    if spec.get("stats_numel", 0) == 0:
+        return torch.zeros(0, dtype=dtype, device=running_mean.device), torch.zeros(0, dtype=dtype,
+                                                                                   device=running_mean.device)
+    return running_mean.to(dtype, copy=True), 1 / torch.sqrt(running_var.to(dtype) + spec["eps"])
+
+
+def _running(spec: Mapping[str, Any], rest: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+    """The running mean and variance among a forward's inputs after x."""
+    first = int(spec["weight"]) + int(spec["bias"])
+    return rest[first:first + 2]
 
 
 def _direct(spec: Mapping[str, Any], kernel: Launchable, inputs: Sequence[torch.Tensor]) -> DirectCall | None:
@@ -159,7 +184,7 @@ class _BatchNormForward(FusionPattern):
         x, *rest = inputs
         kernel = _kernel(spec, x)
         outputs = kernel(stored(x, kernel.signature), *_params(spec, kernel.signature, x, rest))
-        return _as_torch_returns(spec, kernel.signature, outputs)
+        return _as_torch_returns(spec, kernel.signature, outputs, _running(spec, rest))
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
         kernel = _kernel(spec, inputs[0])
@@ -167,14 +192,16 @@ class _BatchNormForward(FusionPattern):
 
         def run(x: torch.Tensor, *rest: torch.Tensor) -> Any:
             outputs = kernel.try_call(stored(x, signature), *_params(spec, signature, x, rest))
-            return None if outputs is None else _as_torch_returns(spec, signature, outputs)
+            return None if outputs is None else _as_torch_returns(spec, signature, outputs, _running(spec, rest))
 
         direct = _direct(spec, kernel, inputs)
         return run if direct is None else direct.or_else(run)
 
 
 class BatchNormInference(_BatchNormForward):
-    """``aten._native_batch_norm_legit_no_training`` (+ ``aten.relu`` of its output)."""
+    """``aten._native_batch_norm_legit_no_training`` (+ ``aten.relu`` of its output). Where
+    the graph also reads its statistics (an eval-mode batch norm in a training graph: frozen
+    statistics), they are made as torch makes them (:func:`_inference_statistics`)."""
 
     name = "bnorm.inference"
     anchors = (aten._native_batch_norm_legit_no_training.default,)
@@ -182,9 +209,11 @@ class BatchNormInference(_BatchNormForward):
 
     def match(self, node: torch.fx.Node) -> FusionMatch | Decline | None:
         x, weight, bias, running_mean, running_var, momentum, eps = node.args[:7]
-        if any(u.target is not operator.getitem or (u.args[1] != 0 and u.users) for u in node.users):
-            return Decline("the graph reads the inference batch norm's statistics outputs")
+        if any(u.target is not operator.getitem for u in node.users):
+            return Decline("the graph reads the inference batch norm's result as a whole")
         spec = self._spec(node, weight, bias, running_mean, running_var, momentum, eps)
+        if any(u.args[1] != 0 and u.users for u in node.users):
+            spec["statistics_read"] = True
         inputs = tuple(t for t in (x, weight, bias, running_mean, running_var) if t is not None)
         y = only_user(node)
         relu = only_user(y) if y is not None and y.target is operator.getitem and y.args[1] == 0 else None
