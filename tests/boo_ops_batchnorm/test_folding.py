@@ -12,16 +12,15 @@ import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import get_settings, settings_override
+from boo_core.testing.models import with_running_statistics
 
 from .recording import record_signatures
 
 
 def with_statistics(model: torch.nn.Module) -> torch.nn.Module:
     """Non-trivial running statistics and affine parameters in every batch norm."""
-    for module in model.modules():
+    for module in with_running_statistics(model).modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
             module.weight.data.normal_()
             module.bias.data.normal_()
     return model.eval()

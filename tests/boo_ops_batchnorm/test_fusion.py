@@ -12,6 +12,7 @@ import torch
 from boo_core import BooFallbackWarning
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
+from boo_core.testing.models import with_running_statistics
 from boo_ops_batchnorm.fusion import BatchNormBackward, BatchNormInference, BatchNormTraining
 
 from .recording import record_graphs, record_signatures
@@ -30,10 +31,7 @@ def test_inference_batch_norms_run_on_boo_with_the_relu_fused(backend, monkeypat
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.ReLU(), torch.nn.Conv2d(3, 8, 3, padding=1),
                                 torch.nn.Hardtanh(), torch.nn.BatchNorm2d(8)).eval()
-    for module in model:
-        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
+    with_running_statistics(model)
     x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
     torch._dynamo.reset()
     reset_offload_summary()
@@ -288,11 +286,7 @@ def test_an_inference_node_whose_statistics_are_read_gives_them_as_torch_does(de
 def test_an_eval_mode_batch_norm_in_a_training_step_runs_on_boo_with_gradients_as_eagers(backend):
     """Frozen batch norms while the rest trains (model.eval(), gradients wanted): the
     forward's batch norms are BOO's inference kernels, the gradients match eager's."""
-    model = convnet().eval()
-    for module in model:
-        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
+    model = with_running_statistics(convnet().eval())
     reference = copy.deepcopy(model)
     x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
     torch._dynamo.reset()

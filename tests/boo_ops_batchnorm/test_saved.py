@@ -11,6 +11,7 @@ import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
 from boo_core.settings import settings_override
+from boo_core.testing.models import with_running_statistics
 from boo_ops_batchnorm.saved import BackwardReadsNoRunningStatistics
 
 from .test_fusion import convnet
@@ -57,11 +58,7 @@ def test_a_training_forward_saves_no_running_statistics(backend, backward_kernel
 
 def test_the_gradient_of_an_inference_batch_norm_keeps_its_running_statistics():
     """In eval mode the gradient normalizes with the running statistics: they stay its arguments."""
-    model = convnet().eval()
-    for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
+    model = with_running_statistics(convnet().eval())
     reference = copy.deepcopy(model)
     x = torch.randn(4, 3, 8, 8)
     train_step(model, x, rewrites=None, backward_kernels=True)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from boo_core import BooOpRegistry, CommandError, Target, UnsupportedError
 from boo_core.signatures.commands import read_command_file
 from boo_core.testing import assert_numerics, assert_round_trip
+from boo_core.testing.models import with_running_statistics
 from boo_ops_conv import ConvBatchNormActivationSignature as S
 from boo_ops_conv.cba_formulations import cba_formulations
 from boo_ops_conv.cba_signature import ACTIVATION_MODES, miopen_activation
@@ -266,11 +267,9 @@ def test_torch_compile_runs_conv_and_inference_batch_norm_as_one_cbainfer_kernel
 
     compiled_for = record_signatures(monkeypatch, ConvBatchNormInference)
     torch.manual_seed(0)
-    model = ConvNet().eval()
+    model = with_running_statistics(ConvNet().eval())
     for module in model.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial statistics
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
+        if isinstance(module, torch.nn.BatchNorm2d):
             torch.nn.init.normal_(module.weight)
             torch.nn.init.normal_(module.bias)
     memory_format = torch.channels_last if channels_last else torch.contiguous_format

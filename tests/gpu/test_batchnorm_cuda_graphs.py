@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from boo_core.dynamo import offload_summary, reset_offload_summary
+from boo_core.testing.models import with_running_statistics
 
 pytestmark = pytest.mark.gpu
 DEVICE = "cuda:0"
@@ -51,11 +52,7 @@ def test_eval_mode_batch_norms_in_a_training_step_run_on_boo_with_gradients_as_e
     inference kernels, and the statistics the backward saves are what torch's op gives on
     CUDA (the running mean and 1 / sqrt(running variance + eps))."""
     torch._dynamo.reset()
-    model = _convnet().eval()
-    for module in model:
-        if isinstance(module, torch.nn.BatchNorm2d):  # non-trivial running statistics
-            module.running_mean.normal_()
-            module.running_var.uniform_(0.5, 2.0)
+    model = with_running_statistics(_convnet().eval())
     reference = copy.deepcopy(model)
     reset_offload_summary()
     x = torch.randn(8, 16, 14, 14, device=DEVICE, dtype=torch.bfloat16).to(memory_format=torch.channels_last)

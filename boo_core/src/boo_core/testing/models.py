@@ -28,6 +28,16 @@ _TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) ->
 _stand_in: torch.library.Library | None = None
 
 
+def with_running_statistics(model: nn.Module) -> nn.Module:
+    """``model`` with non-trivial running statistics in every batch norm (means drawn from
+    N(0, 1), variances from U(0.5, 2)), so that an inference batch norm is no identity."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+    return model
+
+
 def import_torchvision() -> ModuleType:
     """``import torchvision``, also where its C++ operators cannot load beside this torch."""
     global _stand_in
