@@ -82,6 +82,16 @@ def test_an_elementwise_configuration_edits_only_elementwise_roots_of_its_rank()
     assert configure_root(ONE_LOOP_ROOT, config) is None
 
 
+def test_a_configuration_with_more_sizes_than_the_roots_loops_is_not_for_that_root():
+    """IREE drops unit dimensions: a CPU configuration written for (channels, plane) meets a
+    root with one parallel loop where there is one channel. It fits no root there (an error
+    BOO's chain passes over to the next formulation), not a ValueError out of the compile."""
+    whole_rows = {"distribution": [1, 20], "vector_common_parallel": [1, 16]}
+    assert configure_root(ONE_LOOP_ROOT, whole_rows) is None
+    assert apply_config(TRANSLATION + ONE_LOOP_ROOT, whole_rows) is None
+    assert "distribution = [1, 20]" in configure_root(ELEMENTWISE_ROOT, whole_rows)
+
+
 STAGE_ROOT = ('%15 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, '
               'affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", '
               '"reduction"]} ins(%11 : tensor<3136x32x64xbf16>) outs(%12 : tensor<3136x2x64xf32>) attrs =  '

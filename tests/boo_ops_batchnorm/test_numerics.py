@@ -47,9 +47,13 @@ def test_kernel_matches_its_reference_with_poisoned_outputs(signature):
 
 
 #: Statistics of two samples (per activation, a batch of 2): where the two nearly agree, the
-#: deviation is tiny against |x| and float32 statistics lose digits in every implementation.
+#: deviation is tiny against |x| and float32 statistics lose digits in every implementation;
+#: so does a backward's dx.
 FEW_SAMPLES = [S((2, 34, 5, 12, 4), spatial=False, channels_last=True, mode="bwd"),
-               S((2, 34, 12, 4), spatial=False, save=True)]
+               S((2, 34, 12, 4), spatial=False, save=True),
+               # from the saved statistics: dx's n dy - sum(dy) - x̂ sum(dy x̂) nearly cancels (drawn by
+               # benchmarks/random_commands.py --bnorm 150 --seed 29; PyTorch's float32 failed 36 seeds of 200)
+               S((2, 11, 2, 8), spatial=False, channels_last=True, save=True, mode="bwd")]
 
 
 @pytest.mark.parametrize("signature", FEW_SAMPLES, ids=lambda s: s.func_name)

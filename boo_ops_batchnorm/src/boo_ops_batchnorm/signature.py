@@ -552,10 +552,12 @@ class BatchNormSignature(Signature):
     def error_scales(self, args: Sequence[torch.Tensor]) -> Mapping[str, float]:
         """A mean's error scales with the mean of |x| (values of both signs can average to
         nearly 0), not with the mean itself; so do the running mean's and dbias's. A float32
-        kernel that computes the statistics from x may err up to a few times what the same
-        computation in float32 errs on these inputs, where that exceeds the usual allowance:
-        with few samples per statistic (a per-activation batch of 2, say) two values can
-        nearly agree, and float32 statistics then lose digits in every implementation."""
+        kernel that sums over the batch (the statistics from x, or a backward's sums of dy and
+        dy x̂) may err up to a few times what the same computation in float32 errs on these
+        inputs, where that exceeds the usual allowance: with few samples per statistic (a
+        per-activation batch of 2, say) two values can nearly agree, or a backward's
+        ``n dy - sum(dy) - x̂ sum(dy x̂)`` nearly cancel, and float32 loses digits there in
+        every implementation."""
         if not args or not args[0].numel():
             return {}
         scale = args[0].detach().to(torch.float64).abs().mean().item()
@@ -564,8 +566,8 @@ class BatchNormSignature(Signature):
             scales = {"dbias": summed, "dweight": summed}
         else:
             scales = {"mean": scale, "running_mean": scale}
-        if self.mode == "infer" and self.running or self.mode == "bwd" and self.save:
-            return scales  # the statistics are inputs
+        if self.mode == "infer" and self.running:
+            return scales  # the statistics are inputs, and nothing is summed
         if self.dtype != torch.float32:
             return scales  # the float32 statistics' error is under the output's own rounding
         # The same computation in float32 (the reference, as PyTorch's kernels would): an

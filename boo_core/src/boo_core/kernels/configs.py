@@ -107,7 +107,10 @@ def configure_root(line: str, config: Mapping[str, Any], *, reductions: bool = F
     """The root op's line with ``config`` applied to its lowering config; None when the line
     is not a root op BOO can configure (no tile levels, or no iterator types), or not one
     ``config`` is for: with ``thread`` tiles, roots of its rank or more without reduction
-    loops; with ``reductions`` (a nested configuration), roots of its rank or more with them."""
+    loops; with ``reductions`` (a nested configuration), roots of its rank or more with them;
+    and never roots with fewer loops of a kind than a level of ``config`` has sizes for (IREE
+    drops unit dimensions: a configuration written for (channels, plane) does not fit the
+    plane alone)."""
     match = _ROOT_CONFIG.search(line)
     kinds = _loop_kinds(line)
     if match is None or kinds is None:
@@ -115,6 +118,10 @@ def configure_root(line: str, config: Mapping[str, Any], *, reductions: bool = F
     if ("thread" in config or reductions) and (
             ("reduction" in kinds) != reductions or kinds.count("parallel") < len(config.get("workgroup", ()))):
         return None
+    for level, values in config.items():
+        wanted = "parallel" if level in PARALLEL_LEVELS else "reduction" if level in REDUCTION_LEVELS else None
+        if wanted is not None and len(values) > kinds.count(wanted):
+            return None
     dialect, body = match.group(1), match.group(2)
     braced = body.startswith("{")
     items = _parse_items(body[1:-1] if braced else body)
