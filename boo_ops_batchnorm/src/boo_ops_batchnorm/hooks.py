@@ -107,9 +107,11 @@ def few_parts_groups(signature: BatchNormSignature) -> int | None:
         return None
     if two_stage_groups(signature) is not None:
         return None
-    rows = signature.reduction_size
-    d = next(d for d in range(-(-rows // GROUPS), rows + 1) if rows % d == 0)
-    return d if d <= FEW_PARTS_ROWS or rows // d * signature.channels >= FEW_PARTS_COLUMNS else None
+    rows, channels = signature.reduction_size, signature.channels
+    # past this, a part is longer than FEW_PARTS_ROWS and the parts hold too few partial sums
+    longest = min(rows, max(FEW_PARTS_ROWS, rows * channels // FEW_PARTS_COLUMNS))
+    d = next((d for d in range(-(-rows // GROUPS), longest + 1) if rows % d == 0), None)
+    return d if d is not None and (d <= FEW_PARTS_ROWS or rows // d * channels >= FEW_PARTS_COLUMNS) else None
 
 
 def formulations(signature: BatchNormSignature, target: Target) -> tuple[Formulation, ...]:
