@@ -95,16 +95,17 @@ def _params(spec: Mapping[str, Any], signature: BatchNormSignature, x: torch.Ten
 
 
 def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, outputs: Any,
-                      running: Sequence[torch.Tensor] = ()) -> Any:
-    """The kernel's outputs as the matched root returns them; an inference's statistics from
-    its ``running`` mean and variance where the graph reads them (:func:`_inference_statistics`)."""
+                      rest: Sequence[torch.Tensor] = ()) -> Any:
+    """The kernel's outputs as the matched root returns them; an inference's statistics,
+    where the graph reads them, from the running mean and variance among ``rest`` (the
+    inputs after x: :func:`_inference_statistics`)."""
     if spec["mode"] == "infer":
         y = logical(outputs, signature)
         if spec.get("activation"):
             return y
-        if spec.get("statistics_read"):
-            return (y, *_inference_statistics(spec, *running))
-        # statistics nothing reads, as many as the traced op gives: none on the CPU, one per channel on CUDA
+        if spec.get("statistics_read") and spec.get("stats_numel", 0):
+            return (y, *_inference_statistics(spec, *_running(spec, rest)))
+        # as many statistics as the traced op gives: none on the CPU, one per channel on CUDA (unread)
         unread = torch.empty(spec.get("stats_numel", 0), dtype=dtype_from_name(spec["stats_dtype"]), device=y.device)
         return y, unread, unread.clone()
     y, mean, invstd, new_mean, new_var = outputs
@@ -115,15 +116,12 @@ def _as_torch_returns(spec: Mapping[str, Any], signature: BatchNormSignature, ou
 
 def _inference_statistics(spec: Mapping[str, Any], running_mean: torch.Tensor,
                           running_var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What ``aten._native_batch_norm_legit_no_training`` returns beside y, as torch's own
-    decomposition of it computes them: none on the CPU (empty tensors); on other devices the
-    running mean and ``1 / sqrt(running variance + eps)``, in the statistics' dtype. A
-    training graph of an eval-mode batch norm (frozen statistics, gradients wanted) saves
-    them for the backward, which reads the running statistics themselves in eval mode."""
+    """What ``aten._native_batch_norm_legit_no_training`` returns beside y off the CPU (where
+    it returns empty tensors), as torch's own decomposition of it computes them: the running
+    mean and ``1 / sqrt(running variance + eps)``, in the statistics' dtype. A training graph
+    of an eval-mode batch norm (frozen statistics, gradients wanted) saves them for the
+    backward, which reads the running statistics themselves in eval mode."""
     dtype = dtype_from_name(spec["stats_dtype"])
-    if spec.get("stats_numel", 0) == 0:
-        return torch.zeros(0, dtype=dtype, device=running_mean.device), torch.zeros(0, dtype=dtype,
-                                                                                   device=running_mean.device)
     return running_mean.to(dtype, copy=True), 1 / torch.sqrt(running_var.to(dtype) + spec["eps"])
 
 
@@ -184,7 +182,7 @@ class _BatchNormForward(FusionPattern):
         x, *rest = inputs
         kernel = _kernel(spec, x)
         outputs = kernel(stored(x, kernel.signature), *_params(spec, kernel.signature, x, rest))
-        return _as_torch_returns(spec, kernel.signature, outputs, _running(spec, rest))
+        return _as_torch_returns(spec, kernel.signature, outputs, rest)
 
     def bind(self, spec: Mapping[str, Any], inputs: Sequence[torch.Tensor]) -> BoundLaunch:
         kernel = _kernel(spec, inputs[0])
@@ -192,7 +190,7 @@ class _BatchNormForward(FusionPattern):
 
         def run(x: torch.Tensor, *rest: torch.Tensor) -> Any:
             outputs = kernel.try_call(stored(x, signature), *_params(spec, signature, x, rest))
-            return None if outputs is None else _as_torch_returns(spec, signature, outputs, _running(spec, rest))
+            return None if outputs is None else _as_torch_returns(spec, signature, outputs, rest)
 
         direct = _direct(spec, kernel, inputs)
         return run if direct is None else direct.or_else(run)

@@ -87,13 +87,15 @@ def _render_items(items: Mapping[str, str | None]) -> str:
     return ", ".join(key if value is None else f"{key} = {value}" for key, value in items.items())
 
 
-def _aligned(values: Sequence[int], kinds: Sequence[str], wanted: str, level: str, current: str | None) -> list[int]:
+def _aligned(values: Sequence[int], kinds: Sequence[str], wanted: str, level: str,
+             current: str | None) -> list[int] | None:
     """``values`` (sizes for the innermost loops of kind ``wanted``) over the root's loops;
     the other loops keep IREE's sizes (1 for outer parallel loops at the workgroup or
-    distribution level, 0 elsewhere, when IREE gave none)."""
+    distribution level, 0 elsewhere, when IREE gave none). None where the root has fewer
+    loops of that kind than ``values`` has sizes."""
     positions = [i for i, kind in enumerate(kinds) if kind == wanted]
     if len(values) > len(positions):
-        raise ValueError(f"{level} has {len(values)} sizes; the root op has {len(positions)} {wanted} loops")
+        return None
     existing = [int(v) for v in re.findall(r"-?\d+", current or "")]
     if len(existing) != len(kinds):
         outer = 1 if level in _OUTER_ONE else 0
@@ -118,20 +120,18 @@ def configure_root(line: str, config: Mapping[str, Any], *, reductions: bool = F
     if ("thread" in config or reductions) and (
             ("reduction" in kinds) != reductions or kinds.count("parallel") < len(config.get("workgroup", ()))):
         return None
-    for level, values in config.items():
-        wanted = "parallel" if level in PARALLEL_LEVELS else "reduction" if level in REDUCTION_LEVELS else None
-        if wanted is not None and len(values) > kinds.count(wanted):
-            return None
     dialect, body = match.group(1), match.group(2)
     braced = body.startswith("{")
     items = _parse_items(body[1:-1] if braced else body)
     if not ({"workgroup", "distribution"} & set(items)):
         return None
     for level, values in config.items():
-        if level in PARALLEL_LEVELS:
-            items[level] = str(_aligned(values, kinds, "parallel", level, items.get(level)))
-        elif level in REDUCTION_LEVELS:
-            items[level] = str(_aligned(values, kinds, "reduction", level, items.get(level)))
+        wanted = "parallel" if level in PARALLEL_LEVELS else "reduction" if level in REDUCTION_LEVELS else None
+        if wanted is not None:
+            sizes = _aligned(values, kinds, wanted, level, items.get(level))
+            if sizes is None:
+                return None
+            items[level] = str(sizes)
         elif level == "mma_kind":
             items[level] = f"#iree_gpu.mma_layout<{values}>"
     rendered = _render_items(items)

@@ -124,9 +124,14 @@ def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | 
     return found
 
 
+def _offered(signature: Any, target: Target) -> set[str]:
+    """The names of the formulations ``signature``'s op offers on ``target``."""
+    return {f.name for f in BooOpRegistry.default().formulations(signature, target)}
+
+
 def _offers(signature: Any, target: Target, formulation: str) -> bool:
     """Whether ``signature``'s op offers ``formulation`` on ``target``."""
-    return formulation in {f.name for f in BooOpRegistry.default().formulations(signature, target)}
+    return formulation in _offered(signature, target)
 
 
 def _buildable(signature: Any) -> bool:
@@ -280,7 +285,8 @@ def _layernorm_substitutions(signature: Any, target: Target) -> list[Substitutio
 
         return [Substitution("hopper_layernorm" + suffix, build=forward(config), key=_key("layernorm", problem, config),
                              formulation=layernorm.FORMULATION) for config, suffix in configs]
-    formulation = next((f for f in layernorm.BACKWARD_FORMULATIONS if _offers(signature, target, f)), None)
+    names = _offered(signature, target)
+    formulation = next((f for f in layernorm.BACKWARD_FORMULATIONS if f in names), None)
     if formulation is None:
         return None
 
@@ -308,7 +314,8 @@ def _batchnorm_substitutions(signature: Any, target: Target) -> list[Substitutio
     problem = batchnorm.problem_of(signature)
     if problem is None:
         return None
-    offered = [f for f in batchnorm.FORMULATIONS if _offers(signature, target, f)]
+    names = _offered(signature, target)
+    offered = [f for f in batchnorm.FORMULATIONS if f in names]
     if not offered:
         return None
 
