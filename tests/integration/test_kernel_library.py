@@ -312,27 +312,41 @@ def test_a_conv_tile_never_straddles_the_last_output_channel(channels):
 
 
 def test_a_conv_with_few_output_tiles_runs_smaller_tiles():
+    def tiles(signature) -> tuple[int, int, int, int]:
+        config = conv.choose_config(conv.problem_of(signature))
+        return config.bm, config.bn, config.num_warps, config.num_stages
+
     assert conv.choose_config(conv.problem_of(resnet_conv(64, 256, 1, 1, 56, "fwd"))).bm == 128
     assert conv.choose_config(conv.problem_of(resnet_conv(256, 256, 3, 1, 14, "fwd"))).bm == 128  # 98 tiles
+    # 7x7 outputs (52 tiles of 128x128): a forward's window 4 warps and 3 stages, its 1x1 window
+    # 8 warps and 4, with CBAInfer's epilogue too; a data gradient's 4 warps and 4 stages.
     for few in (resnet_conv(512, 512, 3, 1, 7, "fwd"), resnet_conv(512, 512, 3, 2, 14, "fwd"),
-                resnet_cba(2048, 512, 1, 1, 7)):  # 7x7 outputs: 52 tiles of 128x128, a forward's 4 warps, 3 stages
-        config = conv.choose_config(conv.problem_of(few))
-        assert (config.bm, config.bn, config.num_warps, config.num_stages) == (64, 128, 4, 3)
-    config = conv.choose_config(conv.problem_of(resnet_conv(512, 512, 3, 1, 7, "bwd")))  # a data gradient's: 8, 4
-    assert (config.bm, config.bn, config.num_warps, config.num_stages) == (64, 128, 8, 4)
+                resnet_cba(512, 512, 3, 1, 7)):
+        assert tiles(few) == (64, 128, 4, 3)
+    assert tiles(resnet_conv(2048, 512, 1, 1, 7, "fwd")) == tiles(resnet_cba(2048, 512, 1, 1, 7)) == (64, 128, 8, 4)
+    assert tiles(resnet_conv(512, 512, 3, 1, 7, "bwd")) == tiles(resnet_conv(512, 2048, 1, 1, 7, "bwd")) == (
+        64, 128, 4, 4)
 
 
-def test_a_1x1_conv_runs_fewer_pipeline_stages_than_a_windowed_one():
-    """Two programs a multiprocessor for 1x1 windows (3 stages of 128x128 tiles), a 2-stage
-    pipeline where the reduction is two steps of 64 channels; windows keep 4 stages."""
-    def stages(c: int, k: int, window: int, mode: str) -> tuple[int, int, int]:
-        config = conv.choose_config(conv.problem_of(resnet_conv(c, k, window, 1, 28, mode)))
-        return config.bn, config.num_warps, config.num_stages
+def test_stages_and_warps_follow_the_window_the_reduction_and_the_tiles():
+    """3 stages (two programs a multiprocessor) for every window; 4 warps and 2 stages where a
+    1x1 window reduces two steps of 64 channels, or where a plain 1x1 forward has at least
+    :data:`conv.MANY_TILES` tiles, but not with CBAInfer's epilogue nor for data gradients."""
+    def config(signature) -> tuple[int, int, int]:
+        chosen = conv.choose_config(conv.problem_of(signature))
+        return chosen.bn, chosen.num_warps, chosen.num_stages
 
-    assert stages(512, 256, 1, "fwd") == stages(256, 512, 1, "bwd") == (128, 8, conv.ONE_BY_ONE_STAGES)
-    assert stages(128, 512, 1, "fwd") == stages(512, 128, 1, "bwd") == (128, 4, 2)  # 128 channels reduced
-    assert stages(256, 64, 1, "fwd") == (64, 4, conv.ONE_BY_ONE_STAGES)
-    assert stages(128, 128, 3, "fwd")[2] == stages(64, 64, 3, "bwd")[2] == 4
+    for window in (1, 3):
+        assert config(resnet_conv(1024, 256, window, 1, 14, "fwd")) == (128, 8, conv.STAGES)  # 98 tiles
+        assert config(resnet_conv(256, 512, window, 1, 28, "bwd")) == (128, 8, conv.STAGES)
+        assert config(resnet_conv(256, 64, window, 1, 56, "fwd")) == (64, 4, conv.STAGES)
+    assert config(resnet_conv(128, 512, 1, 1, 28, "fwd")) == config(resnet_conv(512, 128, 1, 1, 28, "bwd")) == (
+        128, 4, 2)  # 128 channels reduced
+    # 392 tiles reducing 512 channels: a plain forward's many short programs; not CBAInfer's.
+    assert config(resnet_conv(512, 256, 1, 1, 28, "fwd")) == (128, 4, 2)
+    assert config(resnet_cba(512, 256, 1, 1, 28)) == (128, 8, conv.STAGES)
+    assert config(resnet_conv(512, 256, 1, 1, 28, "fwd", bias=True)) == (128, 8, conv.STAGES)
+    assert config(resnet_conv(64, 256, 1, 1, 56, "fwd")) == (128, 8, conv.STAGES)  # one step: 1,568 tiles
 
 
 # A ResNet block's last conv + batch norm + identity + ReLU: the identity bound after the

@@ -249,35 +249,49 @@ def _servable(problem: ConvProblem) -> ConvProblem | None:
     return problem
 
 
-#: ``bench_conv.py --stages`` (H200, µs, cuDNN's in parentheses; 8 warps 4 stages -> the
-#: choice): 1x1 windows on 128x128 tiles run 3 stages (two programs a multiprocessor, one's
-#: stores beside the other's loads): 256->128 @56 fwd 30.0 -> 24.8 (24.1), 512->256 @28 bwd
-#: 24.1 -> 19.1 (16.6), 1024->512 @14 bwd 15.5 -> 13.9 (12.4), 2048->512 @7 bwd 12.5 -> 11.0
-#: (7.8); with a reduction of two steps (128 channels) 4 warps and 2 stages: 256->128 @56 bwd
-#: 43.6 -> 29.1 (25.9), 128->512 @28 fwd 19.7 -> 13.7 (11.4), 512->128 @28 bwd 19.5 -> 12.8
-#: (13.7); on 128x64 tiles (4 warps) 3 stages: 256->64 @56 fwd 19.9 -> 18.3 (17.7), 64->256
-#: @56 bwd 20.1 -> 18.5 (17.8); 64x128 tiles (7x7 outputs) 8 warps: 2048->512 @7 fwd 11.8 ->
-#: 9.7 (9.2), 3x3 512->512 @7 26.9 -> 26.8 (17.0).
-ONE_BY_ONE_STAGES = 3
-#: Below this many 128x128 output tiles (half an H100's 132 SMs) the kernel runs 64x128 tiles.
+#: Pipeline stages of 128-row tiles: 3 (two programs a multiprocessor, one's stores beside the
+#: other's loads). ``bench_conv.py --stages`` (H200, µs, cuDNN's in parentheses; 8 warps and 4
+#: stages before): 1x1 windows 256->128 @56 fwd 30.0 -> 24.8 (24.1), 512->256 @28 bwd 24.1 -> 19.1
+#: (16.6), 1024->512 @14 bwd 15.5 -> 13.9 (12.4); and since library 0.17.2 3x3 windows too
+#: (0.17.1's sweep, 4 -> 3 stages): 128->128 @28 fwd 16.5 -> 15.1 (17.7), bwd 20.3 -> 17.7 (17.4),
+#: 128->128 /2 @56 fwd 16.6 -> 15.3 (17.5), 64->64 @56 (128x64 tiles) fwd 23.7 -> 21.4 (22.5),
+#: bwd 23.2 -> 21.0 (21.7); 256->256 @14 19.2 -> 19.4 fwd, 17.8 -> 17.6 bwd.
+STAGES = 3
+#: Below this many 128x128 output tiles (half an H100's 132 SMs) the kernel runs 64x128 tiles:
+#: a forward's 3x3 window 4 warps and 3 stages (512->512 @7 26.2 -> 24.8), its 1x1 window 8 warps
+#: and 4 (2048->512 @7 11.8 -> 9.8 (8.8)); a data gradient's 4 warps and 4 (512->512 3x3 @7 23.6
+#: -> 21.3 (16.4), 512->2048 1x1 @7 9.8 -> 9.6 (7.1)).
 FEW_TILES = 66
+#: 1x1 forwards of at least this many 128x128 tiles (2.5 waves) reducing at least four steps of
+#: 64 channels run 4 warps and 2 stages (0.17.1's sweep, from 8 warps and 3 stages): 256->1024
+#: @14 10.1 -> 8.8 (8.6), 512->256 @28 15.1 -> 13.3 (12.4), 256->512 /2 @56 18.9 -> 17.3 (17.9),
+#: 512->1024 /2 @28 13.8 -> 12.5 (16.0), 256->128 @56 24.6 -> 22.9 (22.4); fewer tiles lost
+#: (1024->256 @14, 98 tiles: 7.7 -> 10.9), and so did data gradients (1024->512 @14 13.9 -> 14.6)
+#: and CBAInfer's epilogue (one before/after call through BOO: 512->256 @28 16.6 -> 20.6 µs,
+#: 256->1024 @14 11.0 -> 12.7), so forwards with an epilogue keep 8 warps and 3 stages.
+MANY_TILES = 330
 
 
 def choose_config(problem: ConvProblem) -> ConvConfig:
-    """The tiles for ``problem`` (README.md: measured on an H100; stages and warps of 1x1
-    windows and of 7x7 outputs on an H200, :data:`ONE_BY_ONE_STAGES`). A split problem gets
+    """The tiles for ``problem`` (README.md: tile shapes measured on an H100; stages and warps
+    on an H200, :data:`STAGES`, :data:`FEW_TILES`, :data:`MANY_TILES`). A split problem gets
     the tiles of the whole (``bench_conv.py --splits`` measured those)."""
     problem = dataclasses.replace(problem, splits=1)
     if problem.cin % 64:  # the stem: 3 channels, a short gathered reduction
         return ConvConfig(128, 64, 32, 8, 4, 2)
     one_by_one = problem.r * problem.s == 1
     if problem.cout % 128:  # 64, 192, 320... output channels: tiles of 64 (128 would leave the last 64 unwritten)
-        return ConvConfig(128, 64, 64, 8, 4, ONE_BY_ONE_STAGES if one_by_one else 4)
-    config = ConvConfig(128, 128, 64, 8, 8, ONE_BY_ONE_STAGES if one_by_one else 4)
-    if conv_grid(problem, config) < FEW_TILES:  # 7x7 outputs: 52 programs would leave most SMs idle
-        return ConvConfig(64, 128, 64, 8, 4, 3) if problem.mode == "fwd" else ConvConfig(64, 128, 64, 8, 8, 4)
-    if one_by_one and problem.cin == 2 * config.bk:  # two steps of the reduction
-        return ConvConfig(128, 128, 64, 8, 4, 2)
+        return ConvConfig(128, 64, 64, 8, 4, STAGES)
+    config = ConvConfig(128, 128, 64, 8, 8, STAGES)
+    tiles = conv_grid(problem, config)
+    if tiles < FEW_TILES:  # 7x7 outputs: 52 programs would leave most SMs idle
+        if problem.mode != "fwd":
+            return ConvConfig(64, 128, 64, 8, 4, 4)
+        return ConvConfig(64, 128, 64, 8, 8, 4) if one_by_one else ConvConfig(64, 128, 64, 8, 4, 3)
+    steps = problem.cin // config.bk
+    plain = problem.mode == "fwd" and not (problem.bias or problem.activation or problem.norm or problem.residual)
+    if one_by_one and (steps == 2 or (plain and steps >= 4 and tiles >= MANY_TILES)):
+        return ConvConfig(128, 128, 64, 8, 4, 2)  # two steps of the reduction, or many short programs
     return config
 
 
