@@ -32,7 +32,8 @@ A row where a BOO kernel failed at run time and PyTorch computed its node instea
 ``--small`` runs ResNet-18 at 64 x 64, a two-layer ViT and a narrow decoder block (a CPU
 smoke run). Compile time (the first step) is printed per row too. ``--profile N`` prints,
 under each row without CUDA graphs, where one step's device time goes: its N costliest
-kernels (by name, with their launches per step) and the step's total device time.
+kernels (by name, with their launches per step), the step's total device time, and that total
+by kind (BOO's convolutions by mode, cuDNN's, cuBLAS's, batch norms, pooling...: ``by_kind``).
 Under each row with CUDA graphs it prints the step's device timeline instead: the time its kernels kept
 the GPU busy, the span from the first kernel's start to the last one's end, the idle time between
 kernels by the length of the gap, and the N longest gaps with the kernels around them.
@@ -54,10 +55,11 @@ import copy
 import cProfile
 import itertools
 import pstats
+import re
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from unittest import mock
 
@@ -159,9 +161,40 @@ def kernel_profile(step: Callable[[], object], device: str, top: int) -> list[st
     timed = sorted(events, key=lambda e: -(e.device_time_total or e.cpu_time_total))
     total = sum(e.device_time_total for e in events)
     rows = [f"|  |  | device time {total / 1e3:.2f} ms in {sum(e.count for e in events)} kernels |"] if total else []
+    if total:
+        rows.append(f"|  |  | by kind: {by_kind((e.key, e.device_time_total, e.count) for e in events)} |")
     for e in timed[:top]:
         rows.append(f"|  |  | {e.device_time_total or e.cpu_time_total:9.1f} us x{e.count:<4} {e.key[:110]} |")
     return rows
+
+
+#: What a GPU kernel computes, from its name: (pattern, kind), the first match wins. BOO's
+#: kernels carry their signature's name (``conv2d_wrw_...``, IREE's ``..._dispatch_N`` or a
+#: substituted library kernel of the same executable); cuDNN's say fprop, dgrad or wgrad;
+#: cuBLAS's and CUTLASS's serve matmuls and cuDNN's 1x1 convolutions alike.
+KERNEL_KINDS = tuple((re.compile(pattern), kind) for pattern, kind in (
+    (r"^conv[123]d_fwd", "BOO conv forward"), (r"^conv[123]d_bwd", "BOO conv data gradient"),
+    (r"^conv[123]d_wrw", "BOO conv weight gradient"), (r"^cbainfer", "BOO conv + batch norm"),
+    (r"^bnorm", "BOO batch norm"), (r"^layernorm", "BOO layer norm"), (r"^matmul", "BOO matmul"),
+    (r"fprop", "cuDNN conv forward"), (r"dgrad", "cuDNN conv data gradient"),
+    (r"wgrad", "cuDNN conv weight gradient"),
+    (r"nvjet|cutlass|cublas|gemm|splitKreduce", "cuBLAS/CUTLASS (matmuls, cuDNN's 1x1 convs)"),
+    (r"^triton", "Inductor's Triton kernels"), (r"batch_norm", "torch batch norm"),
+    (r"layer_norm", "torch layer norm"), (r"pool", "torch pooling"),
+    (r"^Memset|^Memcpy", "memsets and copies"), (r"", "other torch kernels")))
+
+
+def by_kind(kernels: Iterable[tuple[str, float, int]]) -> str:
+    """``(name, device µs, launches)`` of a step's kernels summed by :data:`KERNEL_KINDS`,
+    costliest first: where the step's device time goes, comparable between backends."""
+    totals: dict[str, list[float]] = {}
+    for name, us, count in kernels:
+        kind = next(k for pattern, k in KERNEL_KINDS if pattern.search(name))
+        entry = totals.setdefault(kind, [0.0, 0])
+        entry[0] += us
+        entry[1] += count
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    return "; ".join(f"{kind} {us:.0f} us ({count:.0f})" for kind, (us, count) in ranked)
 
 
 #: Gaps between a graphed step's kernels, by length (µs): a graph's own spacing of dependent
