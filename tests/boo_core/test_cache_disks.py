@@ -207,21 +207,42 @@ def test_a_file_system_out_of_inodes_compiles_in_memory(scale, golden, tmp_path,
 
 
 def _enospc_after(monkeypatch, writes: int) -> list[str]:
-    """Let ``writes`` write calls through, then fail every one with ENOSPC (as a full disk
-    does); the calls seen, by name."""
+    """Let ``writes`` of the calls that write an entry's files through (the scratch file's
+    creation, its write, its rename into place), then fail every one with ENOSPC (as a full
+    disk does); the calls seen, by name."""
     seen: list[str] = []
+    scratch_fds: set[int] = set()
+    entry_scratch = tuple(f".{name}." for name in cache.ENTRY_FILES)
 
-    def failing(name, real):
-        def call(*args, **kwargs):
-            seen.append(name)
-            if len(seen) > writes:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return real(*args, **kwargs)
+    def counted(name: str) -> None:
+        seen.append(name)
+        if len(seen) > writes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        return call
+    real_open, real_fdopen, real_replace = os.open, os.fdopen, os.replace
 
-    for module, name in ((cache.os, "replace"), (cache.os, "link"), (cache.os, "fdopen"), (cache.tempfile, "mkstemp")):
-        monkeypatch.setattr(module, name, failing(name, getattr(module, name)))
+    def fake_open(path, flags, *args, **kwargs):
+        creates = flags & os.O_CREAT and str(path).startswith(entry_scratch)
+        if creates:
+            counted("open")
+        fd = real_open(path, flags, *args, **kwargs)
+        if creates:
+            scratch_fds.add(fd)
+        return fd
+
+    def fake_fdopen(fd, *args, **kwargs):
+        if fd in scratch_fds:
+            scratch_fds.discard(fd)
+            counted("fdopen")
+        return real_fdopen(fd, *args, **kwargs)
+
+    def fake_replace(source, *args, **kwargs):
+        if str(source).startswith(entry_scratch):
+            counted("replace")
+        return real_replace(source, *args, **kwargs)
+
+    for name, fake in (("open", fake_open), ("fdopen", fake_fdopen), ("replace", fake_replace)):
+        monkeypatch.setattr(cache.owned.os, name, fake)
     return seen
 
 

@@ -65,17 +65,17 @@ elif stage == "compile":
     wrapper.chmod(0o755)
     compiler.iree_compile_path = lambda: str(wrapper)
 elif stage in ("kernel", "meta"):
-    real_write = cache.atomic_write
+    real_write = cache.owned.write
     name = cache.KERNEL_FILE if stage == "kernel" else cache.META_FILE
 
-    def atomic_write(path, data):
+    def write(root, path, data):
         if path.name == name:  # half the bytes in the temporary file, then killed
             payload = data.encode() if isinstance(data, str) else data
             (path.parent / f".{name}.killed{cache.TEMP_SUFFIX}").write_bytes(payload[: len(payload) // 2])
             pause()
-        return real_write(path, data)
+        return real_write(root, path, data)
 
-    cache.atomic_write = atomic_write
+    cache.owned.write = write
 elif stage == "key":
     real_link = cache.os.link
     cache.os.link = lambda *args: (pause(), real_link(*args))[1]

@@ -14,18 +14,20 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from boo_core import clear_launchables, get_launchable
+from boo_core import BooOpRegistry, clear_launchables, get_launchable
 from boo_core.errors import CacheUntrusted
 from boo_core.kernels import cache, launch_plan
 from boo_core.kernels.integrity import seal
@@ -274,3 +276,170 @@ def test_a_shared_cache_is_read_with_its_owners_key_and_never_written(co_user, s
             miss = get_launchable(ScaleSignature(29))
     assert hit.cache_hit and miss.cache_directory is None
     assert sorted(p.relative_to(shared_dir) for p in shared_dir.rglob("*")) == before
+
+
+def _entry_of(signature: ScaleSignature, cache_dir: Path) -> Path:
+    from boo_core.kernels.request import KernelRequest
+    from boo_core.kernels.target import Target
+
+    return cache_dir / KernelRequest.create(signature, Target.parse("cpu")).key.dirname
+
+
+def _own_files(directory: Path, names: tuple[str, ...]) -> dict[Path, str]:
+    """Files of this user's (mode 0600) in a directory of its own: what no write of BOO's may touch."""
+    directory.mkdir()
+    files = {directory / name: f"this user's own {name}\n" for name in names}
+    for path, text in files.items():
+        path.write_text(text)
+        path.chmod(0o600)
+    return files
+
+
+def _unchanged(files: dict[Path, str]) -> bool:
+    directory = next(iter(files)).parent
+    return sorted(directory.iterdir()) == sorted(files) and all(p.read_text() == t for p, t in files.items())
+
+
+def test_an_entry_the_co_user_made_first_is_never_compiled_in(co_user, shared_dir):
+    """The owner of an entry's directory can rename files in it: had BOO compiled there, the
+    co-user could swap the MLIR under the compiler and have this user sign the result. BOO
+    compiles only in directories of its user's own: this kernel is built in memory."""
+    signature = ScaleSignature(31)
+    with isolated_registry({"scale": scale_op}), settings_override(cache_dir=shared_dir):
+        entry = _entry_of(signature, shared_dir)
+
+        def plant() -> None:
+            entry.mkdir()
+            entry.chmod(0o777)
+
+        as_user(co_user, plant)
+        clear_launchables()
+        owner = re.escape(f"{entry} belongs to uid {co_user[0]} ({co_user[2]})")
+        with pytest.warns(cache.BooCacheWarning, match=rf"cannot be written \({owner}, not to uid 0"):
+            launchable = get_launchable(signature)
+        x = torch.randn(31)
+        assert torch.equal(launchable(x), x * 2)
+        assert launchable.cache_directory is None
+    assert list(entry.iterdir()) == []  # no MLIR, no kernel, nothing signed in the co-user's directory
+
+
+def test_a_link_the_co_user_plants_at_an_entrys_name_is_never_written_through(co_user, shared_dir, tmp_path):
+    signature = ScaleSignature(32)
+    own = _own_files(tmp_path / "project", (cache.META_FILE, cache.KERNEL_FILE, cache.MLIR_FILE))
+    with isolated_registry({"scale": scale_op}), settings_override(cache_dir=shared_dir):
+        entry = _entry_of(signature, shared_dir)
+        as_user(co_user, lambda: os.symlink(tmp_path / "project", entry))
+        clear_launchables()
+        with warnings.catch_warnings():  # root may replace the link, another user builds in memory
+            warnings.simplefilter("ignore", cache.BooCacheWarning)
+            launchable = get_launchable(signature)
+        x = torch.randn(32)
+        assert torch.equal(launchable(x), x * 2)
+    assert _unchanged(own)
+
+
+@pytest.mark.parametrize("locks_owner", ["co-user", "this user, writable by all"])
+def test_a_link_planted_at_a_lock_holders_name_is_never_written_through(co_user, shared_dir, tmp_path, locks_owner):
+    signature = ScaleSignature(33)
+    own = _own_files(tmp_path / "home", ("settings.conf",))
+    locks = shared_dir / cache.LOCKS_DIR
+    with isolated_registry({"scale": scale_op}), settings_override(cache_dir=shared_dir):
+        holder = locks / f"{_entry_of(signature, shared_dir).name}.holder"
+        if locks_owner != "co-user":
+            locks.mkdir()
+            locks.chmod(0o777)
+
+        def plant() -> None:
+            if locks_owner == "co-user":
+                locks.mkdir()
+                locks.chmod(0o777)
+            os.symlink(tmp_path / "home" / "settings.conf", holder)
+
+        as_user(co_user, plant)
+        clear_launchables()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", cache.BooCacheWarning)
+            launchable = get_launchable(signature)
+        x = torch.randn(33)
+        assert torch.equal(launchable(x), x * 2)
+    assert _unchanged(own)
+    built = [w for w in caught if issubclass(w.category, cache.BooCacheWarning)]
+    if locks_owner == "co-user":  # its directory: no lock is taken there, the kernel is built in memory
+        assert launchable.cache_directory is None and "belongs to uid" in str(built[0].message)
+    else:  # this user's: made writable by this user alone, the planted link replaced, not followed
+        assert built == [] and launchable.cache_directory is not None
+        assert locks.stat().st_mode & 0o777 == 0o755 and not holder.is_symlink()
+
+
+def test_a_tune_never_writes_through_links_planted_in_the_tuning_directory(co_user, shared_dir, tmp_path):
+    from boo_core.tune import tuner as tuner_module
+
+    own = _own_files(tmp_path / "home", ("notes.txt",))
+    signature = BooOpRegistry.parse_command("gemm -m 4 -n 4 -k 4")
+    with settings_override(cache_dir=shared_dir):
+        progress = tuner_module._progress_path(signature, "cpu", device_identity(torch.device("cpu")))
+
+    def plant() -> None:
+        progress.parent.mkdir(parents=True)
+        for directory in (progress.parent, progress.parent.parent):
+            directory.chmod(0o777)
+        os.symlink(tmp_path / "home" / "notes.txt", progress)
+
+    as_user(co_user, plant)
+    boo = Path(sys.executable).parent / "boo"
+    result = subprocess.run([str(boo), "tune", "gemm", "-m", "4", "-n", "4", "-k", "4"],
+                            env={**os.environ, "BOO_CACHE_DIR": str(shared_dir)}, capture_output=True, text=True,
+                            timeout=600)
+    assert _unchanged(own)
+    assert "Traceback" not in result.stderr
+    # The tuning directory is the co-user's: no record can be kept there, and the tune says so.
+    assert result.returncode != 0 and f"{progress.parent.parent} belongs to uid {co_user[0]}" in result.stderr
+
+
+def test_a_worker_process_imports_nothing_from_the_directory_it_starts_in(co_user, shared_dir):
+    """``python -c`` puts its working directory first on ``sys.path``: a worker started in a
+    directory a co-user can write would import their ``boo_core``, as this user."""
+    marker = shared_dir / "planted-code-ran"
+
+    def plant() -> None:
+        package = shared_dir / "boo_core"
+        package.mkdir()
+        (package / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+
+    as_user(co_user, plant)
+    boo = Path(sys.executable).parent / "boo"
+    result = subprocess.run([str(boo), "-v", "driver", "--backend", "boo", "gemm", "-m", "4", "-n", "4", "-k", "4"],
+                            cwd=shared_dir, env={**os.environ, "BOO_CACHE_DIR": str(shared_dir / "cache"),
+                                                 "BOO_VERIFY": "1", "BOO_WORKER": "1"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not marker.exists()
+    assert "worker process did not start" not in result.stdout + result.stderr
+
+
+def test_a_cache_directory_others_can_write_is_written_only_if_sticky_or_made_this_users_alone(co_user, tmp_path):
+    """In a directory others can write and that is not sticky, they can rename BOO's own
+    entries away and put theirs in their place while a kernel compiles."""
+    theirs, mine = tmp_path / "theirs", tmp_path / "mine"
+    theirs.mkdir()
+    os.chown(theirs, co_user[0], co_user[1])
+    theirs.chmod(0o777)
+    mine.mkdir()
+    mine.chmod(0o777)
+    x = torch.randn(34)
+    with isolated_registry({"scale": scale_op}):
+        with settings_override(cache_dir=theirs):
+            clear_launchables()
+            with pytest.warns(cache.BooCacheWarning, match=re.escape(f"not sticky: they could swap BOO's files in it "
+                                                                     f"while a kernel compiles. Make it sticky "
+                                                                     f"(chmod +t {theirs})")):
+                launchable = get_launchable(ScaleSignature(34))
+            assert torch.equal(launchable(x), x * 2) and launchable.cache_directory is None
+            assert list(theirs.iterdir()) == []
+            theirs.chmod(0o1777)
+            clear_launchables()
+            assert get_launchable(ScaleSignature(34)).cache_directory is not None
+        with settings_override(cache_dir=mine):
+            clear_launchables()
+            assert get_launchable(ScaleSignature(34)).cache_directory is not None
+    assert mine.stat().st_mode & 0o7777 == 0o755

@@ -317,6 +317,15 @@ def test_export_then_tuning_spec_path_changes_the_kernel_and_its_key(private_cac
         a, b = signature.get_sample_args()
         torch.testing.assert_close(launchable(a, b), a @ b)
     assert kernel.vmfb != plain.fetch().vmfb
+    # The compiler reads the spec as it was read for the key, from a copy in the entry (the
+    # user's file could change in between): the reproducer names the copy.
+    copy = kernel.directory / "tuning_spec.mlir"
+    assert copy.read_text() == text
+    assert f"--iree-codegen-tuning-spec-path={copy}" in (kernel.directory / "compile_command.txt").read_text()
+    with settings_override(tuning_spec=spec):
+        request = KernelRequest.create(signature, CPU)
+    spec.write_text("module { this is not a spec }")
+    assert request.fetch(rebuild=True).vmfb == kernel.vmfb
     # The spec's content is in the key: editing it makes another kernel.
     spec.write_text(text.replace("vector_common_parallel = [4, 8, 0]", "vector_common_parallel = [8, 8, 0]"))
     with settings_override(tuning_spec=spec):

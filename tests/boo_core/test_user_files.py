@@ -223,3 +223,21 @@ def test_a_fifo_among_a_tuned_kernels_configurations_is_refused_by_the_spec_expo
     message = f"configured executable {configured} is a FIFO, not a regular file"
     with pytest.raises(FileRefused, match=re.escape(message)):
         within(30, lambda: export_spec(tmp_path / "spec.mlir", [signature], "cpu", device), configured)
+
+
+# -- the tuning spec --------------------------------------------------------------------------------
+
+
+def test_a_fifo_as_tuning_spec_is_refused_without_waiting_for_a_writer(fifo, private_cache):
+    from boo_core.kernels.request import KernelRequest
+    from boo_core.kernels.target import Target
+    from boo_core.settings import settings_override
+    from boo_core.testing import isolated_registry
+
+    from .fake_plugins import scale_op
+    from .fake_plugins.scale_op import ScaleSignature
+
+    with isolated_registry({"scale": scale_op}), settings_override(tuning_spec=fifo):
+        with pytest.raises(CompileError, match=re.escape(f"BOO_TUNING_SPEC_PATH={fifo}: cannot read the tuning spec: "
+                                                         f"tuning spec {fifo} is a FIFO, not a regular file")):
+            within(30, lambda: KernelRequest.create(ScaleSignature(8), Target.parse("cpu")), fifo)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from boo_core import clear_launchables, get_launchable
+from boo_core.kernels.python_child import python_command
 from boo_core.runtime import worker
 from boo_core.settings import settings_override
 from boo_core.testing import isolated_registry
@@ -123,3 +124,12 @@ def test_a_signature_the_worker_cannot_import_is_checked_here(private_cache, cap
         launchable = get_launchable(Local(size=19))
         assert launchable.verified and torch.equal(launchable(torch.ones(19)), torch.full((19,), 2.0))
     assert "checked in this process (it cannot be sent to a worker process" in caplog.text
+
+
+def test_python_children_import_nothing_from_the_directory_they_start_in(tmp_path):
+    """The worker's and the runtime-only check's ``python -c``: a module planted in the
+    working directory (a shared one) is never imported in place of the installed one."""
+    (tmp_path / "json.py").write_text("raise SystemExit('the planted json was imported')\n")
+    result = subprocess.run(python_command("import json; print(json.dumps('installed'))"), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, '"installed"\n', "")

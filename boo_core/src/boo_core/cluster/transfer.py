@@ -4,7 +4,7 @@ A task runs on a worker against a scratch cache of its own. What it wrote there 
 as :class:`CacheFiles` (:func:`collect`, with every path in the files rewritten from the
 scratch cache to the caller's), and :func:`install` writes it into the caller's cache the
 way a local compile does: entry by entry under the entry's lock, every file through
-:func:`~boo_core.kernels.cache.atomic_write`, ``meta.json`` (or ``failed.json``) last. An
+:func:`~boo_core.kernels.owned.write`, ``meta.json`` (or ``failed.json``) last. An
 entry the caller already holds intact is kept, never rewritten; ``verdicts.json`` is merged
 (device model by device model), never replaced. What a task brings back is this user's own
 work, sealed under the worker's scratch key: every sealed file (a verdict, a launch plan,
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..kernels import cache, integrity
+from ..kernels import cache, integrity, owned
 from ..kernels.launch_plan import PLAN_FILE, plan_purpose
 from ..kernels.tuning_records import TUNING_DIR, record_purpose
 from ..verify.verdicts import VERDICTS_FILE, seal_verdict
@@ -148,11 +148,7 @@ def install(root: Path, files: CacheFiles) -> InstallReport:
                 continue
         except OSError:
             pass
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise cache.CacheUnwritable(f"cannot create {path.parent}: {e.strerror or e}") from e
-        cache.atomic_write(path, data)
+        owned.write(root, path, data)
         written.append(relative)
     return InstallReport(tuple(written), tuple(kept))
 
@@ -175,18 +171,15 @@ def _install_entry(root: Path, dirname: str, members: Mapping[str, bytes]) -> tu
             kept += [name for name in members if name != VERDICTS_FILE]
         else:
             entry.prepare()
-            for name, content in sorted(data.items()):
-                path = entry.directory / name
-                if path.parent != entry.directory:
-                    path.parent.mkdir(parents=True, exist_ok=True)  # a substitution's files
-                cache.atomic_write(path, reseal(root, f"{dirname}/{name}", content))
+            for name, content in sorted(data.items()):  # a substitution's files in folders of the entry too
+                owned.write(root, entry.directory / name, reseal(root, f"{dirname}/{name}", content))
                 written.append(name)
             if meta is not None:
-                (entry.directory / cache.FAILED_FILE).unlink(missing_ok=True)
+                owned.remove_tree(root, entry.directory / cache.FAILED_FILE)
             for name in _LAST:
                 if name in members:
                     content = _signed(root, meta, members) if name == cache.META_FILE else members[name]
-                    cache.atomic_write(entry.directory / name, content)
+                    owned.write(root, entry.directory / name, content)
                     written.append(name)
         if VERDICTS_FILE in members and _merge_verdicts(entry.directory, members[VERDICTS_FILE]):
             written.append(VERDICTS_FILE)
@@ -215,8 +208,7 @@ def _merge_verdicts(directory: Path, incoming: bytes) -> bool:
     merged = {**ours, **theirs}
     if merged == ours:
         return False
-    directory.mkdir(parents=True, exist_ok=True)
-    cache.atomic_write(directory / VERDICTS_FILE, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    owned.write(directory.parent, directory / VERDICTS_FILE, json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return True
 
 

@@ -64,7 +64,7 @@ from typing import Any
 
 from ..errors import BooCacheWarning, CacheError, CacheUntrusted, CacheUnwritable, CompileError  # noqa: F401 (re-exported)
 from ..files import TEMP_SUFFIX, read_bytes, remove_path
-from . import activity
+from . import activity, owned
 from .integrity import KEY_FILE, integrity_key, integrity_tag, read_only
 from .locks import LOCKS_DIR, EntryLocked, entry_lock, lock_held, lock_path  # noqa: F401 (re-exported)
 
@@ -262,33 +262,28 @@ class CacheEntry:
         return failure
 
     def prepare(self) -> None:
-        """Make the entry a directory (replacing a file or a dangling symlink in its place)
-        and clear its files that are directories."""
-        if self.directory.is_symlink() and not self.directory.is_dir():
-            remove_path(self.directory)
-        elif self.directory.exists() and not self.directory.is_dir():
-            remove_path(self.directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CacheUnwritable(f"cannot create cache entry {self.directory}: {e.strerror or e}") from e
+        """Make the entry a directory of this user's that no one else can write, replacing
+        a file or a symbolic link in its place (:mod:`.owned`; an entry another user's
+        directory holds raises :class:`CacheUnwritable`), and clear its files that are
+        directories."""
+        owned.ensure_directory(self.directory.parent, self.directory)
         for name in ENTRY_FILES:
             path = self.directory / name
             if path.is_dir() or (path.is_symlink() and not path.exists()):
-                remove_path(path)
+                owned.remove_tree(self.directory.parent, path)
 
     def invalidate(self) -> None:
         """Remove the metadata so the next reader rebuilds the entry."""
         for name in (META_FILE, FAILED_FILE):
-            remove_path(self.directory / name)
+            owned.remove_tree(self.directory.parent, self.directory / name)
 
-    def write_text(self, name: str, text: str) -> Path:
-        return atomic_write(self.directory / name, text)
+    def write_text(self, name: str, text: str | bytes) -> Path:
+        return owned.write(self.directory.parent, self.directory / name, text)
 
     def commit(self, data: bytes, command: str, compile_seconds: float, details: dict[str, Any],
                secret: bytes) -> None:
         """Write a freshly compiled kernel, then its metadata (last)."""
-        atomic_write(self.kernel_path, data)
+        owned.write(self.directory.parent, self.kernel_path, data)
         meta = {
             "format": CACHE_FORMAT,
             "key_digest": self.key.digest,
@@ -302,7 +297,7 @@ class CacheEntry:
             "command": command,
             **details,
         }
-        remove_path(self.directory / FAILED_FILE)
+        owned.remove_tree(self.directory.parent, self.directory / FAILED_FILE)
         self.write_text(META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
     def record_failure(self, error: CompileError) -> None:
@@ -419,7 +414,9 @@ def build_uncached(key: CacheKey, build: Builder, details: dict[str, Any] | None
 
 
 def _build(entry: CacheEntry, build: Builder, details: dict[str, Any], cache_dir: Path) -> CachedKernel:
-    """Compile into ``entry``. A cache that turns out unwritable once the kernel is
+    """Compile into ``entry``, a directory of this user's alone (:meth:`CacheEntry.prepare`:
+    the compiler reads the MLIR, configurations and substituted files from there, which no
+    one else can have put there). A cache that turns out unwritable once the kernel is
     compiled still returns it (in memory, with a warning) rather than compiling again."""
     entry.prepare()
     start = time.perf_counter()

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import CompileError
 from ..files import MAX_SPEC_BYTES, FileRefused, read_text
+from . import owned
 
 PARALLEL_LEVELS = ("workgroup", "subgroup", "thread", "distribution", "vector_common_parallel",
                    "vector_inner_parallel")
@@ -195,10 +196,9 @@ def compile_with_config(compile_command: Sequence[str], directory: Path, config:
     configuration that fits no executable is an error where ``required``, else no flags
     (a substitution replaced the executables it was for)."""
     dumped, edited = directory / "configured", directory / "configurations"
-    for folder in (dumped, edited):
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("*.mlir"):
-            stale.unlink()
+    for folder in (dumped, edited):  # emptied, in a directory of this user's alone (owned)
+        owned.remove_tree(directory.parent, folder)
+        owned.ensure_directory(directory.parent, folder)
     command = [*compile_command, "--compile-to=executable-configurations",
                f"--iree-hal-dump-executable-configurations-to={dumped}", "-o", "/dev/null"]
     try:
@@ -216,7 +216,7 @@ def compile_with_config(compile_command: Sequence[str], directory: Path, config:
             raise CompileError(f"cannot apply configuration {dict(config)}: {e}") from None
         text = apply_config(configured, config)
         if text is not None:
-            (edited / f"{executable_name(text)}.mlir").write_text(text)
+            owned.write(directory.parent, edited / f"{executable_name(text)}.mlir", text)
             applied += 1
     if not applied and not required:
         return []

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ..files import read_bytes
-from .cache import atomic_write
+from . import owned
 from .cuda_executable import CudaKernel, ExecutableFormatError, read_cuda_executable, sanitize_symbol
 from .integrity import integrity_key, seal, unseal
 
@@ -389,7 +389,8 @@ def write_plan(directory: Path, hal_text: str | None, function: str, kernel: byt
         data = {"format": PLAN_FORMAT, "kernel_sha256": digest, "unsupported": reason}
     try:
         secret = integrity_key(directory.parent, create=True) or b""
-        atomic_write(directory / PLAN_FILE, json.dumps(seal(secret, plan_purpose(digest), data), sort_keys=True))
+        owned.write(directory.parent, directory / PLAN_FILE, json.dumps(seal(secret, plan_purpose(digest), data),
+                                                                        sort_keys=True))
     except (OSError, CacheError) as e:  # CacheUnwritable is one; CacheUntrusted: a key that is not ours
         logger.info("%s: launch plan not saved in %s: %s", function, directory, e)
     return reason

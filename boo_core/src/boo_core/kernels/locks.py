@@ -23,8 +23,9 @@ from pathlib import Path
 import filelock
 
 from ..errors import CacheUnwritable
-from ..files import read_bytes, remove_path
+from ..files import read_bytes
 from ..settings import get_settings
+from . import owned
 
 LOCKS_DIR = ".locks"
 #: Seconds a waiter lets a stopped holder stay stopped before it stops waiting.
@@ -55,12 +56,12 @@ def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> I
     hung, :class:`CacheUnwritable` when the lock cannot be made."""
     timeout = get_settings().lock_timeout if timeout is None else timeout
     path = lock_path(cache_dir, dirname)
-    _prepare(path)
+    _prepare(cache_dir, path)
     lock = filelock.FileLock(str(path), timeout=timeout)
     _acquire(lock, holder_path(cache_dir, dirname), dirname, timeout)
     holder = holder_path(cache_dir, dirname)
-    with contextlib.suppress(OSError):
-        holder.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
+    with contextlib.suppress(OSError):  # never through a link planted at its name (owned)
+        owned.write(cache_dir, holder, json.dumps({"host": socket.gethostname(), "pid": os.getpid()}))
     try:
         yield
     finally:
@@ -69,15 +70,14 @@ def entry_lock(cache_dir: Path, dirname: str, timeout: float | None = None) -> I
         lock.release()
 
 
-def _prepare(path: Path) -> None:
-    try:
-        if path.parent.is_symlink() or (path.parent.exists() and not path.parent.is_dir()):
-            remove_path(path.parent)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir() and not path.is_symlink():
-            remove_path(path)
-    except OSError as e:
-        raise CacheUnwritable(f"cannot create {path.parent}: {e.strerror or e}") from e
+def _prepare(cache_dir: Path, path: Path) -> None:
+    """Make ``.locks`` a directory of this user's alone, replacing a file or a link in its
+    place (:mod:`.owned`: another user's directory raises :class:`CacheUnwritable`), and
+    clear a directory standing where the lock file ``path`` goes."""
+    if path.is_dir() and not path.is_symlink():
+        owned.remove_tree(cache_dir, path)
+    else:
+        owned.ensure_directory(cache_dir, path.parent)
 
 
 def _acquire(lock: filelock.FileLock, holder: Path, dirname: str, timeout: float) -> None:

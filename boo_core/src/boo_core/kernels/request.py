@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BooError, CompileError, UnsupportedError, describe_error, is_plugins_failure
+from ..files import MAX_SPEC_BYTES, FileRefused, read_bytes
 from ..settings import get_settings
 from ..signatures.installed import installed_ops
 from ..signatures.signature import tensor_size_problem
@@ -40,6 +41,10 @@ from .validate import check_in_child
 
 logger = logging.getLogger(__name__)
 
+TUNING_SPEC_FLAG = "--iree-codegen-tuning-spec-path"
+#: The copy of ``BOO_TUNING_SPEC_PATH`` a build compiles with, beside its MLIR.
+TUNING_SPEC_FILE = "tuning_spec.mlir"
+
 
 @dataclass(frozen=True)
 class KernelRequest:
@@ -55,6 +60,9 @@ class KernelRequest:
     substitution: Any = field(default=None, compare=False)  # boo_core.substitute.Substitution
     #: The plugin whose code makes the MLIR (``"conv" (boo-ops-conv 0.1.0)``), for messages.
     origin: str = field(default="", compare=False)
+    #: ``BOO_TUNING_SPEC_PATH``'s content as read for the key: what the compiler reads, from a
+    #: copy beside the kernel's MLIR (:meth:`flags_in`), never the user's file again.
+    tuning_spec: bytes | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(cls, signature: Any, target: Target, formulation: Formulation | None = None, *,
@@ -77,10 +85,11 @@ class KernelRequest:
             config = formulation.config
         settings = get_settings()
         spec_flags: tuple[str, ...] = ()
-        spec_digest = None
+        spec_digest = spec = None
         if settings.tuning_spec is not None:
-            spec_digest = _tuning_spec_digest(settings.tuning_spec)
-            spec_flags = (f"--iree-codegen-tuning-spec-path={settings.tuning_spec}",)
+            spec = _read_tuning_spec(settings.tuning_spec)
+            spec_digest = hashlib.sha256(spec).hexdigest()
+            spec_flags = (f"{TUNING_SPEC_FLAG}={settings.tuning_spec}",)
         flags = (*BASE_FLAGS, *target.compile_flags(), *registry.compile_flags(signature, target),
                  *formulation.flags, *extra_flags, *settings.extra_compile_flags, *spec_flags)
         material = {
@@ -100,7 +109,17 @@ class KernelRequest:
         key = cache.CacheKey.create(signature.func_name, material)
         entry = registry.op_for_signature(signature)
         origin = f"plugin {entry.plugin.label}" if entry else ""
-        return cls(signature, target, formulation, flags, key, config, substitution, origin)
+        return cls(signature, target, formulation, flags, key, config, substitution, origin, spec)
+
+    def flags_in(self, entry: cache.CacheEntry) -> tuple[str, ...]:
+        """The flags to compile ``entry``'s kernel with: where a tuning spec is set, the copy
+        of it written into the entry (:data:`TUNING_SPEC_FILE`) in place of the user's file,
+        which may have changed since it was read for the key."""
+        if self.tuning_spec is None:
+            return self.flags
+        copy = entry.write_text(TUNING_SPEC_FILE, self.tuning_spec)
+        return tuple(f"{TUNING_SPEC_FLAG}={copy}" if flag.startswith(f"{TUNING_SPEC_FLAG}=") else flag
+                     for flag in self.flags)
 
     def source(self) -> str:
         """The MLIR to compile (the formulation's; a configuration applies later, to the
@@ -130,7 +149,7 @@ class KernelRequest:
                                f"could not make its MLIR: {describe_error(e)}") from e
         if entry is not None:
             return self._compile(entry, mlir)
-        if self.config:  # a configuration is applied through files: a scratch directory holds them
+        if self.config or self.tuning_spec is not None:  # files (a configuration, the spec's copy): a scratch folder
             with tempfile.TemporaryDirectory(prefix="boo-") as scratch:
                 return "", self._compile(cache.CacheEntry(Path(scratch), self.key, scratch=True), mlir)[1]
         try:
@@ -154,7 +173,7 @@ class KernelRequest:
 
     def _compile(self, entry: cache.CacheEntry, mlir: str) -> tuple[str, bytes]:
         mlir_path = entry.write_text(cache.MLIR_FILE, mlir)
-        flags = self.configured_flags(entry, mlir_path, self.flags)
+        flags = self.configured_flags(entry, mlir_path, self.flags_in(entry))
         shown = reproducer(mlir_path, entry.kernel_path, flags)
         entry.write_text(cache.COMMAND_FILE, shown + "\n")
         return shown, self.compile_in_entry(entry, mlir_path, flags, shown, self._run)
@@ -232,9 +251,10 @@ def _with_scratch_reproducer(error: CompileError, mlir: str, flags: tuple[str, .
     return CompileError(message, mlir_path=str(mlir_path), command=shown, recordable=error.recordable)
 
 
-def _tuning_spec_digest(path: Path) -> str:
+def _read_tuning_spec(path: Path) -> bytes:
+    """The tuning spec's bytes: a regular file, bounded (a FIFO or ``/dev/zero`` is refused)."""
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise CompileError(f"BOO_TUNING_SPEC_PATH={path}: cannot read the tuning spec: {e.strerror or e}") from None
-    return hashlib.sha256(data).hexdigest()
+        return read_bytes(path, MAX_SPEC_BYTES, what="tuning spec")
+    except OSError as e:  # FileRefused says why itself
+        reason = str(e) if isinstance(e, FileRefused) else (e.strerror or str(e))
+        raise CompileError(f"BOO_TUNING_SPEC_PATH={path}: cannot read the tuning spec: {reason}") from None

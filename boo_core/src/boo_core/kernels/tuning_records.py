@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..settings import get_settings
+from . import owned
 from .allowed_tunings import config_problem, flags_problem
-from .cache import atomic_write, read_json_object
+from .cache import read_json_object
 from .compiler import compiler_version
 from .integrity import integrity_key, seal, unseal
 
@@ -106,10 +107,9 @@ def record_purpose(path: Path) -> str:
 def write_record(record: TuningRecord, signature: Signature, cache_dir: Path | None = None) -> Path:
     """Keep ``record`` for ``signature``, sealed under the cache's integrity key."""
     path = record_path(signature, record.target, record.device, record.compiler, cache_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
     secret = integrity_key(path.parent.parent, create=True) or b""
-    return atomic_write(path, json.dumps(seal(secret, record_purpose(path), record.to_json()), indent=2, sort_keys=True)
-                        + "\n")
+    sealed = seal(secret, record_purpose(path), record.to_json())
+    return owned.write(path.parent.parent, path, json.dumps(sealed, indent=2, sort_keys=True) + "\n")
 
 
 def load_record(path: Path) -> TuningRecord | None:

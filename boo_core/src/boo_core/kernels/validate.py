@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import torch
+
+from .python_child import python_command
 
 #: torch dtype -> the name of IREE's HalElementType, for the child.
 _ELEMENT_TYPES = {torch.float32: "FLOAT_32", torch.float16: "FLOAT_16", torch.bfloat16: "BFLOAT_16",
@@ -56,7 +57,7 @@ def check_in_child(signature: Any, target: Any, data: bytes, timeout: float = 12
     spec = {"function": signature.func_name, "run": runnable,
             "tensors": [[list(s.shape), _ELEMENT_TYPES.get(s.dtype, ""), s.nbytes] for s in specs]}
     try:
-        result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], input=data, capture_output=True,
+        result = subprocess.run(python_command(_CHILD, json.dumps(spec)), input=data, capture_output=True,
                                 timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"it did not finish within {timeout:g} s"

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..errors import describe_error, is_plugins_failure
+from ..kernels.python_child import python_command
 from ..settings import get_settings, use_settings
 from ..verify import verdicts
 from .launchable import Launchable
@@ -193,7 +194,7 @@ class _Worker:
             raise _Unserved("this Python has no executable to start a worker process with")
         self._errors = tempfile.TemporaryFile(prefix="boo-worker-")
         try:
-            self._process = _SPAWNER.start([sys.executable, "-c", _START], stdin=subprocess.PIPE,
+            self._process = _SPAWNER.start(python_command(_START), stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, stderr=self._errors, close_fds=True)
         except OSError as e:
             self._stop()

@@ -9,14 +9,13 @@ originals while compiling cannot slip into a kernel filed under the old content'
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CompileError, SubstitutionError
-from ..kernels import cache
+from ..kernels import cache, owned
 from ..kernels.compiler import reproducer
 from .executables import KernelExecutables, kernel_executables
 from .stages import SEARCH_PATH_FLAG, STAGES, stage_files
@@ -90,13 +89,12 @@ def _check_object(substitution: Substitution, relative: str, data: bytes, kernel
 
 
 def write_files(directory: Path, files: Mapping[str, bytes]) -> Path:
-    """Write the files under ``directory`` (emptied first)."""
-    if directory.exists():
-        shutil.rmtree(directory)
+    """Write the files under ``directory`` (emptied first), a directory of this user's
+    alone, as all of its folders are (:mod:`boo_core.kernels.owned`)."""
+    owned.remove_tree(directory.parent, directory)
+    owned.ensure_directory(directory.parent, directory)
     for relative, data in files.items():
-        path = directory / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cache.atomic_write(path, data)
+        owned.write(directory.parent, directory / relative, data)
     return directory
 
 
@@ -166,7 +164,7 @@ def build(request: Any, entry: cache.CacheEntry | None) -> tuple[str, bytes]:
         flags, files = prepare(request, mlir_path, directory)
     except OSError as e:
         raise cache.CacheUnwritable(f"cannot write in {directory}: {e.strerror or e}") from e
-    flags = configured_flags(request, entry, mlir_path, (*request.flags, *flags), files)
+    flags = configured_flags(request, entry, mlir_path, (*request.flags_in(entry), *flags), files)
     shown = reproducer(mlir_path, entry.kernel_path, flags)
     entry.write_text(cache.COMMAND_FILE, shown + "\n")
     try:

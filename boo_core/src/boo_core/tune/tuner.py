@@ -30,6 +30,7 @@ from ..cluster import ClusterError, TaskContext, require_ray
 from ..cluster.handle import ClusterHandle, cluster_device
 from ..errors import BooError, is_plugins_failure
 from ..files import MAX_CSV_BYTES, FileRefused, read_text
+from ..kernels import owned
 from ..kernels.compiler import compiler_version
 from ..kernels.pool import compile_pool
 from ..kernels.request import KernelRequest
@@ -107,10 +108,8 @@ def _plain(value: Any) -> Any:
 
 
 def _checkpoint(path: Path, result: CandidateResult) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
-        f.flush()
+    """Append ``result`` to the progress file ``path`` (``<cache>/tuning/progress/``)."""
+    owned.append(path.parents[2], path, json.dumps(result.to_json(), sort_keys=True) + "\n")
 
 
 class Tuner:

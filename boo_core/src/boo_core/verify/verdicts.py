@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from ..errors import describe_error, is_plugins_failure
-from ..kernels import activity
-from ..kernels.cache import VERDICTS_FILE, atomic_write, entry_lock, read_json_object, remove_path
+from ..kernels import activity, owned
+from ..kernels.cache import VERDICTS_FILE, entry_lock, read_json_object
 from ..kernels.integrity import integrity_key, read_only, seal, unseal
 from ..kernels.locks import EntryLocked
 from ..kernels.target import host_cpu_fingerprint
@@ -105,10 +105,11 @@ def record_verdict(directory: Path | None, torch_device: torch.device, verdict: 
     try:
         with entry_lock(directory.parent, directory.name):
             if (directory / VERDICTS_FILE).is_dir():
-                remove_path(directory / VERDICTS_FILE)  # damage: BOO's own file's place
+                owned.remove_tree(directory.parent, directory / VERDICTS_FILE)  # damage: BOO's own file's place
             verdicts = read_json_object(directory / VERDICTS_FILE) or {}
             verdicts[device] = seal_verdict(directory, device, verdict)
-            atomic_write(directory / VERDICTS_FILE, json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(verdicts, indent=2, sort_keys=True) + "\n"
+            owned.write(directory.parent, directory / VERDICTS_FILE, text)
     except OSError as e:
         logger.warning("could not record the verdict of %s: %s", directory.name, e)
 
