@@ -50,24 +50,23 @@ def _parts(root: Path, directory: Path) -> tuple[str, ...]:
     return parts
 
 
-def _open_step(parent: int, name: str, shown: Path, create: bool) -> int:
-    """The directory ``name`` in the directory ``parent``, made if ``create`` (a link or a
+def _open_step(parent: int, name: str, shown: Path) -> int:
+    """The directory ``name`` in the directory ``parent``, made where missing (a link or a
     file in its place removed first, where this user may remove it): this user's, writable
     by no one else (made so, where it is this user's)."""
     made: OSError | None = None
-    if create:
-        try:
-            os.mkdir(name, DIRECTORY_MODE, dir_fd=parent)
-        except FileExistsError:
-            pass
-        except OSError as e:  # read-only, not ours to write: it may be there all the same
-            made = e
+    try:
+        os.mkdir(name, DIRECTORY_MODE, dir_fd=parent)
+    except FileExistsError:
+        pass
+    except OSError as e:  # read-only, not ours to write: it may be there all the same
+        made = e
     try:
         fd = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
     except OSError as e:
         if made is not None and e.errno == errno.ENOENT:
             raise CacheUnwritable(f"cannot create {shown}: {made.strerror or made}") from made
-        if not (create and e.errno in (errno.ELOOP, errno.ENOTDIR)):
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise CacheUnwritable(f"cannot open the directory {shown}: {e.strerror or e}") from e
         try:  # never followed: the link itself goes
             os.unlink(name, dir_fd=parent)
@@ -109,12 +108,11 @@ def _check_root(fd: int, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def owned_directory(root: Path, directory: Path, create: bool = True) -> Iterator[int]:
+def owned_directory(root: Path, directory: Path) -> Iterator[int]:
     """An open descriptor of ``directory`` (``root`` or below it), each directory from
-    ``root`` down this user's alone (module docstring); made where missing if ``create``."""
+    ``root`` down this user's alone (module docstring), made where missing."""
     try:
-        if create:
-            root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CacheUnwritable(f"cannot create {root}: {e.strerror or e}") from e
     try:
@@ -126,7 +124,7 @@ def owned_directory(root: Path, directory: Path, create: bool = True) -> Iterato
         _check_root(fd, root)
         for name in _parts(root, directory):
             shown = shown / name
-            step = _open_step(fd, name, shown, create)
+            step = _open_step(fd, name, shown)
             os.close(fd)
             fd = step
         yield fd
@@ -168,7 +166,10 @@ def remove_tree(root: Path, path: Path) -> None:
     this user's below ``root``, relative to open descriptors throughout: nothing outside it
     is ever removed, whatever links it holds. Nothing there: nothing to do."""
     with owned_directory(root, path.parent) as directory:
-        _remove_at(directory, path.name)
+        try:
+            _remove_at(directory, path.name)
+        except OSError as e:
+            raise CacheUnwritable(f"cannot remove {path}: {e.strerror or e}") from e
 
 
 def _remove_at(directory: int, name: str) -> None:
