@@ -191,7 +191,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("cache_enabled", "BOO_CACHE_ON", _boolean, _const(True), "`1`",
             "keep compiled kernels on disk (`0`: in memory, this process only)", selects_kernel=True),
     Setting("cache_dir", "BOO_CACHE_DIR", _path, _default_cache_dir, "`~/.cache/boo`",
-            "where the cache lives (`$XDG_CACHE_HOME/boo` if set)", selects_kernel=True),
+            "where the cache lives (`$XDG_CACHE_HOME/boo` if set); a shared one that other users can write must "
+            "be sticky (`chmod +t`), or BOO compiles in memory (docs/architecture.md, threat model)",
+            selects_kernel=True),
     Setting("cache_owner", "BOO_CACHE_OWNER", _user, _const(None), "you",
             "the user (name or uid) whose integrity key a shared cache holds: this process then uses entries that "
             "user signed, read-only (docs/architecture.md, \"Threat model\")", selects_kernel=True),

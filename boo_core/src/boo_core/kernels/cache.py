@@ -14,12 +14,13 @@ One directory per key, named ``<readable prefix>-<hash>``::
     <cache dir>/.integrity-key  32 random bytes, made on the cache's first write
     <cache dir>/.locks/<entry name>.lock
 
-Every file is written to a temporary name and renamed into place (:func:`atomic_write`),
-``meta.json`` last, so a reader never sees a partial entry. A reader checks every file by
-type and shape before use: ``meta.json`` must be a regular file holding a JSON object of
-this format with fields of the right types, ``kernel.vmfb`` a regular file of the recorded
-size and SHA-256. Anything else (truncated, corrupt, a directory where a file should be, a
-file where the entry should be, metadata that is not an object) is logged and rebuilt.
+Every file is written to a temporary name and renamed into place, in directories of this
+user's alone (:func:`.owned.write`), ``meta.json`` last, so a reader never sees a partial
+entry. A reader checks every file by type and shape before use: ``meta.json`` must be a
+regular file holding a JSON object of this format with fields of the right types,
+``kernel.vmfb`` a regular file of the recorded size and SHA-256. Anything else (truncated,
+corrupt, a directory where a file should be, a file where the entry should be, metadata
+that is not an object) is logged and rebuilt.
 
 Integrity: a checksum catches accidents, not a kernel changed together with its checksum,
 and IREE cannot verify native code: loading corrupt kernel bytes can crash the process
