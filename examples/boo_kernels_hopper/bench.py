@@ -2,11 +2,12 @@
 configuration on the shapes real models give (``--sweep``); BOO's kernel on those shapes
 against torch's; then the routes through BOO (get_launchable, boo_matmul, BooLinear,
 torch.compile(backend="iree_boo")) on three large shapes. ``--long-k`` instead times long-K
-weight gradients with and without the split-K candidates. Each result is checked against
+weight gradients with and without the split-K candidates, ``--stream-k`` the shapes of both
+lists the stream-K kernel is offered for, with and without it. Each result is checked against
 float64 and timed as benchmarks/gpu.py times (device time from the profiler, median of 5
 batches of 5 calls).
 
-    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape] [--long-k] [--only REGEX]
+    python examples/boo_kernels_hopper/bench.py [--sweep] [--any-shape] [--long-k] [--stream-k] [--only REGEX]
 """
 
 from __future__ import annotations
@@ -194,6 +195,38 @@ def long_k(device: str) -> None:
         len(LONG_K), statistics.geometric_mean(ratios["split"]), statistics.geometric_mean(ratios["unsplit"])))
 
 
+def stream_k(device: str) -> None:
+    """Each shape of ANY_SHAPE and LONG_K the stream-K kernel is offered for: torch's (cuBLAS),
+    BOO's first verified kernel with stream-K offered, and BOO's without it, device time."""
+    peak, _ = peaks(device)
+    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
+    print(f"{'signature':<64} {'round':>6} {'torch us':>9} {'BOO us':>8} {'no SK':>8} {'BOO/torch':>9} "
+          f"{'no SK/torch':>11} {'torch %':>8} {'BOO %':>6} {'error':>8}  served by")
+    ratios: dict[str, list[float]] = {"sk": [], "no_sk": []}
+    for signature in chosen(ANY_SHAPE + LONG_K):
+        problem = gemm.problem_of(signature)
+        if not gemm.stream_k_serves(problem):
+            continue
+        args = signature.get_sample_args(device=device)
+        ref = signature.reference(*(t.double() for t in args))
+        found = with_and_without(gemm, "OFFER_STREAM_K", signature, device)
+        with torch.no_grad():
+            torch_us = device_us(signature.eager, args)
+            sk_us, no_sk_us = (device_us(found[o], args) for o in (True, False))
+            err = max(error(found[o](*args), ref) for o in (True, False))
+        ratios["sk"].append(sk_us / torch_us)
+        ratios["no_sk"].append(no_sk_us / torch_us)
+        sub = found[True].substitution
+        served = f"{found[True].formulation}{' + ' + sub.label if sub else ''}, verified={found[True].verified}"
+        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, sk_us)]
+        print(f"{signature.func_name:<64} {gemm.round_filling(problem):>6.2f} {torch_us:>9.1f} {sk_us:>8.1f} "
+              f"{no_sk_us:>8.1f} {sk_us / torch_us:>9.2f} {no_sk_us / torch_us:>11.2f} {share[0]:>7.1f}% "
+              f"{share[1]:>5.1f}% {err:>8.1e}  {served}", flush=True)
+    if ratios["sk"]:
+        print("geometric mean BOO/torch over {} shapes: {:.2f} (without stream-K {:.2f})".format(
+            len(ratios["sk"]), statistics.geometric_mean(ratios["sk"]), statistics.geometric_mean(ratios["no_sk"])))
+
+
 def routes(device: str) -> None:
     peak, _ = peaks(device)
     print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
@@ -226,9 +259,14 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", action="store_true", help="every tile configuration through Triton's launcher")
     parser.add_argument("--any-shape", action="store_true", help="the shapes real models give (ANY_SHAPE) only")
     parser.add_argument("--long-k", action="store_true", help="long-K weight gradients (LONG_K), split or not, only")
+    parser.add_argument("--stream-k", action="store_true",
+                        help="the shapes the stream-K kernel is offered for, with and without it, only")
     parser.add_argument("--only", default="", help="the shapes whose function name matches this regular expression")
     args = parser.parse_args()
     ONLY = args.only
+    if args.stream_k:
+        stream_k(args.device)
+        raise SystemExit(0)
     if args.long_k:
         long_k(args.device)
         raise SystemExit(0)

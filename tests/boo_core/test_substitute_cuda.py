@@ -1,17 +1,21 @@
-"""Substitutions for CUDA, cross-compiled (no GPU): objects in place of IREE's PTX, and a
-source whose variant runs a kernel built elsewhere, with its own launch geometry."""
+"""Substitutions for CUDA, cross-compiled (no GPU): objects in place of IREE's PTX, a
+source whose variant runs a kernel built elsewhere, with its own launch geometry, and a
+library's own module (one extern launch with zeroed counters and scratch)."""
 
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
-from boo_core import Target
+from boo_core import Formulation, Target
 from boo_core.errors import SubstitutionError
-from boo_core.kernels.launch_plan import LaunchPlan, plan_for_entry
+from boo_core.kernels.chain import plan_kernels
+from boo_core.kernels.launch_plan import Dispatch, LaunchPlan, plan_for_entry
 from boo_core.kernels.request import KernelRequest
-from boo_core.substitute import Substitution, dump_kernel, executables_of, external_source
+from boo_core.substitute import EXTERN_FLAGS, Substitution, dump_kernel, executables_of, extern_module, external_source
 
 from .fake_plugins.scale_op import ScaleSignature
 
@@ -128,3 +132,59 @@ def test_an_object_a_source_refers_to_must_be_there(scale):
     with pytest.raises(SubstitutionError, match=r"substitution file external-ptx:sources/.*\.mlir refers to object "
                                                 "'objects/scale.ptx', which is not in the substitution"):
         KernelRequest.create(SIGNATURE, SM80, substitution=Substitution("external-ptx", files)).fetch()
+
+
+#: y[i] = 2 * x[i], taking a buffer of zeroed counters and a scratch buffer between x and y
+#: (the kernel an extern module launches: x, counters, scratch, y).
+PTX_WITH_BUFFERS = PTX.replace("    .param .u64 {name}_param_1\n",
+                               "    .param .u64 {name}_param_1,\n    .param .u64 {name}_param_2,\n"
+                               "    .param .u64 {name}_param_3\n").replace(
+    "ld.param.u64 %rd2, [{name}_param_1];", "ld.param.u64 %rd2, [{name}_param_3];")
+COUNTER_WORDS, SCRATCH_BYTES = 48, 4096
+
+
+def own_module(signature: ScaleSignature = SIGNATURE) -> Substitution:
+    """A library's substitution bringing its own module: one launch of its kernel with 48
+    zeroed counters and 4 KiB of scratch."""
+    mlir = extern_module(signature, "scale_with_buffers", "objects/scale.ptx", workgroup_size=(64, 1, 1),
+                         workgroup_count=(1, 1, 1), workgroup_local_memory=SHARED_BYTES,
+                         zeroed_words=(COUNTER_WORDS,), scratch_bytes=(SCRATCH_BYTES,))
+    formulation = Formulation("library_scale", mlir=lambda: mlir, flags=EXTERN_FLAGS)
+    return Substitution("own-module", {"objects/scale.ptx": PTX_WITH_BUFFERS.format(name="scale_with_buffers")},
+                        formulation=formulation, origin="a library")
+
+
+def test_a_library_brings_its_own_module_with_zeroed_counters_and_scratch(scale):
+    substitution = own_module()
+    [planned, *_] = plan_kernels([Formulation("default")], library=[substitution])
+    assert planned.formulation is substitution.own_formulation and planned.substitution is substitution
+    kernel = planned.request(SIGNATURE, SM80).fetch()
+    plan = plan_for_entry(kernel.directory, kernel.vmfb, SIGNATURE.func_name)
+    assert isinstance(plan, LaunchPlan), plan
+    # Every launch: the counters zeroed, then the kernel on x, the counters, the scratch and y.
+    fill, dispatch = plan.commands
+    assert (fill.op, fill.pattern, fill.length) == ("fill", 0, 4 * COUNTER_WORDS)
+    assert isinstance(dispatch, Dispatch) and dispatch.grid == (1, 1, 1)
+    x, counters, scratch, y = (plan.slots[b.slot] for b in dispatch.bindings)
+    assert (x.arg, y.arg) == (0, 1)  # y straight into the caller's output: no copy after the launch
+    assert counters.transient is not None and scratch.transient is not None
+    assert dispatch.bindings[1].slot == fill.slot and dispatch.bindings[1].length == 4 * COUNTER_WORDS
+    assert dispatch.bindings[2].length == SCRATCH_BYTES
+    assert (counters.transient, counters.offset + dispatch.bindings[1].offset) != \
+        (scratch.transient, scratch.offset + dispatch.bindings[2].offset)
+    [launched] = plan.kernels
+    assert (launched.name, launched.block, launched.shared_memory) == ("scale_with_buffers", (64, 1, 1), SHARED_BYTES)
+    # The module is part of the key: the same files with another module are another kernel.
+    other = replace(substitution, formulation=Formulation("library_scale", mlir=lambda: mlir_text + "\n",
+                                                          flags=EXTERN_FLAGS))
+    mlir_text = substitution.own_formulation.mlir()
+    assert KernelRequest.create(SIGNATURE, SM80, other.own_formulation, substitution=other).key != \
+        planned.request(SIGNATURE, SM80).key
+
+def test_a_tuned_winner_from_a_library_s_own_module_is_found_again(scale):
+    substitution = own_module()
+    record = SimpleNamespace(formulation="library_scale", config=None, flags=(), label="library_scale with own-module",
+                             substitution=substitution.digest, library=(substitution.digest,))
+    [winner, *rest] = plan_kernels([Formulation("default")], library=[substitution], tuned=record)
+    assert winner.tuned and winner.formulation is substitution.own_formulation and winner.substitution is substitution
+    assert [k.formulation.name for k in rest] == ["default"]

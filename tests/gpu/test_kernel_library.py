@@ -131,8 +131,56 @@ TMA_SHAPES = [
 
 
 @pytest.mark.parametrize("signature", TMA_SHAPES, ids=lambda s: s.func_name)
-def test_the_tma_kernel_serves_the_products_whose_rows_it_can_read(private_cache, signature):
+def test_the_tma_kernel_serves_the_products_whose_rows_it_can_read(private_cache, signature, monkeypatch):
+    monkeypatch.setattr(gemm, "OFFER_STREAM_K", False)  # which comes first on some of these
     assert_served_and_right(signature, "hopper_gemm_tma_")
+
+
+# Stream-K: the TMA kernel's K steps shared out evenly between the programs, in a module of the
+# library's own (zeroed counters, memory for split tiles): first where one program a tile leaves
+# a round's SMs idle.
+STREAM_K_SHAPES = [
+    MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=BF16),  # MLP down + residual
+    MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16),  # MLP up's weight gradient: 144 tiles
+    MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=BF16),  # 36 tiles, each split between ~4 programs
+    MatmulSignature(m=6300, n=1000, k=1000, alpha=0.5, activation="gelu", dtype=BF16),  # edges in M, N and K
+    MatmulSignature(m=1000, n=520, k=2056, trans_b=True, bias=True, dtype=torch.float16),
+]
+
+
+@pytest.mark.parametrize("signature", STREAM_K_SHAPES, ids=lambda s: s.func_name)
+def test_the_stream_k_kernel_serves_products_of_idle_rounds_and_writes_every_element(private_cache, signature):
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution is not None and launchable.substitution.name == "hopper_gemm_stream_k_128x128"
+    assert launchable.formulation == "hopper_stream_k_128x128"
+    assert launchable.verified and launchable.launch == "direct"
+    for _ in range(3):  # fresh inputs, the output poisoned: a tile left unwritten or half-summed fails
+        args = signature.get_sample_args(device=DEVICE)
+        ref = signature.reference(*(a.double() for a in args))
+        out = torch.full(signature.output_shape, float("nan"), device=DEVICE, dtype=signature.dtype)
+        launchable(*args, out=out)
+        assert relative_error(out, ref) < 1e-2
+
+
+def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(private_cache):
+    """Two streams launching the stream-K kernel at once: each launch has its own counters and
+    split tiles (the module's transients), so neither adds the other's parts."""
+    signature = MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution.name == "hopper_gemm_stream_k_128x128" and launchable.launch == "direct"
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    inputs = [signature.get_sample_args(device=DEVICE) for _ in streams]
+    outputs: list[list[torch.Tensor]] = [[], []]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream, args, outs in zip(streams, inputs, outputs, strict=True):
+            with torch.cuda.stream(stream):
+                outs.append(launchable(*args))
+    torch.cuda.synchronize()
+    for args, outs in zip(inputs, outputs, strict=True):
+        ref = signature.reference(*(a.double() for a in args))
+        assert all(relative_error(out, ref) < 1e-2 for out in outs)
+        assert all(torch.equal(out, outs[0]) for out in outs)  # the parts added in one order, whoever came last
 
 
 def test_launches_on_two_streams_at_once_each_read_their_own_tensors(private_cache):

@@ -152,6 +152,70 @@ def test_without_triton_or_a_hopper_gpu_it_supplies_nothing(private_cache):
     assert launchable.substitution is None and launchable.formulation == "default"
 
 
+def test_stream_k_is_offered_where_one_program_a_tile_leaves_a_round_idle():
+    bf16 = torch.bfloat16
+    first = [MatmulSignature(m=6304, n=768, k=3072, dtype=bf16),  # 300 tiles: 2.27 rounds of 132
+             MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=bf16),  # a weight gradient: 144 tiles
+             MatmulSignature(m=768, n=768, k=6304, trans_a=True, dtype=bf16)]  # 36 tiles
+    for signature in first:
+        found = hooks.candidates(signature, Target.parse("cuda:sm_90a"))
+        assert found[0].name == "hopper_gemm_stream_k_128x128"
+        assert found[0].own_formulation is not None and found[0].own_formulation.name == "hopper_stream_k_128x128"
+        assert sum(s.own_formulation is not None for s in found) == 1
+    # rounds that are nearly full (ViT-B/16's qkv: 900 tiles in 7 rounds), a short K, several batches,
+    # rows TMA cannot read: nothing of stream-K
+    for other in (MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=bf16),
+                  MatmulSignature(m=6304, n=768, k=256, dtype=bf16),
+                  MatmulSignature(m=197, n=197, k=1024, batch=12, trans_b=True, dtype=bf16),
+                  MatmulSignature(m=300, n=50, k=4096, dtype=bf16)):
+        assert not gemm.stream_k_serves(gemm.problem_of(other))
+        assert all(s.own_formulation is None for s in hooks.candidates(other, Target.parse("cuda:sm_90a")))
+    # a round 80-90% full: offered after the first configuration, for boo tune
+    between = MatmulSignature(m=6304, n=1152, k=1024, dtype=bf16)  # 450 tiles in 4 rounds: 85%
+    names = [s.name for s in hooks.candidates(between, Target.parse("cuda:sm_90a"))]
+    assert names.index("hopper_gemm_stream_k_128x128") == 1
+
+
+#: A kernel taking A, B, the bias, the counters, the split tiles and out, doing nothing: what
+#: the stream-K module launches, on a machine that cannot build the real one.
+STAND_IN_PTX = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry hopper_gemm_stream_k(.param .u64 p0, .param .u64 p1, .param .u64 p2, .param .u64 p3,
+    .param .u64 p4, .param .u64 p5)
+{
+    ret;
+}
+"""
+
+
+def test_the_stream_k_module_zeroes_its_counters_before_each_launch(private_cache):
+    from boo_core.kernels.launch_plan import LaunchPlan, plan_for_entry
+    from boo_core.kernels.request import KernelRequest
+
+    signature = MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, dtype=torch.bfloat16)
+    problem = gemm.problem_of(signature)
+    real = hooks.stream_k_substitution(signature, problem)
+    stand_in = dataclasses.replace(real, build=lambda kernel: {hooks.STREAM_K_OBJECT: STAND_IN_PTX},
+                                   key=real.key + " stand-in")
+    kernel = KernelRequest.create(signature, Target.parse("cuda:sm_80"), stand_in.own_formulation,
+                                  substitution=stand_in).fetch()
+    plan = plan_for_entry(kernel.directory, kernel.vmfb, signature.func_name)
+    assert isinstance(plan, LaunchPlan), plan
+    counters, partials = gemm.stream_k_buffers(problem)
+    assert counters == 300 and partials == 2 * 132 * 128 * 128 * 4
+    fill, launch = plan.commands
+    assert (fill.op, fill.pattern, fill.length) == ("fill", 0, 4 * counters)
+    assert launch.grid == (132, 1, 1) and len(launch.bindings) == 6
+    slots = [plan.slots[b.slot] for b in launch.bindings]
+    assert [s.arg for s in slots] == [0, 1, 2, None, None, 3]  # A, B, bias; the two buffers; out, written in place
+    assert (launch.bindings[3].slot, launch.bindings[3].length) == (fill.slot, 4 * counters)
+    assert launch.bindings[4].length == partials
+    [launched] = plan.kernels
+    assert (launched.name, launched.block, launched.shared_memory) == ("hopper_gemm_stream_k", (256, 1, 1),
+                                                                       gemm.MAX_SHARED_BYTES)
+
+
 def test_it_knows_which_convolutions_it_serves():
     assert conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "fwd")) is not None
     assert conv.problem_of(resnet_conv(128, 128, 3, 2, 56, "bwd")) is not None

@@ -17,7 +17,7 @@ What it holds, by stage (docs/plugins.md explains each):
   node helpers (``node_arguments``, ``only_user``, ``read_before``, ``conversion_of``, ``tensor_value``...);
 * numerics and tuning: ``compare`` (its ``Comparison``), ``tolerance_for``, ``check_launchable``,
   ``TuningCandidate`` and the configuration spaces;
-* kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source`` and the
+* kernel libraries: ``Substitution``, ``KernelExecutables``, ``external_source``, ``extern_module`` and the
   rest of ``boo_core.substitute``;
 * the tools: ``DriverBackend``, ``PreparedBackend`` (the ``boo_driver_backends`` hook) and
   ``Timer``, ``TimingStats`` (the ``boo_timers`` hook);
@@ -116,6 +116,7 @@ from .signatures.signature import (
     tensor_size_problem,
 )
 from .substitute import (
+    EXTERN_FLAGS,
     Binding,
     Executable,
     Export,
@@ -123,6 +124,7 @@ from .substitute import (
     Substitution,
     dump_kernel,
     executables_of,
+    extern_module,
     external_source,
     sanitize_symbol,
 )
@@ -137,7 +139,7 @@ from .tune.space import (
 from .verify.numerics import Comparison, check_launchable, compare, tolerance_for
 
 __all__ = [
-    "DTYPE_TO_SUFFIX", "MAX_TENSOR_BYTES", "REDUCTIONS", "SUFFIX_TO_DTYPE",
+    "DTYPE_TO_SUFFIX", "EXTERN_FLAGS", "MAX_TENSOR_BYTES", "REDUCTIONS", "SUFFIX_TO_DTYPE",
     "ArgumentError", "Backward", "Binding", "BooDevice", "BooError", "BooFallbackWarning", "BooOpRegistry",
     "CommandError", "CommandParser", "Comparison", "CompileError", "Decline", "DeviceError", "Directions",
     "DriverBackend", "Executable", "Export",
@@ -147,7 +149,8 @@ __all__ = [
     "TensorSpec", "Timer", "TimingStats", "TuningCandidate", "UnknownOpError", "UnsupportedError",
     "bounded_symbol", "check_launchable", "compare", "configure", "conversion_of", "cpu_contraction_configs",
     "cpu_flag_sets", "dtype_from_name", "dump_kernel", "elementwise_configs", "executables_of", "export_mlir",
-    "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape", "hookimpl",
+    "extern_module", "external_source", "format_command", "get_launchable", "get_settings", "has_static_shape",
+    "hookimpl",
     "indexed", "insert_aten", "integer", "is_empty", "launch", "launchable_for", "node_arguments",
     "non_negative", "number", "number_symbol", "offload_summary", "one_of", "only_user", "optional", "positive",
     "read_before", "reduction_configs", "reference_backward", "representable_problem", "require_choice",

@@ -80,14 +80,15 @@ def plan_kernels(formulations: Sequence[Formulation], *, user: Any = None, libra
 
     The ``user``'s substitution replaces the chain: it applies to each formulation in turn.
     Otherwise installed kernel libraries' substitutions (``library``) come first, each on the
-    formulation it names (or the first), then the formulations as they are; the ``tuned``
+    formulation it names (or the first, or the one it brings), then the formulations as they are; the ``tuned``
     winner goes before them all, or after the library substitutions its tune did not time.
     A winner whose formulation or library substitution is no longer offered is left out.
     """
     if user is not None:
         return [PlannedKernel(f, substitution=user) for f in formulations]
     by_name = {f.name: f for f in formulations}
-    chain = [PlannedKernel(by_name.get(s.formulation or "", formulations[0]), substitution=s) for s in library]
+    chain = [PlannedKernel(s.own_formulation or by_name.get(s.formulation_name or "", formulations[0]),
+                           substitution=s) for s in library]
     chain += [PlannedKernel(f) for f in formulations]
     found = _winner(tuned, by_name, library) if tuned is not None else None
     if found is None:
@@ -103,14 +104,15 @@ def _winner(record: TunedWinner, by_name: Mapping[str, Formulation],
             library: Sequence[Any]) -> tuple[PlannedKernel, bool] | None:
     """``record``'s winner as a kernel of the chain, and whether its tune timed every one of
     the ``library`` substitutions; None if it cannot be built any more."""
-    formulation = by_name.get(record.formulation)
-    if formulation is None:
-        return None
     substitution = None
     if record.substitution:
         substitution = next((s for s in library if s.digest == record.substitution), None)
         if substitution is None:  # the library, or its kernel, changed since the tune
             return None
+    own = substitution.own_formulation if substitution is not None else None
+    formulation = own if own is not None and own.name == record.formulation else by_name.get(record.formulation)
+    if formulation is None:
+        return None
     winner = PlannedKernel(formulation, substitution, record.config, tuple(record.flags),
                            tuned=record.label or record.formulation)
     return winner, {s.digest for s in library} <= set(record.library)

@@ -15,12 +15,13 @@ docs/cli.md (``boo dump``, substitution) and docs/gpu.md (the CUDA kernel ABI) d
 from ..errors import SubstitutionError
 from .dump import KernelDump, dump_kernel
 from .executables import KernelExecutables, executables_of
-from .external import external_source
+from .external import EXTERN_FLAGS, extern_module, external_source
 from .mlir_text import Binding, Executable, Export, sanitize_symbol
 from .stages import STAGES
 from .substitution import Substitution
 
 __all__ = [
+    "EXTERN_FLAGS",
     "STAGES",
     "Binding",
     "Executable",
@@ -31,6 +32,7 @@ __all__ = [
     "SubstitutionError",
     "dump_kernel",
     "executables_of",
+    "extern_module",
     "external_source",
     "sanitize_symbol",
 ]

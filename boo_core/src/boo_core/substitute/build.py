@@ -109,9 +109,10 @@ def prepare(request: Any, mlir_path: Path, directory: Path) -> tuple[tuple[str, 
     """Check ``request``'s substitution against its kernel's executables and write its
     files into ``directory``; the substitution flags and the files."""
     substitution: Substitution = request.substitution
-    if substitution.formulation and substitution.formulation != request.formulation.name:
+    name = substitution.formulation_name
+    if name and name != request.formulation.name:
         raise SubstitutionError(f"substitution {substitution.label} replaces executables of formulation "
-                                f"{substitution.formulation}, not {request.formulation.name}")
+                                f"{name}, not {request.formulation.name}")
     kernel = kernel_executables(request, mlir_path)
     files = substitution.materialize(kernel)
     check_files(substitution, files, kernel)

@@ -75,8 +75,10 @@ def signature_plan(signature: Any, target: Target, *, substitution: Substitution
     formulation applies to that one alone."""
     formulations = installed_ops().formulations(signature, target)
     user = user_substitution(signature, target, substitution)
-    if only is None and user is not None and user.formulation is not None:
-        only = user.formulation  # its files replace that formulation's executables, no other's
+    if user is not None and user.own_formulation is not None:  # the module it brings, and only that
+        return plan_kernels([user.own_formulation], user=user)
+    if only is None and user is not None and user.formulation_name is not None:
+        only = user.formulation_name  # its files replace that formulation's executables, no other's
     if only is not None:
         chosen = [f for f in formulations if f.name == only]
         if not chosen:

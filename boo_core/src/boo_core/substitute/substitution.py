@@ -11,6 +11,13 @@ after the ``hal.executable`` it replaces (IREE's naming)::
 The files' content identifies it in cache keys (:attr:`Substitution.digest`), never their
 path. A plugin that builds its files only when a kernel is compiled (a kernel library
 running nvcc) gives a ``build`` function and a ``key`` that determines what it builds.
+
+A kernel library may also bring the module its kernel runs in: a
+:class:`~boo_core.Formulation` of its own (MLIR in BOO's calling convention) in place of the
+name of one of the op's, for a kernel that needs what no formulation of the op gives it (a
+workspace, counters zeroed before each launch: ``hal.dispatch.extern`` with the library's
+object). Its files may then be only the objects that module names (no executable of IREE's
+is replaced), and the key or files must determine the module as well.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SubstitutionError, describe_error, is_plugins_failure
 from ..files import MAX_KERNEL_FILE_BYTES, FileRefused, read_bytes
+from ..kernels.formulation import Formulation
 from .build import build
 from .stages import STAGES
 
@@ -43,7 +51,7 @@ def _check_path(name: str, where: str) -> str:
     return name
 
 
-def _as_bytes(files: Mapping[str, bytes | str], where: str) -> dict[str, bytes]:
+def _as_bytes(files: Mapping[str, bytes | str], where: str, replaces: bool = True) -> dict[str, bytes]:
     if not isinstance(files, Mapping):
         raise SubstitutionError(f"{where}: files must be a mapping of relative paths to bytes or str, "
                                 f"got {type(files).__name__}")
@@ -52,7 +60,7 @@ def _as_bytes(files: Mapping[str, bytes | str], where: str) -> dict[str, bytes]:
         if not isinstance(name, str) or not isinstance(content, (bytes, str)):
             raise SubstitutionError(f"{where}: file {name!r} must map a str path to bytes or str content")
         result[_check_path(name, where)] = content.encode() if isinstance(content, str) else bytes(content)
-    if not any(PurePosixPath(n).parts[0] in STAGES and len(PurePosixPath(n).parts) == 2 for n in result):
+    if replaces and not any(PurePosixPath(n).parts[0] in STAGES and len(PurePosixPath(n).parts) == 2 for n in result):
         raise SubstitutionError(f"{where}: no file replaces an executable: put files in "
                                 f"{', '.join(f'{s}/' for s in STAGES)} named <executable>.<ext>")
     return result
@@ -73,7 +81,8 @@ class Substitution:
     only when the kernel is compiled, and returns the files; ``key`` is a string that
     determines them (a generator's version, its parameters), hashed into the cache key.
     ``formulation`` names the op formulation whose executables the files replace (default:
-    the first that compiles). ``origin`` is ``user`` or the plugin that supplied it;
+    the first that compiles), or is a formulation of the substitution's own (module
+    docstring). ``origin`` is ``user`` or the plugin that supplied it;
     ``location`` is the directory the files were read from, for messages.
     """
 
@@ -81,7 +90,7 @@ class Substitution:
     files: Files | None = field(default=None, repr=False)
     build: Builder | None = field(default=None, repr=False)
     key: str | None = None
-    formulation: str | None = None
+    formulation: str | Formulation | None = None
     origin: str = "user"
     location: Path | None = None
 
@@ -94,8 +103,14 @@ class Substitution:
         if self.build is not None and not (isinstance(self.key, str) and self.key):
             raise SubstitutionError(f"{where}: a substitution built on demand needs a key (a str that "
                                     "determines what build returns)")
+        if self.formulation is not None and not isinstance(self.formulation, (str, Formulation)):
+            raise SubstitutionError(f"{where}: formulation must be a formulation's name or a Formulation, "
+                                    f"not {type(self.formulation).__name__}")
+        if self.own_formulation is not None and self.own_formulation.mlir is None:
+            raise SubstitutionError(f"{where}: a formulation a substitution brings must give its MLIR (mlir=), "
+                                    "which the kernel's cache key holds")
         if self.files is not None:
-            object.__setattr__(self, "files", _as_bytes(self.files, where))
+            object.__setattr__(self, "files", _as_bytes(self.files, where, self.own_formulation is None))
 
     @classmethod
     def from_directory(cls, directory: str | Path, *, name: str | None = None,
@@ -122,6 +137,16 @@ class Substitution:
             raise SubstitutionError(str(e).replace(f"substitution {label!r}", f"substitution {root}")) from None
 
     @property
+    def formulation_name(self) -> str | None:
+        """The name of the formulation whose module the files complete (None: the first that compiles)."""
+        return self.formulation.name if isinstance(self.formulation, Formulation) else self.formulation
+
+    @property
+    def own_formulation(self) -> Formulation | None:
+        """The formulation the substitution brings (module docstring), if it brings one."""
+        return self.formulation if isinstance(self.formulation, Formulation) else None
+
+    @property
     def label(self) -> str:
         """How tools show it: the name, and the plugin that supplied it."""
         return self.name if self.origin == "user" else f"{self.name} (from {self.origin})"
@@ -138,7 +163,19 @@ class Substitution:
         """The cache-key entry: digest, origin (a plugin's version included), the
         formulation it applies to. Not the name or the location: the same files anywhere
         are the same kernel."""
-        return {"digest": self.digest, "origin": self.origin, "formulation": self.formulation}
+        material = {"digest": self.digest, "origin": self.origin, "formulation": self.formulation_name}
+        if self.own_formulation is not None:
+            material["module"] = self._module_digest
+        return material
+
+    @functools.cached_property
+    def _module_digest(self) -> str:
+        """SHA-256 of the MLIR of the formulation it brings (made once: a library's text)."""
+        text = self.own_formulation.mlir()  # type: ignore[union-attr]
+        if not isinstance(text, str):
+            raise SubstitutionError(f"substitution {self.label}: its formulation's mlir() returned "
+                                    f"{type(text).__name__}, not str")
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def materialize(self, executables: KernelExecutables) -> dict[str, bytes]:
         """The files (calling ``build`` when the substitution is built on demand)."""
@@ -153,7 +190,7 @@ class Substitution:
                 raise
             raise SubstitutionError(f"substitution {self.label}: building its files failed: "
                                     f"{describe_error(e)}") from e
-        return _as_bytes(built, f"substitution {self.label}")
+        return _as_bytes(built, f"substitution {self.label}", self.own_formulation is None)
 
     def build_kernel(self, request: Any, entry: Any) -> tuple[str, bytes]:
         """Compile ``request`` (a :class:`~boo_core.kernels.request.KernelRequest` carrying

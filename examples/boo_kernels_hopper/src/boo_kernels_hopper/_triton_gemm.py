@@ -1,6 +1,7 @@
-"""The Triton kernels (imported only where Triton is installed): ``boo_hopper_gemm``, and
+"""The Triton kernels (imported only where Triton is installed): ``boo_hopper_gemm``,
 ``boo_hopper_gemm_tma``, its persistent form fed by tensor maps for operands whose rows TMA
-can read.
+can read, and ``boo_hopper_gemm_stream_k``, that form with the tiles' K steps shared out
+evenly between the programs (stream-K).
 
 ``out = act(alpha * op(a) @ op(b) + beta * c + bias)`` for 16-bit row-major operands of any
 size, batched or not: ``a`` is M×K (K×M when ``TRANS_A``), ``b`` K×N (N×K when ``TRANS_B``),
@@ -153,6 +154,86 @@ def _tile_product(a_map, b_map, row, col, K: tl.constexpr, ROWS: tl.constexpr, B
     """The float32 ROWS × BN block of op(A) @ op(B) at (``row``, ``col``)."""
     acc = tl.zeros((ROWS, BN), dtype=tl.float32)
     for step in range(0, (K + BK - 1) // BK):
+        if TRANS_A:
+            a_values = a_map.load([step * BK, row]).T
+        else:
+            a_values = a_map.load([row, step * BK])
+        if TRANS_B:
+            b_values = b_map.load([col, step * BK]).T
+        else:
+            b_values = b_map.load([step * BK, col])
+        acc = tl.dot(a_values, b_values, acc)
+    return acc
+
+
+@triton.jit
+def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.constexpr, N: tl.constexpr,
+                             K: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALPHA: tl.constexpr,
+                             BETA: tl.constexpr, HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                             PROGRAMS: tl.constexpr):
+    """The product of the TMA kernel shared out by K steps: the tiles' steps, all of them in a
+    row, cut into ``PROGRAMS`` equal runs, one a program (every SM busy to the end, however
+    few tiles there are or however they fall into waves). A tile a run covers whole is stored
+    as the TMA kernel stores it. A tile split between runs: each of its programs writes its
+    float32 part to its own area of ``partials`` (two a program: its run's first and last
+    tile), then counts itself in ``counters`` (zeroed before the launch, one a tile); the
+    program that arrives last adds the parts in the order of the runs (the same sum whoever
+    arrives last) and stores the tile with the epilogue. No program waits for another."""
+    tiles_m: tl.constexpr = (M + BM - 1) // BM
+    tiles_n: tl.constexpr = (N + BN - 1) // BN
+    steps: tl.constexpr = (K + BK - 1) // BK
+    total: tl.constexpr = tiles_m * tiles_n * steps
+    a_map = _a_map(a, M, K, BM, BK, TRANS_A)
+    if TRANS_B:  # stored N×K
+        b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    else:
+        b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    pid = tl.program_id(0)
+    start = pid * total // PROGRAMS
+    end = (pid + 1) * total // PROGRAMS
+    cell = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    at = start
+    while at < end:
+        tile = at // steps
+        first = at - tile * steps
+        last = tl.minimum(steps, first + end - at)
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP)
+        acc = _steps_product(a_map, b_map, pid_m * BM, pid_n * BN, first, last, BM, BN, BK, TRANS_A, TRANS_B)
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        if first == 0 and last == steps:
+            store_tile(acc, c, bias, out, 0, offs_m, offs_n, M, N, ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
+        else:
+            own = 2 * pid + (at != start).to(tl.int32)
+            tl.store(partials + own.to(tl.int64) * (BM * BN) + cell, acc, cache_modifier=".cg")
+            tl.debug_barrier()  # every thread's part written before the count says so
+            arrived = tl.atomic_add(counters + tile, 1, sem="acq_rel", scope="gpu")
+            first_run = _run_of(tile * steps, total, PROGRAMS)
+            last_run = _run_of(tile * steps + steps - 1, total, PROGRAMS)
+            if arrived == last_run - first_run:
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for run in range(first_run, last_run + 1):
+                    area = 2 * run + ((run * total // PROGRAMS) // steps != tile).to(tl.int32)
+                    acc += tl.load(partials + area.to(tl.int64) * (BM * BN) + cell, cache_modifier=".cg")
+                store_tile(acc, c, bias, out, 0, offs_m, offs_n, M, N, ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
+        at += last - first
+
+
+@triton.jit
+def _run_of(step, TOTAL: tl.constexpr, PROGRAMS: tl.constexpr):
+    """The run (program) holding ``step`` of the TOTAL steps cut into PROGRAMS runs, run p
+    starting at ``p * TOTAL // PROGRAMS``."""
+    return ((step + 1) * PROGRAMS - 1) // TOTAL
+
+
+@triton.jit
+def _steps_product(a_map, b_map, row, col, first, last, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                   TRANS_A: tl.constexpr, TRANS_B: tl.constexpr):
+    """The float32 BM × BN block of op(A) @ op(B) at (``row``, ``col``) over K steps
+    ``first`` to ``last`` (exclusive)."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for step in range(first, last):
         if TRANS_A:
             a_values = a_map.load([step * BK, row]).T
         else:

@@ -21,6 +21,14 @@ where every stored row of A and B is a multiple of 16 bytes and there is one bat
 (:func:`tma_serves`), a persistent kernel reading through tensor maps it builds on the device
 (their memory: :mod:`.descriptor_scratch`). Each tile configuration of either is its own
 candidate (:func:`configs_for`).
+
+Stream-K (:func:`stream_k_serves`): where one program per tile would leave a round's SMs
+idle (6,304 × 768 is 300 tiles of 128 × 128: 2.27 rounds on 132 SMs; a weight gradient's
+3,072 × 768 is 144, 1.09), the TMA kernel with every tile's K steps shared out evenly
+between 132 programs, split tiles added by the last of their programs to arrive. It needs
+counters zeroed before each launch and memory for the split tiles' parts, which no module of
+the matmul op has: its candidate brings its own module (:func:`stream_k_module`, a
+``hal.dispatch.extern`` of the kernel).
 """
 
 from __future__ import annotations
@@ -55,15 +63,18 @@ class GemmConfig:
     num_stages: int = 4
     tma: bool = False  # the persistent kernel reading A and B through tensor maps (tma_serves)
     split_tail: bool = False  # the TMA kernel: the last round's tiles in halves, where that fills it (tail_halves)
+    stream_k: bool = False  # the TMA kernel with the K steps shared out evenly (stream_k_serves)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
-                f"stages {self.num_stages}{' tma' if self.tma else ''}{' split tail' if self.split_tail else ''}")
+                f"stages {self.num_stages}{' tma' if self.tma else ''}{' split tail' if self.split_tail else ''}"
+                f"{' stream-K' if self.stream_k else ''}")
 
     @property
     def label(self) -> str:
         """The name its candidate carries: ``hopper_gemm_<label>``."""
-        return f"{'tma_' if self.tma else ''}{self.bm}x{self.bn}"
+        kind = "stream_k_" if self.stream_k else "tma_" if self.tma else ""
+        return f"{kind}{self.bm}x{self.bn}"
 
 
 #: The best of five configurations swept on an H100 for the three large benchmark shapes
@@ -185,6 +196,64 @@ def tail_halves(problem: GemmProblem, config: GemmConfig) -> bool:
             and 0 < tail <= SMS // 2)
 
 
+#: Whether to offer the stream-K kernel at all (bench.py --stream-k measures without it).
+OFFER_STREAM_K = True
+#: The stream-K kernel's tiles: the TMA kernel's 128 × 128 (a program that adds a split tile's
+#: parts holds two tiles of float32 at once: 128 × 256 would spill).
+STREAM_K = GemmConfig(bm=128, bn=128, num_stages=5, tma=True, stream_k=True)
+#: The shortest K (in steps of ``bk``) the stream-K kernel is offered for, and the share of a
+#: last round the TMA kernel's tiles must leave idle for it to be offered first (below it, it
+#: comes after the first configuration, for ``boo tune``).
+STREAM_K_FROM_STEPS = 8
+STREAM_K_FIRST_BELOW = 0.8
+STREAM_K_OFFERED_BELOW = 0.9
+#: The most dynamic shared memory a kernel may take on a Hopper GPU (227 KiB): what the
+#: stream-K module declares, as its kernel's exact need is known only once Triton built it.
+MAX_SHARED_BYTES = 232448
+
+
+def round_filling(problem: GemmProblem, config: GemmConfig = STREAM_K) -> float:
+    """The share of the programs' rounds a kernel of one program per ``config`` tile keeps busy
+    (300 tiles on 132 SMs: 300 / 396 = 0.76)."""
+    tiles = problem.tiles(config) * problem.batch
+    return tiles / (math.ceil(tiles / SMS) * SMS)
+
+
+def stream_k_serves(problem: GemmProblem) -> bool:
+    """Whether the stream-K kernel computes ``problem`` and may gain: what the TMA kernel reads
+    (:func:`tma_serves`), enough K steps to share, and tiles that leave a round's SMs idle
+    (:data:`STREAM_K_OFFERED_BELOW`)."""
+    steps = math.ceil(problem.k / STREAM_K.bk)
+    total = problem.tiles(STREAM_K) * steps
+    return (OFFER_STREAM_K and tma_serves(problem) and not problem.out_dtype and steps >= STREAM_K_FROM_STEPS
+            and total >= SMS and total * SMS < 2**31 and round_filling(problem) < STREAM_K_OFFERED_BELOW)
+
+
+def stream_k_first(problem: GemmProblem) -> bool:
+    """Whether the stream-K kernel is the candidate BOO tries first."""
+    return stream_k_serves(problem) and round_filling(problem) < STREAM_K_FIRST_BELOW
+
+
+def stream_k_buffers(problem: GemmProblem, config: GemmConfig = STREAM_K) -> tuple[int, int]:
+    """The stream-K kernel's counters (one 32-bit word a tile) and its partial tiles' bytes
+    (two float32 tiles a program)."""
+    return problem.tiles(config), 2 * min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk)) * \
+        config.bm * config.bn * 4
+
+
+def stream_k_module(signature: Any, problem: GemmProblem, config: GemmConfig, export: str, obj: str) -> str:
+    """The stream-K kernel's own module (``boo_core.plugin.extern_module``): one launch of
+    ``export`` from ``obj`` on A, B, [C], [bias], the counters (zeroed), the partial tiles and
+    out."""
+    from boo_core.plugin import extern_module
+
+    counters, partials = stream_k_buffers(problem, config)
+    programs = min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk))
+    return extern_module(signature, export, obj, workgroup_size=(config.num_warps * 32, 1, 1),
+                         workgroup_count=(programs, 1, 1), workgroup_local_memory=MAX_SHARED_BYTES,
+                         zeroed_words=(counters,), scratch_bytes=(partials,))
+
+
 def choose_config(problem: GemmProblem) -> GemmConfig:
     """The configuration BOO tries first."""
     return configs_for(problem)[0]
@@ -240,6 +309,7 @@ def kernel_problem(problem: GemmProblem, executable: Any) -> GemmProblem:
 
 ORDER = ["a", "b", "c", "bias", "out", "M", "N", "K", "TRANS_A", "TRANS_B", "ALPHA", "BETA", "HAS_C", "HAS_BIAS",
          "ACT", "BM", "BN", "BK", "GROUP"]
+STREAM_K_ORDER = ORDER[:4] + ["counters", "partials"] + ORDER[4:] + ["PROGRAMS"]
 
 
 def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
@@ -256,6 +326,21 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
     constants.update({name: None for name in ("c", "bias") if name not in pointers})
     types = dict.fromkeys(pointers, POINTER_TYPES[p.dtype])
     types["out"] = POINTER_TYPES[p.out_dtype or p.dtype]
+    if config.stream_k:
+        if not tma_serves(p) or p.out_dtype:
+            raise ValueError(f"the stream-K kernel cannot compute {p}")
+        from ._triton_gemm import boo_hopper_gemm_stream_k
+
+        programs = min(SMS, p.tiles(config) * math.ceil(p.k / config.bk))
+        pointers = pointers[:-1] + ["counters", "partials", "out"]
+        types.update(counters="*i32", partials="*fp32")
+        constants["PROGRAMS"] = programs
+        compiled, ptx = compile_for_iree(boo_hopper_gemm_stream_k, pointers, constants, STREAM_K_ORDER,
+                                         config.num_warps, config.num_stages, entry, types=types)
+        if compiled.metadata.shared > MAX_SHARED_BYTES:
+            raise ValueError(f"the stream-K kernel takes {compiled.metadata.shared} bytes of shared memory, "
+                             f"more than its module declares ({MAX_SHARED_BYTES})")
+        return Kernel(ptx, compiled.metadata.num_warps * 32, (programs, 1, 1), MAX_SHARED_BYTES)
     if config.tma:
         if not tma_serves(p):
             raise ValueError(f"the TMA kernel cannot read the operands of {p}")

@@ -7,7 +7,10 @@ For a CUDA target, when Triton is installed and the GPU is a Hopper (compute cap
 code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
-  product's executable of the ``default`` formulation's module (``gemm.plan``). Where the
+  product's executable of the ``default`` formulation's module (``gemm.plan``). Where one
+  program per tile would leave SMs idle (``gemm.stream_k_serves``), the stream-K kernel in a
+  module of its own (``stream_k_substitution``): first where a round is less than 80% full
+  (``gemm.stream_k_first``), else after the first configuration. Where the
   matmul op offers ``split_k`` (a long K, few output tiles) for a product with A transposed,
   first one candidate per rank of configuration replacing that module's batched product of
   slices of K (``gemm.split_k_plan``): the configurations are ranked once the module's
@@ -54,7 +57,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from boo_core.plugin import BooOpRegistry, KernelExecutables, Substitution, Target, external_source, hookimpl
+from boo_core.plugin import (
+    EXTERN_FLAGS,
+    BooOpRegistry,
+    Formulation,
+    KernelExecutables,
+    Substitution,
+    Target,
+    external_source,
+    hookimpl,
+)
 
 from . import __version__ as VERSION
 from . import batchnorm, conv, depthwise, dgrad, gemm, layernorm, ptx, wgrad
@@ -121,7 +133,30 @@ def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | 
     found += [Substitution(f"hopper_gemm_{config.label}", build=_gemm_build(_product(problem, config)),
                            key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
               for config in gemm.configs_for(problem)]
+    if gemm.stream_k_serves(problem):
+        found.insert(0 if gemm.stream_k_first(problem) else len(found) - len(gemm.configs_for(problem)) + 1,
+                     stream_k_substitution(signature, problem))
     return found
+
+
+STREAM_K_EXPORT = "hopper_gemm_stream_k"
+STREAM_K_OBJECT = "objects/hopper_gemm_stream_k.ptx"
+
+
+def stream_k_substitution(signature: Any, problem: gemm.GemmProblem,
+                          config: gemm.GemmConfig = gemm.STREAM_K) -> Substitution:
+    """The stream-K kernel in its own module (``gemm.stream_k_module``): the substitution
+    brings the formulation, and its files are the kernel's PTX alone."""
+    module = gemm.stream_k_module(signature, problem, config, STREAM_K_EXPORT, STREAM_K_OBJECT)
+    formulation = Formulation(f"hopper_stream_k_{config.bm}x{config.bn}", mlir=lambda: module, flags=EXTERN_FLAGS,
+                              description="the library's stream-K kernel, one launch with zeroed counters and "
+                                          "memory for split tiles")
+
+    def build(kernel: KernelExecutables) -> dict[str, str]:
+        return {STREAM_K_OBJECT: gemm.generate(problem, config, STREAM_K_EXPORT).ptx}
+
+    return Substitution(f"hopper_gemm_{config.label}", build=build, key=_key("gemm", problem, config),
+                        formulation=formulation)
 
 
 def _offered(signature: Any, target: Target) -> set[str]:
