@@ -175,9 +175,9 @@ def test_a_library_brings_its_own_module_with_zeroed_counters_and_scratch(scale)
     [launched] = plan.kernels
     assert (launched.name, launched.block, launched.shared_memory) == ("scale_with_buffers", (64, 1, 1), SHARED_BYTES)
     # The module is part of the key: the same files with another module are another kernel.
+    mlir_text = substitution.own_formulation.mlir()
     other = replace(substitution, formulation=Formulation("library_scale", mlir=lambda: mlir_text + "\n",
                                                           flags=EXTERN_FLAGS))
-    mlir_text = substitution.own_formulation.mlir()
     assert KernelRequest.create(SIGNATURE, SM80, other.own_formulation, substitution=other).key != \
         planned.request(SIGNATURE, SM80).key
 
@@ -188,3 +188,13 @@ def test_a_tuned_winner_from_a_library_s_own_module_is_found_again(scale):
     [winner, *rest] = plan_kernels([Formulation("default")], library=[substitution], tuned=record)
     assert winner.tuned and winner.formulation is substitution.own_formulation and winner.substitution is substitution
     assert [k.formulation.name for k in rest] == ["default"]
+
+
+def test_a_module_a_substitution_brings_must_give_its_mlir_and_make_it():
+    files = {"objects/scale.ptx": "x"}
+    with pytest.raises(SubstitutionError, match="must give its MLIR"):
+        Substitution("no-mlir", files, formulation=Formulation("library_scale"))
+    with pytest.raises(SubstitutionError, match=r"'broken': its formulation's mlir\(\) failed: .*ZeroDivisionError"):
+        Substitution("broken", files, formulation=Formulation("library_scale", mlir=lambda: 1 // 0))
+    with pytest.raises(SubstitutionError, match="must map a str path to bytes"):  # its files are still checked
+        Substitution("no-files", {"objects/scale.ptx": 3}, formulation=Formulation("x", mlir=lambda: ""))

@@ -80,8 +80,9 @@ def plan_kernels(formulations: Sequence[Formulation], *, user: Any = None, libra
 
     The ``user``'s substitution replaces the chain: it applies to each formulation in turn.
     Otherwise installed kernel libraries' substitutions (``library``) come first, each on the
-    formulation it names (or the first, or the one it brings), then the formulations as they are; the ``tuned``
-    winner goes before them all, or after the library substitutions its tune did not time.
+    formulation it names (or the first, or the one it brings), then the formulations as they
+    are; the ``tuned`` winner goes before them all, or after the library substitutions its
+    tune did not time.
     A winner whose formulation or library substitution is no longer offered is left out.
     """
     if user is not None:

@@ -17,7 +17,7 @@ A kernel library may also bring the module its kernel runs in: a
 name of one of the op's, for a kernel that needs what no formulation of the op gives it (a
 workspace, counters zeroed before each launch: ``hal.dispatch.extern`` with the library's
 object). Its files may then be only the objects that module names (no executable of IREE's
-is replaced), and the key or files must determine the module as well.
+is replaced); the module's MLIR is hashed into the kernel's cache key.
 """
 
 from __future__ import annotations
@@ -106,9 +106,11 @@ class Substitution:
         if self.formulation is not None and not isinstance(self.formulation, (str, Formulation)):
             raise SubstitutionError(f"{where}: formulation must be a formulation's name or a Formulation, "
                                     f"not {type(self.formulation).__name__}")
-        if self.own_formulation is not None and self.own_formulation.mlir is None:
-            raise SubstitutionError(f"{where}: a formulation a substitution brings must give its MLIR (mlir=), "
-                                    "which the kernel's cache key holds")
+        if self.own_formulation is not None:
+            if self.own_formulation.mlir is None:
+                raise SubstitutionError(f"{where}: a formulation a substitution brings must give its MLIR (mlir=), "
+                                        "which the kernel's cache key holds")
+            _ = self._module_digest  # made here, in the plugin's hook, where its failure is the plugin's
         if self.files is not None:
             object.__setattr__(self, "files", _as_bytes(self.files, where, self.own_formulation is None))
 
@@ -171,9 +173,13 @@ class Substitution:
     @functools.cached_property
     def _module_digest(self) -> str:
         """SHA-256 of the MLIR of the formulation it brings (made once: a library's text)."""
-        text = self.own_formulation.mlir()  # type: ignore[union-attr]
+        try:
+            text = self.own_formulation.mlir()  # type: ignore[union-attr]
+        except Exception as e:
+            raise SubstitutionError(f"substitution {self.name!r}: its formulation's mlir() failed: "
+                                    f"{describe_error(e)}") from e
         if not isinstance(text, str):
-            raise SubstitutionError(f"substitution {self.label}: its formulation's mlir() returned "
+            raise SubstitutionError(f"substitution {self.name!r}: its formulation's mlir() returned "
                                     f"{type(text).__name__}, not str")
         return hashlib.sha256(text.encode()).hexdigest()
 
