@@ -137,8 +137,8 @@ def test_the_tma_kernel_serves_the_products_whose_rows_it_can_read(private_cache
 
 
 # Stream-K: the TMA kernel's K steps shared out evenly between the programs, in a module of the
-# library's own (zeroed counters, memory for split tiles): first where one program a tile leaves
-# a round's SMs idle.
+# library's own (zeroed counters, memory for split tiles), put first where one program a tile
+# leaves a round's SMs idle (the default does not yet: gemm.STREAM_K_FIRST_BELOW).
 STREAM_K_SHAPES = [
     MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=BF16),  # MLP down + residual
     MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16),  # MLP up's weight gradient: 144 tiles
@@ -148,8 +148,14 @@ STREAM_K_SHAPES = [
 ]
 
 
+@pytest.fixture
+def stream_k_first(monkeypatch):
+    monkeypatch.setattr(gemm, "STREAM_K_FIRST_BELOW", 0.8)
+
+
 @pytest.mark.parametrize("signature", STREAM_K_SHAPES, ids=lambda s: s.func_name)
-def test_the_stream_k_kernel_serves_products_of_idle_rounds_and_writes_every_element(private_cache, signature):
+def test_the_stream_k_kernel_serves_products_of_idle_rounds_and_writes_every_element(private_cache, signature,
+                                                                                      stream_k_first):
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution is not None and launchable.substitution.name == "hopper_gemm_stream_k_128x128"
     assert launchable.formulation == "hopper_stream_k_128x128"
@@ -162,7 +168,7 @@ def test_the_stream_k_kernel_serves_products_of_idle_rounds_and_writes_every_ele
         assert relative_error(out, ref) < 1e-2
 
 
-def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(private_cache):
+def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(private_cache, stream_k_first):
     """Two streams launching the stream-K kernel at once: each launch has its own counters and
     split tiles (the module's transients), so neither adds the other's parts."""
     signature = MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16)

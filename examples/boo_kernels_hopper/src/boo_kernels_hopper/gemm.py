@@ -201,11 +201,13 @@ OFFER_STREAM_K = True
 #: The stream-K kernel's tiles: the TMA kernel's 128 × 128 (a program that adds a split tile's
 #: parts holds two tiles of float32 at once: 128 × 256 would spill).
 STREAM_K = GemmConfig(bm=128, bn=128, num_stages=5, tma=True, stream_k=True)
-#: The shortest K (in steps of ``bk``) the stream-K kernel is offered for, and the share of a
-#: last round the TMA kernel's tiles must leave idle for it to be offered first (below it, it
-#: comes after the first configuration, for ``boo tune``).
+#: The shortest K (in steps of ``bk``) the stream-K kernel is offered for; the share of their
+#: rounds the TMA kernel's tiles must leave idle for it to be offered at all, and to be offered
+#: first (else it comes after the first configuration, for ``boo tune`` to time). Not first
+#: anywhere yet: the kernel has not been timed on a GPU (docs/gpu.md, 2026-12-07); set
+#: ``STREAM_K_FIRST_BELOW`` to 0.8 to try it first where 128 × 128 tiles fill less than 80%.
 STREAM_K_FROM_STEPS = 8
-STREAM_K_FIRST_BELOW = 0.8
+STREAM_K_FIRST_BELOW = 0.0
 STREAM_K_OFFERED_BELOW = 0.9
 #: The most dynamic shared memory a kernel may take on a Hopper GPU (227 KiB): what the
 #: stream-K module declares, as its kernel's exact need is known only once Triton built it.

@@ -9,8 +9,8 @@ code of their own that run Triton's sm_90a PTX, built only on a cache miss.
 * A matmul: one candidate per tile configuration (``gemm.configs_for``), each replacing the
   product's executable of the ``default`` formulation's module (``gemm.plan``). Where one
   program per tile would leave SMs idle (``gemm.stream_k_serves``), the stream-K kernel in a
-  module of its own (``stream_k_substitution``): first where a round is less than 80% full
-  (``gemm.stream_k_first``), else after the first configuration. Where the
+  module of its own (``stream_k_substitution``), after the first configuration (first where
+  ``gemm.stream_k_first`` says so). Where the
   matmul op offers ``split_k`` (a long K, few output tiles) for a product with A transposed,
   first one candidate per rank of configuration replacing that module's batched product of
   slices of K (``gemm.split_k_plan``): the configurations are ranked once the module's
