@@ -221,6 +221,29 @@ def test_the_stream_k_module_zeroes_its_counters_before_each_launch(private_cach
                                                                        gemm.MAX_SHARED_BYTES)
 
 
+@pytest.mark.parametrize("signature", [
+    MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=torch.bfloat16),
+    MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=torch.bfloat16)], ids=lambda s: s.func_name)
+def test_the_stream_k_kernel_builds_for_sm_90a_in_its_registers_and_shared_memory(signature, tmp_path):
+    """Triton's build of the kernel, as BOO's cache gets it (IREE's ABI, the descriptor scratch
+    rewritten), assembled by Triton's own ptxas for sm_90a: no spills, and the shared memory the
+    module declares is enough. Needs Triton, not a GPU."""
+    pytest.importorskip("triton")
+    import subprocess
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    made = gemm.generate(gemm.problem_of(signature), gemm.STREAM_K, hooks.STREAM_K_EXPORT)
+    assert made.grid == (132, 1, 1) and made.block == 256 and made.shared_bytes == gemm.MAX_SHARED_BYTES
+    source = tmp_path / "stream_k.ptx"
+    source.write_text(made.ptx)
+    assembled = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", str(source), "-o", str(tmp_path / "k.o")],
+                               capture_output=True, text=True, timeout=300)
+    assert assembled.returncode == 0, assembled.stderr[-2000:]
+    report = assembled.stdout + assembled.stderr
+    assert "0 bytes spill stores" in report and "Compiling entry function 'hopper_gemm_stream_k'" in report, report
+
+
 def test_it_knows_which_convolutions_it_serves():
     assert conv.problem_of(resnet_conv(64, 64, 3, 1, 56, "fwd")) is not None
     assert conv.problem_of(resnet_conv(128, 128, 3, 2, 56, "bwd")) is not None
