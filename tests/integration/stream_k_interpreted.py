@@ -17,7 +17,6 @@ os.environ["TRITON_INTERPRET"] = "1"
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton.runtime.interpreter as interpreter  # noqa: E402
-
 from boo_kernels_hopper._triton_gemm import boo_hopper_gemm_stream_k  # noqa: E402
 
 
