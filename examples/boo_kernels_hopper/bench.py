@@ -165,67 +165,56 @@ def any_shape(device: str) -> None:
         len(ratios["boo"]), statistics.geometric_mean(ratios["boo"]), statistics.geometric_mean(ratios["no_tma"])))
 
 
+def switch_table(signatures: list[MatmulSignature], module: Any, switch: str, device: str, *, off: str, ratio: str,
+                 without: str, name_width: int, extra: tuple[str, Any] | None = None) -> None:
+    """Each of ``signatures``: torch's (cuBLAS), BOO's first verified kernel with the library's
+    ``module.switch`` on and with it off (column ``off``, its ratio to torch ``ratio``), device
+    time; then the geometric means (the one without: "without ``without``"). ``extra``: a
+    column's header and its value from the library's problem, after the signature."""
+    peak, _ = peaks(device)
+    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
+    extra_header = f" {extra[0]:>6}" if extra else ""
+    print(f"{'signature':<{name_width}}{extra_header} {'torch us':>9} {'BOO us':>8} {off:>{max(8, len(off))}} "
+          f"{'BOO/torch':>9} {ratio:>{len(ratio)}} {'torch %':>8} {'BOO %':>6} {'error':>8}  served by")
+    ratios: dict[bool, list[float]] = {True: [], False: []}
+    for signature in signatures:
+        args = signature.get_sample_args(device=device)
+        ref = signature.reference(*(t.double() for t in args))
+        found = with_and_without(module, switch, signature, device)
+        with torch.no_grad():
+            torch_us = device_us(signature.eager, args)
+            on_us, off_us = (device_us(found[o], args) for o in (True, False))
+            err = max(error(found[o](*args), ref) for o in (True, False))
+        ratios[True].append(on_us / torch_us)
+        ratios[False].append(off_us / torch_us)
+        sub = found[True].substitution
+        served = f"{found[True].formulation}{' + ' + sub.label if sub else ''}, verified={found[True].verified}"
+        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, on_us)]
+        extra_value = f" {extra[1](gemm.problem_of(signature)):>6.2f}" if extra else ""
+        print(f"{signature.func_name:<{name_width}}{extra_value} {torch_us:>9.1f} {on_us:>8.1f} "
+              f"{off_us:>{max(8, len(off))}.1f} {on_us / torch_us:>9.2f} {off_us / torch_us:>{len(ratio)}.2f} "
+              f"{share[0]:>7.1f}% {share[1]:>5.1f}% {err:>8.1e}  {served}", flush=True)
+    if ratios[True]:
+        on, off_mean = (statistics.geometric_mean(ratios[o]) for o in (True, False))
+        print(f"geometric mean BOO/torch over {len(ratios[True])} shapes: {on:.2f} (without {without} {off_mean:.2f})")
+
+
 def long_k(device: str) -> None:
     """Each LONG_K weight gradient: torch's (cuBLAS), BOO's first verified kernel (split-K
     where the op offers it), and BOO's without the split-K candidates, device time."""
     from boo_kernels_hopper import hooks
 
-    peak, _ = peaks(device)
-    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
-    print(f"{'signature':<52} {'torch us':>9} {'BOO us':>8} {'no split':>9} {'BOO/torch':>9} {'unsplit/torch':>13} "
-          f"{'torch %':>8} {'BOO %':>6} {'error':>8}  served by")
-    ratios = {"split": [], "unsplit": []}
-    for signature in LONG_K:
-        args = signature.get_sample_args(device=device)
-        ref = signature.reference(*(t.double() for t in args))
-        found = with_and_without(hooks, "OFFER_SPLIT_K", signature, device)
-        with torch.no_grad():
-            torch_us = device_us(signature.eager, args)
-            split_us, unsplit_us = (device_us(found[o], args) for o in (True, False))
-            err = max(error(found[o](*args), ref) for o in (True, False))
-        ratios["split"].append(split_us / torch_us)
-        ratios["unsplit"].append(unsplit_us / torch_us)
-        sub = found[True].substitution
-        served = f"{found[True].formulation}{' + ' + sub.label if sub else ''}, verified={found[True].verified}"
-        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, split_us)]
-        print(f"{signature.func_name:<52} {torch_us:>9.1f} {split_us:>8.1f} {unsplit_us:>9.1f} "
-              f"{split_us / torch_us:>9.2f} {unsplit_us / torch_us:>13.2f} {share[0]:>7.1f}% {share[1]:>5.1f}% "
-              f"{err:>8.1e}  {served}", flush=True)
-    print("geometric mean BOO/torch over {} shapes: {:.2f} (without split-K {:.2f})".format(
-        len(LONG_K), statistics.geometric_mean(ratios["split"]), statistics.geometric_mean(ratios["unsplit"])))
+    switch_table(list(LONG_K), hooks, "OFFER_SPLIT_K", device, off="no split", ratio="unsplit/torch",
+                 without="split-K", name_width=52)
 
 
 def stream_k(device: str) -> None:
     """Each shape of ANY_SHAPE and LONG_K the stream-K kernel is offered for: torch's (cuBLAS),
     BOO's first verified kernel with stream-K offered first, and BOO's without it, device time."""
     gemm.STREAM_K_FIRST_BELOW = 1.0  # first wherever it is offered
-    peak, _ = peaks(device)
-    print(f"measured peak bf16 matmul (torch 8192^3): {peak:.0f} TFLOP/s")
-    print(f"{'signature':<64} {'round':>6} {'torch us':>9} {'BOO us':>8} {'no SK':>8} {'BOO/torch':>9} "
-          f"{'no SK/torch':>11} {'torch %':>8} {'BOO %':>6} {'error':>8}  served by")
-    ratios: dict[str, list[float]] = {"sk": [], "no_sk": []}
-    for signature in chosen(ANY_SHAPE + LONG_K):
-        problem = gemm.problem_of(signature)
-        if not gemm.stream_k_serves(problem):
-            continue
-        args = signature.get_sample_args(device=device)
-        ref = signature.reference(*(t.double() for t in args))
-        found = with_and_without(gemm, "OFFER_STREAM_K", signature, device)
-        with torch.no_grad():
-            torch_us = device_us(signature.eager, args)
-            sk_us, no_sk_us = (device_us(found[o], args) for o in (True, False))
-            err = max(error(found[o](*args), ref) for o in (True, False))
-        ratios["sk"].append(sk_us / torch_us)
-        ratios["no_sk"].append(no_sk_us / torch_us)
-        sub = found[True].substitution
-        served = f"{found[True].formulation}{' + ' + sub.label if sub else ''}, verified={found[True].verified}"
-        share = [signature.flops / us / 1e6 / peak * 100 for us in (torch_us, sk_us)]
-        print(f"{signature.func_name:<64} {gemm.round_filling(problem):>6.2f} {torch_us:>9.1f} {sk_us:>8.1f} "
-              f"{no_sk_us:>8.1f} {sk_us / torch_us:>9.2f} {no_sk_us / torch_us:>11.2f} {share[0]:>7.1f}% "
-              f"{share[1]:>5.1f}% {err:>8.1e}  {served}", flush=True)
-    if ratios["sk"]:
-        print("geometric mean BOO/torch over {} shapes: {:.2f} (without stream-K {:.2f})".format(
-            len(ratios["sk"]), statistics.geometric_mean(ratios["sk"]), statistics.geometric_mean(ratios["no_sk"])))
+    served = [s for s in chosen(ANY_SHAPE + LONG_K) if gemm.stream_k_serves(gemm.problem_of(s))]
+    switch_table(served, gemm, "OFFER_STREAM_K", device, off="no SK", ratio="no SK/torch", without="stream-K",
+                 name_width=64, extra=("round", gemm.round_filling))
 
 
 def routes(device: str) -> None:

@@ -168,12 +168,10 @@ def test_the_stream_k_kernel_serves_products_of_idle_rounds_and_writes_every_ele
         assert relative_error(out, ref) < 1e-2
 
 
-def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(private_cache, stream_k_first):
-    """Two streams launching the stream-K kernel at once: each launch has its own counters and
-    split tiles (the module's transients), so neither adds the other's parts."""
-    signature = MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16)
-    launchable = get_launchable(signature, DEVICE)
-    assert launchable.substitution.name == "hopper_gemm_stream_k_128x128" and launchable.launch == "direct"
+def launched_on_two_streams(launchable) -> list[list[torch.Tensor]]:
+    """Twenty launches on each of two streams at once, each stream on its own fresh inputs:
+    every output right against float64; the outputs, by stream."""
+    signature = launchable.signature
     streams = [torch.cuda.Stream() for _ in range(2)]
     inputs = [signature.get_sample_args(device=DEVICE) for _ in streams]
     outputs: list[list[torch.Tensor]] = [[], []]
@@ -186,6 +184,16 @@ def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(pri
     for args, outs in zip(inputs, outputs, strict=True):
         ref = signature.reference(*(a.double() for a in args))
         assert all(relative_error(out, ref) < 1e-2 for out in outs)
+    return outputs
+
+
+def test_stream_k_launches_on_two_streams_at_once_each_count_their_own_tiles(private_cache, stream_k_first):
+    """Two streams launching the stream-K kernel at once: each launch has its own counters and
+    split tiles (the module's transients), so neither adds the other's parts."""
+    signature = MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=BF16)
+    launchable = get_launchable(signature, DEVICE)
+    assert launchable.substitution.name == "hopper_gemm_stream_k_128x128" and launchable.launch == "direct"
+    for outs in launched_on_two_streams(launchable):
         assert all(torch.equal(out, outs[0]) for out in outs)  # the parts added in one order, whoever came last
 
 
@@ -196,18 +204,7 @@ def test_launches_on_two_streams_at_once_each_read_their_own_tensors(private_cac
     signature = MatmulSignature(m=2048, n=1024, k=4096, trans_b=True, dtype=BF16)  # 128 programs, a long K
     launchable = get_launchable(signature, DEVICE)
     assert launchable.substitution.name.startswith("hopper_gemm_tma_") and launchable.launch == "direct"
-    streams = [torch.cuda.Stream() for _ in range(2)]
-    inputs = [signature.get_sample_args(device=DEVICE) for _ in streams]
-    outputs: list[list[torch.Tensor]] = [[], []]
-    torch.cuda.synchronize()
-    for _ in range(20):
-        for stream, args, outs in zip(streams, inputs, outputs, strict=True):
-            with torch.cuda.stream(stream):
-                outs.append(launchable(*args))
-    torch.cuda.synchronize()
-    for args, outs in zip(inputs, outputs, strict=True):
-        ref = signature.reference(*(a.double() for a in args))
-        assert all(relative_error(out, ref) < 1e-2 for out in outs)
+    launched_on_two_streams(launchable)
 
 
 LAYER_NORMS = [  # (input shape, weight, bias, dtype): the issue's rows, ViT-B/16's (3-D), odd widths

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..signatures.dtypes import short_name
 from .mlir_text import Executable
 
 
@@ -55,9 +56,10 @@ def external_source(executable: Executable, objects: Sequence[str], *, workgroup
 #: copy), where with them each call fills its own.
 EXTERN_FLAGS = ("--iree-opt-const-expr-hoisting=false",)
 
-_TORCH_ELEMENTS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
-                   torch.int32: "si32", torch.int64: "si64", torch.int8: "si8", torch.uint8: "ui8", torch.bool: "i1"}
-_BUILTIN_ELEMENTS = {"si32": "i32", "si64": "i64", "si8": "i8", "ui8": "i8"}
+#: The torch dialect's element types where they are not the builtin ones (``short_name``'s):
+#: integers carry their signedness there.
+_TORCH_ELEMENTS = {"i8": "si8", "i32": "si32", "i64": "si64", "uint8": "ui8"}
+_BUILTIN_ELEMENTS = {"uint8": "i8"}
 
 
 def extern_module(signature: Any, export: str, obj: str, *, workgroup_size: Sequence[int],
@@ -128,9 +130,11 @@ def extern_module(signature: Any, export: str, obj: str, *, workgroup_size: Sequ
 
 
 def _vtensor(shape: Sequence[int], dtype: torch.dtype, value: bool = True) -> str:
-    return f"!torch.{'vtensor' if value else 'tensor'}<[{','.join(map(str, shape))}],{_TORCH_ELEMENTS[dtype]}>"
+    element = short_name(dtype)
+    kind = "vtensor" if value else "tensor"
+    return f"!torch.{kind}<[{','.join(map(str, shape))}],{_TORCH_ELEMENTS.get(element, element)}>"
 
 
 def _tensor(shape: Sequence[int], dtype: torch.dtype) -> str:
-    element = _TORCH_ELEMENTS[dtype]
+    element = short_name(dtype)
     return f"tensor<{''.join(f'{d}x' for d in shape)}{_BUILTIN_ELEMENTS.get(element, element)}>"

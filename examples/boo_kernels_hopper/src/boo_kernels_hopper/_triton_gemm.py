@@ -152,19 +152,7 @@ def _a_map(a, M: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BK: tl.const
 def _tile_product(a_map, b_map, row, col, K: tl.constexpr, ROWS: tl.constexpr, BN: tl.constexpr,
                   BK: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr):
     """The float32 ROWS × BN block of op(A) @ op(B) at (``row``, ``col``)."""
-    acc = tl.zeros((ROWS, BN), dtype=tl.float32)
-    for step in range(0, (K + BK - 1) // BK):
-        if TRANS_A:
-            a_values = a_map.load([step * BK, row]).T
-        else:
-            a_values = a_map.load([row, step * BK])
-        if TRANS_B:
-            b_values = b_map.load([col, step * BK]).T
-        else:
-            b_values = b_map.load([step * BK, col])
-        acc = tl.dot(a_values, b_values, acc)
-    return acc
-
+    return _steps_product(a_map, b_map, row, col, 0, (K + BK - 1) // BK, ROWS, BN, BK, TRANS_A, TRANS_B)
 
 @triton.jit
 def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.constexpr, N: tl.constexpr,

@@ -236,11 +236,15 @@ def stream_k_first(problem: GemmProblem) -> bool:
     return stream_k_serves(problem) and round_filling(problem) < STREAM_K_FIRST_BELOW
 
 
+def stream_k_programs(problem: GemmProblem, config: GemmConfig = STREAM_K) -> int:
+    """The stream-K kernel's programs: one an SM, or one a K step where there are fewer."""
+    return min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk))
+
+
 def stream_k_buffers(problem: GemmProblem, config: GemmConfig = STREAM_K) -> tuple[int, int]:
     """The stream-K kernel's counters (one 32-bit word a tile) and its partial tiles' bytes
     (two float32 tiles a program)."""
-    return problem.tiles(config), 2 * min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk)) * \
-        config.bm * config.bn * 4
+    return problem.tiles(config), 2 * stream_k_programs(problem, config) * config.bm * config.bn * 4
 
 
 def stream_k_module(signature: Any, problem: GemmProblem, config: GemmConfig, export: str, obj: str) -> str:
@@ -250,10 +254,9 @@ def stream_k_module(signature: Any, problem: GemmProblem, config: GemmConfig, ex
     from boo_core.plugin import extern_module
 
     counters, partials = stream_k_buffers(problem, config)
-    programs = min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk))
     return extern_module(signature, export, obj, workgroup_size=(config.num_warps * 32, 1, 1),
-                         workgroup_count=(programs, 1, 1), workgroup_local_memory=MAX_SHARED_BYTES,
-                         zeroed_words=(counters,), scratch_bytes=(partials,))
+                         workgroup_count=(stream_k_programs(problem, config), 1, 1),
+                         workgroup_local_memory=MAX_SHARED_BYTES, zeroed_words=(counters,), scratch_bytes=(partials,))
 
 
 def choose_config(problem: GemmProblem) -> GemmConfig:
@@ -333,7 +336,7 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
             raise ValueError(f"the stream-K kernel cannot compute {p}")
         from ._triton_gemm import boo_hopper_gemm_stream_k
 
-        programs = min(SMS, p.tiles(config) * math.ceil(p.k / config.bk))
+        programs = stream_k_programs(p, config)
         pointers = pointers[:-1] + ["counters", "partials", "out"]
         types.update(counters="*i32", partials="*fp32")
         constants["PROGRAMS"] = programs

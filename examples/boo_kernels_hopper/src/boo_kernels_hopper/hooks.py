@@ -130,12 +130,12 @@ def _gemm_substitutions(signature: Any, target: Target) -> list[Substitution] | 
         found += [Substitution(f"hopper_split_k_{rank + 1}", build=_gemm_build(_split_product(problem, rank)),
                                key=_key("split_k", problem, "rank", rank), formulation=SPLIT_K_FORMULATION)
                   for rank in range(len(gemm.CONFIGS))]
+    first_config = len(found)
     found += [Substitution(f"hopper_gemm_{config.label}", build=_gemm_build(_product(problem, config)),
                            key=_key("gemm", problem, config), formulation=GEMM_FORMULATION)
               for config in gemm.configs_for(problem)]
     if gemm.stream_k_serves(problem):
-        found.insert(0 if gemm.stream_k_first(problem) else len(found) - len(gemm.configs_for(problem)) + 1,
-                     stream_k_substitution(signature, problem))
+        found.insert(0 if gemm.stream_k_first(problem) else first_config + 1, stream_k_substitution(signature, problem))
     return found
 
 
