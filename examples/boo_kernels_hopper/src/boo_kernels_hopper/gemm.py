@@ -203,9 +203,10 @@ OFFER_STREAM_K = True
 STREAM_K = GemmConfig(bm=128, bn=128, num_stages=5, tma=True, stream_k=True)
 #: The shortest K (in steps of ``bk``) the stream-K kernel is offered for; the share of their
 #: rounds the TMA kernel's tiles must leave idle for it to be offered at all, and to be offered
-#: first (else it comes after the first configuration, for ``boo tune`` to time). Not first
-#: anywhere yet: the kernel has not been timed on a GPU (docs/gpu.md, 2026-12-07); set
-#: ``STREAM_K_FIRST_BELOW`` to 0.8 to try it first where 128 × 128 tiles fill less than 80%.
+#: first (else it comes after the first configuration, for ``boo tune`` to time). First
+#: nowhere: on an H100 it was right but 1.0-1.6x slower than the TMA kernel on every product
+#: timed (docs/gpu.md, 2026-12-07, a second session); ``STREAM_K_FIRST_BELOW = 0.8`` tries it
+#: first where 128 × 128 tiles fill less than 80% of their rounds.
 STREAM_K_FROM_STEPS = 8
 STREAM_K_FIRST_BELOW = 0.0
 STREAM_K_OFFERED_BELOW = 0.9
