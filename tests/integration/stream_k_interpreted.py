@@ -43,21 +43,18 @@ TILE, STEP = 32, 16
 
 
 def check(m: int, n: int, k: int, trans_a: bool, trans_b: bool, programs: int, alpha: float = 1.0,
-          beta: float = 0.0, bias: bool = False, activation: str = "", whole_rows: int = 0,
-          whole_bn: int = TILE) -> dict:
+          beta: float = 0.0, bias: bool = False, activation: str = "") -> dict:
     generator = torch.Generator().manual_seed(m * n + k)
     a = torch.randn((k, m) if trans_a else (m, k), generator=generator).half()
     b = torch.randn((n, k) if trans_b else (k, n), generator=generator).half()
     c = torch.randn(m, n, generator=generator).half() if beta else None
     bias_vector = torch.randn(n, generator=generator).half() if bias else None
-    # the tiles below the rows computed whole (``whole_rows``) are the ones shared out by K steps
-    tiles_m, tiles_n, steps = math.ceil((m - whole_rows) / TILE), math.ceil(n / TILE), math.ceil(k / STEP)
+    tiles_m, tiles_n, steps = math.ceil(m / TILE), math.ceil(n / TILE), math.ceil(k / STEP)
     counters = torch.zeros(tiles_m * tiles_n, dtype=torch.int32)
     partials = torch.full((2 * programs * TILE * TILE,), float("nan"))
     out = torch.full((m, n), float("nan")).half()
     boo_hopper_gemm_stream_k[(programs,)](a, b, c, bias_vector, counters, partials, out, m, n, k, trans_a, trans_b,
-                                          alpha, beta, beta != 0.0, bias, activation, TILE, TILE, STEP, 8, programs,
-                                          whole_rows, whole_bn)
+                                          alpha, beta, beta != 0.0, bias, activation, TILE, TILE, STEP, 8, programs)
     ref = alpha * ((a.double().T if trans_a else a.double()) @ (b.double().T if trans_b else b.double()))
     ref = ref + (beta * c.double() if beta else 0) + (bias_vector.double() if bias else 0)
     ref = torch.nn.functional.gelu(ref) if activation == "gelu" else ref

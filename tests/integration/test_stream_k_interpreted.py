@@ -28,11 +28,6 @@ PROBLEMS = [
     {"args": [100, 72, 200, False, True, 13], "kwargs": {"alpha": 0.5, "beta": 1.0, "bias": True,
                                                          "activation": "gelu"}},  # the epilogue on added tiles
     {"args": [40, 24, 1000, False, False, 9]},  # two tiles shared by nine programs
-    # rows computed in whole tiles first (four 32 x 64 tiles: one round of four programs
-    # here), the rows below them shared out by K steps; B transposed and the epilogue on both
-    {"args": [100, 72, 200, False, True, 4], "kwargs": {"whole_rows": 64, "whole_bn": 64, "bias": True,
-                                                        "activation": "gelu"}},
-    {"args": [104, 64, 200, True, False, 4], "kwargs": {"whole_rows": 32, "whole_bn": 32}},  # A transposed
 ]
 
 

@@ -159,7 +159,7 @@ def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.const
                              K: tl.constexpr, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALPHA: tl.constexpr,
                              BETA: tl.constexpr, HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-                             PROGRAMS: tl.constexpr, WHOLE_ROWS: tl.constexpr = 0, WHOLE_BN: tl.constexpr = 128):
+                             PROGRAMS: tl.constexpr):
     """The product of the TMA kernel shared out by K steps: the tiles' steps, all of them in a
     row, cut into ``PROGRAMS`` equal runs, one a program (every SM busy to the end, however
     few tiles there are or however they fall into waves). A tile a run covers whole is stored
@@ -167,35 +167,8 @@ def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.const
     float32 part to its own area of ``partials`` (two a program: its run's first and last
     tile), then counts itself in ``counters`` (zeroed before the launch, one a tile); the
     program that arrives last adds the parts in the order of the runs (the same sum whoever
-    arrives last) and stores the tile with the epilogue. No program waits for another.
-
-    With ``WHOLE_ROWS`` (a multiple of BM), the rows above it are first computed in whole
-    tiles of BM × ``WHOLE_BN``, as the TMA kernel computes them (whole rounds: the host
-    chooses the rows so that their tiles are a multiple of ``PROGRAMS``), and only the
-    rows below are shared out by K steps (data-parallel rounds, then one stream-K round)."""
-    if WHOLE_ROWS > 0:
-        whole_n: tl.constexpr = (N + WHOLE_BN - 1) // WHOLE_BN
-        whole_m: tl.constexpr = WHOLE_ROWS // BM
-        a_whole = _a_map(a, M, K, BM, BK, TRANS_A)
-        if TRANS_B:
-            b_whole = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[WHOLE_BN, BK])
-        else:
-            b_whole = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, WHOLE_BN])
-        for tile in tl.range(tl.program_id(0), whole_m * whole_n, PROGRAMS, flatten=True):
-            pid_m, pid_n = grouped_tile(tile, whole_m, whole_n, GROUP)
-            acc = _tile_product(a_whole, b_whole, pid_m * BM, pid_n * WHOLE_BN, K, BM, WHOLE_BN, BK, TRANS_A,
-                                TRANS_B)
-            offs_m = pid_m * BM + tl.arange(0, BM)
-            if WHOLE_BN == 128:
-                store_tile(acc, c, bias, out, 0, offs_m, pid_n * WHOLE_BN + tl.arange(0, WHOLE_BN), M, N, ALPHA,
-                           BETA, HAS_C, HAS_BIAS, ACT)
-            else:
-                left, right = acc.reshape(BM, 2, WHOLE_BN // 2).permute(0, 2, 1).split()
-                store_tile(left, c, bias, out, 0, offs_m, pid_n * WHOLE_BN + tl.arange(0, WHOLE_BN // 2), M, N,
-                           ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
-                store_tile(right, c, bias, out, 0, offs_m, pid_n * WHOLE_BN + WHOLE_BN // 2
-                           + tl.arange(0, WHOLE_BN // 2), M, N, ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
-    tiles_m: tl.constexpr = (M - WHOLE_ROWS + BM - 1) // BM
+    arrives last) and stores the tile with the epilogue. No program waits for another."""
+    tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = (N + BN - 1) // BN
     steps: tl.constexpr = (K + BK - 1) // BK
     total: tl.constexpr = tiles_m * tiles_n * steps
@@ -214,9 +187,8 @@ def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.const
         first = at - tile * steps
         last = tl.minimum(steps, first + end - at)
         pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP)
-        acc = _steps_product(a_map, b_map, WHOLE_ROWS + pid_m * BM, pid_n * BN, first, last, BM, BN, BK, TRANS_A,
-                             TRANS_B)
-        offs_m = WHOLE_ROWS + pid_m * BM + tl.arange(0, BM)
+        acc = _steps_product(a_map, b_map, pid_m * BM, pid_n * BN, first, last, BM, BN, BK, TRANS_A, TRANS_B)
+        offs_m = pid_m * BM + tl.arange(0, BM)
         offs_n = pid_n * BN + tl.arange(0, BN)
         if first == 0 and last == steps:
             store_tile(acc, c, bias, out, 0, offs_m, offs_n, M, N, ALPHA, BETA, HAS_C, HAS_BIAS, ACT)

@@ -64,20 +64,17 @@ class GemmConfig:
     tma: bool = False  # the persistent kernel reading A and B through tensor maps (tma_serves)
     split_tail: bool = False  # the TMA kernel: the last round's tiles in halves, where that fills it (tail_halves)
     stream_k: bool = False  # the TMA kernel with the K steps shared out evenly (stream_k_serves)
-    whole_bn: int = 0  # stream-K: the width of the whole tiles of the rows computed first (whole_rows; 0: none)
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk} group {self.group} warps {self.num_warps} "
                 f"stages {self.num_stages}{' tma' if self.tma else ''}{' split tail' if self.split_tail else ''}"
-                f"{' stream-K' if self.stream_k else ''}"
-                f"{f' after whole {self.bm}x{self.whole_bn}' if self.whole_bn else ''}")
+                f"{' stream-K' if self.stream_k else ''}")
 
     @property
     def label(self) -> str:
         """The name its candidate carries: ``hopper_gemm_<label>``."""
         kind = "stream_k_" if self.stream_k else "tma_" if self.tma else ""
-        whole = f"_after_{self.bm}x{self.whole_bn}" if self.whole_bn else ""
-        return f"{kind}{self.bm}x{self.bn}{whole}"
+        return f"{kind}{self.bm}x{self.bn}"
 
 
 #: The best of five configurations swept on an H100 for the three large benchmark shapes
@@ -240,35 +237,15 @@ def stream_k_first(problem: GemmProblem) -> bool:
     return stream_k_serves(problem) and round_filling(problem) < STREAM_K_FIRST_BELOW
 
 
-def whole_rows(problem: GemmProblem, config: GemmConfig) -> int:
-    """The rows a stream-K ``config`` with ``whole_bn`` computes first in whole tiles of
-    ``bm`` x ``whole_bn``: the most rows of such tiles, short of M, that make whole rounds of
-    the programs (6,304 x 768 in 128 x 256 tiles: 5,632 rows, 132 tiles), so that only the
-    rest is shared out by K steps; 0 where no rows do, or without ``whole_bn``."""
-    if not config.whole_bn:
-        return 0
-    per_row = math.ceil(problem.n / config.whole_bn)
-    rows = next((r for r in range((problem.m - 1) // config.bm, 0, -1) if r * per_row % SMS == 0), 0)
-    return rows * config.bm
-
-
-def stream_k_tiles(problem: GemmProblem, config: GemmConfig = STREAM_K) -> int:
-    """The tiles the stream-K kernel shares out by K steps: those below :func:`whole_rows`."""
-    rows = problem.m - whole_rows(problem, config)
-    return math.ceil(rows / config.bm) * math.ceil(problem.n / config.bn)
-
-
 def stream_k_programs(problem: GemmProblem, config: GemmConfig = STREAM_K) -> int:
     """The stream-K kernel's programs: one an SM, or one a K step where there are fewer."""
-    if whole_rows(problem, config):
-        return SMS
-    return min(SMS, stream_k_tiles(problem, config) * math.ceil(problem.k / config.bk))
+    return min(SMS, problem.tiles(config) * math.ceil(problem.k / config.bk))
 
 
 def stream_k_buffers(problem: GemmProblem, config: GemmConfig = STREAM_K) -> tuple[int, int]:
-    """The stream-K kernel's counters (one 32-bit word a tile it shares out) and its partial
-    tiles' bytes (two float32 tiles a program)."""
-    return stream_k_tiles(problem, config), 2 * stream_k_programs(problem, config) * config.bm * config.bn * 4
+    """The stream-K kernel's counters (one 32-bit word a tile) and its partial tiles' bytes
+    (two float32 tiles a program)."""
+    return problem.tiles(config), 2 * stream_k_programs(problem, config) * config.bm * config.bn * 4
 
 
 def stream_k_module(signature: Any, problem: GemmProblem, config: GemmConfig, export: str, obj: str) -> str:
@@ -338,7 +315,7 @@ def kernel_problem(problem: GemmProblem, executable: Any) -> GemmProblem:
 
 ORDER = ["a", "b", "c", "bias", "out", "M", "N", "K", "TRANS_A", "TRANS_B", "ALPHA", "BETA", "HAS_C", "HAS_BIAS",
          "ACT", "BM", "BN", "BK", "GROUP"]
-STREAM_K_ORDER = ORDER[:4] + ["counters", "partials"] + ORDER[4:] + ["PROGRAMS", "WHOLE_ROWS", "WHOLE_BN"]
+STREAM_K_ORDER = ORDER[:4] + ["counters", "partials"] + ORDER[4:] + ["PROGRAMS"]
 
 
 def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
@@ -363,7 +340,7 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
         programs = stream_k_programs(p, config)
         pointers = pointers[:-1] + ["counters", "partials", "out"]
         types.update(counters="*i32", partials="*fp32")
-        constants.update(PROGRAMS=programs, WHOLE_ROWS=whole_rows(p, config), WHOLE_BN=config.whole_bn or config.bn)
+        constants["PROGRAMS"] = programs
         compiled, ptx = compile_for_iree(boo_hopper_gemm_stream_k, pointers, constants, STREAM_K_ORDER,
                                          config.num_warps, config.num_stages, entry, types=types)
         if compiled.metadata.shared > MAX_SHARED_BYTES:
