@@ -65,7 +65,9 @@ SWEEP_ONLY = (gemm.GemmConfig(bm=128, bn=128, num_stages=5, tma=True),  # the TM
               gemm.GemmConfig(num_stages=3, tma=True),
               gemm.GemmConfig(bm=128, bn=128, num_stages=4, tma=True, split_tail=True),
               gemm.GemmConfig(bm=64, bn=256, num_warps=4, num_stages=4, tma=True),
-              gemm.GemmConfig(bm=256, bn=128, num_stages=3, tma=True, split_tail=True))
+              gemm.GemmConfig(bm=256, bn=128, num_stages=3, tma=True, split_tail=True),
+              gemm.GemmConfig(num_stages=3, tma=True, split_tail=True),
+              gemm.GemmConfig(bm=128, bn=128, num_stages=6, tma=True, split_tail=True))
 
 
 def chosen(signatures: tuple[MatmulSignature, ...]) -> list[MatmulSignature]:
@@ -95,7 +97,7 @@ def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
         programs = min(gemm.SMS, p.tiles(config))
         return out, functools.partial(boo_hopper_gemm_tma[(programs,)], *common, programs,
-                                      2 if config.bn > 128 else 1, int(gemm.tail_halves(p, config)), **options)
+                                      2 if config.bn > 128 else 1, gemm.tail_pieces(p, config), **options)
     return out, functools.partial(boo_hopper_gemm[(p.tiles(config), p.batch)], *common, **options)
 
 

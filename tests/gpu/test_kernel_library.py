@@ -125,8 +125,9 @@ TMA_SHAPES = [
     MatmulSignature(m=6304, n=2304, k=768, trans_b=True, bias=True, dtype=BF16),  # a ViT-B/16 qkv projection
     MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=BF16),  # MLP down + residual
     MatmulSignature(m=6304, n=3072, k=768, dtype=torch.float16, activation="gelu", bias=True, trans_b=True),
-    MatmulSignature(m=6304, n=768, k=3072, dtype=BF16),  # a data gradient
+    MatmulSignature(m=6304, n=768, k=3072, dtype=BF16),  # a data gradient: one round, then 72 quarters
     MatmulSignature(m=6300, n=1000, k=1000, dtype=BF16),  # edges in M, N and K: zeros from the hardware
+    MatmulSignature(m=8192, n=1280, k=4096, dtype=torch.float16),  # two rounds of 128 x 256, then 112 halves
 ]
 
 

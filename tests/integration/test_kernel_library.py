@@ -78,29 +78,37 @@ def test_small_products_get_smaller_tiles_so_that_every_sm_has_work():
 
 
 
-def test_tiles_rank_as_an_h200_sweep_measured_them():
+def test_tiles_rank_as_the_sweeps_measured_them():
     def ranked(m: int, n: int, k: int, **kw: bool) -> list[str]:
         signature = MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16, **kw)
         return [c.label for c in gemm.configs_for(gemm.problem_of(signature))]
 
     assert ranked(6304, 2304, 768, trans_b=True)[:2] == ["tma_128x128", "tma_128x256"]  # ViT's qkv: 43.5 us, 53.3
     assert ranked(6304, 3072, 768, trans_b=True)[0] == "tma_128x256"  # 5 waves of either: the larger tiles
-    wgrad = ranked(3072, 768, 6304, trans_a=True)  # A stored transposed: each TMA tile behind its cp.async twin
-    assert wgrad.index("128x256") < wgrad.index("tma_128x256") and wgrad.index("128x128") < wgrad.index("tma_128x128")
+    assert ranked(6304, 768, 768)[0] == "tma_128x128"  # short K, no pieces: 3 rounds of 128 x 128 beat 2 of 256
+    # Long K: one round of 128 x 256 and a round of quarters against two rounds of 128 x 128 and
+    # one of halves (an H100: 41.0 + 18.6 us against 2 x 22.6 + 18.6, the parts timed alone).
+    assert ranked(6304, 768, 3072)[0] == "tma_128x256"
+    assert ranked(6304, 768, 2304)[0] == "tma_128x256"
+    # A stored transposed: a TMA tile ranks as its cp.async twin does, behind it (66.0 us, 67.6),
+    # unless its last round is in pieces (128 x 128 with 12 tiles in halves: 71.7 us, cp.async 79.7)
+    wgrad = ranked(3072, 768, 6304, trans_a=True)
+    assert wgrad[:2] == ["128x256", "tma_128x256"] and wgrad.index("tma_128x128") < wgrad.index("128x128")
 
 
-
-def test_the_tma_kernel_cuts_its_last_round_in_halves_only_where_the_halves_fill_one_round():
-    def halves(m: int, n: int, k: int, config: gemm.GemmConfig) -> bool:
-        return gemm.tail_halves(gemm.problem_of(MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16)), config)
+def test_the_tma_kernel_cuts_its_last_round_in_pieces_only_where_the_pieces_fill_one_round():
+    def pieces(m: int, n: int, k: int, config: gemm.GemmConfig) -> int:
+        return gemm.tail_pieces(gemm.problem_of(MatmulSignature(m=m, n=n, k=k, dtype=torch.bfloat16)), config)
 
     tma_128, tma_256 = gemm.TMA_CONFIGS[(128, 128)], gemm.TMA_CONFIGS[(128, 256)]
-    assert halves(6304, 768, 3072, tma_128)  # 300 tiles: two rounds of 132, then 36 tiles as 72 halves
-    assert halves(6304, 768, 3072, tma_256)  # 150: one round, then 18 tiles as 36 halves
-    assert not halves(6304, 768, 768, tma_128)  # a short K: the halves' fixed costs outweigh them
-    assert not halves(4096, 4096, 4096, tma_256)  # 512 tiles: 116 left over, 232 halves would not fit
-    assert not halves(768, 768, 4096, tma_128)  # 36 tiles: one round only
-    assert not halves(6304, 768, 3072, gemm.CONFIGS[1])  # the cp.async kernel has no tail of its own
+    assert pieces(6304, 768, 3072, tma_128) == 2  # 300 tiles: two rounds of 132, then 36 tiles as 72 halves
+    assert pieces(6304, 768, 3072, tma_256) == 4  # 150: one round, then 18 tiles as 72 quarters
+    assert pieces(8192, 1280, 4096, tma_256) == 2  # 320: two rounds, 56 tiles left: 112 halves, not 224 quarters
+    assert pieces(21120, 128, 3072, tma_128) == 2  # 165 tiles, 33 left: 128-wide tiles are only halved
+    assert pieces(6304, 768, 768, tma_128) == 0  # a short K: the pieces' fixed costs outweigh them
+    assert pieces(4096, 4096, 4096, tma_256) == 0  # 512 tiles: 116 left over, 232 halves would not fit
+    assert pieces(768, 768, 4096, tma_128) == 0  # 36 tiles: one round only
+    assert pieces(6304, 768, 3072, gemm.CONFIGS[1]) == 0  # the cp.async kernel has no tail of its own
 
 
 # The product's executable in IREE's module for each class the library serves: one executable

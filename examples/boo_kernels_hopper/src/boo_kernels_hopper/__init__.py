@@ -4,6 +4,6 @@ Triton for sm_90a, supplied through the ``boo_kernel_substitutions`` hook (``boo
 from .gemm import GemmConfig, choose_config
 from .ptx import unavailable_reason
 
-__version__ = "0.18.0"
+__version__ = "0.19.0"
 
 __all__ = ["GemmConfig", "__version__", "choose_config", "unavailable_reason"]

@@ -95,25 +95,24 @@ def boo_hopper_gemm_tma(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K:
                         TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, ALPHA: tl.constexpr, BETA: tl.constexpr,
                         HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BM: tl.constexpr,
                         BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr, PROGRAMS: tl.constexpr,
-                        SPLIT: tl.constexpr, SPLIT_TAIL: tl.constexpr):
+                        SPLIT: tl.constexpr, TAIL_PIECES: tl.constexpr):
     """The same product for one batch, persistent and fed by the Tensor Memory Accelerator:
     ``PROGRAMS`` programs take every ``PROGRAMS``-th output tile, A and B read through tensor
     maps built on the device (the edges filled with zeros by the hardware: no masks), the
     loop over tiles flattened so that the next tile's loads start under this tile's
-    epilogue, which stores ``SPLIT`` column slices one after another. With ``SPLIT_TAIL`` (1),
-    the tiles left over after the last whole round (at most half of ``PROGRAMS``) are each
-    cut into two halves of BM / 2 rows, one a program: the last round takes half a tile's
-    time (6,304 × 768 in 128 × 128 tiles: two rounds and 72 halves, not three rounds). The
-    operands' rows must be 16-byte multiples (``gemm.tma_serves``)."""
+    epilogue, which stores ``SPLIT`` column slices one after another. With ``TAIL_PIECES``
+    (2 or 4), the tiles left over after the last whole round are each cut into that many
+    pieces, one a program: halves of BM / 2 rows, or quarters of BM / 2 × BN / 2, so that the
+    last round takes a piece's time (6,304 × 768 in 128 × 128 tiles: two rounds and 72
+    halves, not three rounds; in 128 × 256 tiles one round and 72 quarters). The host makes
+    sure the pieces fit one round (``gemm.tail_pieces``). The operands' rows must be 16-byte
+    multiples (``gemm.tma_serves``)."""
     tiles_m: tl.constexpr = (M + BM - 1) // BM
     tiles_n: tl.constexpr = (N + BN - 1) // BN
     tiles: tl.constexpr = tiles_m * tiles_n
-    tail: tl.constexpr = (tiles % PROGRAMS) * SPLIT_TAIL
+    tail: tl.constexpr = (tiles % PROGRAMS) * (TAIL_PIECES > 1)
     a_map = _a_map(a, M, K, BM, BK, TRANS_A)
-    if TRANS_B:  # stored N×K
-        b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-    else:
-        b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    b_map = _b_map(b, N, K, BN, BK, TRANS_B)
     for tile in tl.range(tl.program_id(0), tiles - tail, PROGRAMS, flatten=True):
         pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP)
         acc = _tile_product(a_map, b_map, pid_m * BM, pid_n * BN, K, BM, BN, BK, TRANS_A, TRANS_B)
@@ -128,14 +127,19 @@ def boo_hopper_gemm_tma(a, b, c, bias, out, M: tl.constexpr, N: tl.constexpr, K:
             store_tile(right, c, bias, out, 0, offs_m, pid_n * BN + BN // 2 + tl.arange(0, BN // 2), M, N, ALPHA,
                        BETA, HAS_C, HAS_BIAS, ACT)
     if tail > 0:
-        half = tl.program_id(0)
-        if half < 2 * tail:
-            pid_m, pid_n = grouped_tile(tiles - tail + half // 2, tiles_m, tiles_n, GROUP)
-            row = pid_m * BM + (half % 2) * (BM // 2)
-            half_map = _a_map(a, M, K, BM // 2, BK, TRANS_A)
-            acc = _tile_product(half_map, b_map, row, pid_n * BN, K, BM // 2, BN, BK, TRANS_A, TRANS_B)
-            store_tile(acc, c, bias, out, 0, row + tl.arange(0, BM // 2), pid_n * BN + tl.arange(0, BN), M, N,
-                       ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
+        piece = tl.program_id(0)
+        rows: tl.constexpr = BM // 2
+        cols: tl.constexpr = BN // (TAIL_PIECES // 2)
+        if piece < TAIL_PIECES * tail:
+            pid_m, pid_n = grouped_tile(tiles - tail + piece // TAIL_PIECES, tiles_m, tiles_n, GROUP)
+            row = pid_m * BM + (piece % 2) * rows
+            col = pid_n * BN + ((piece % TAIL_PIECES) // 2) * cols
+            if row < M:  # a piece wholly past the last row (its tile's lower half) has nothing to do
+                piece_a = _a_map(a, M, K, rows, BK, TRANS_A)
+                piece_b = _b_map(b, N, K, cols, BK, TRANS_B)
+                acc = _tile_product(piece_a, piece_b, row, col, K, rows, cols, BK, TRANS_A, TRANS_B)
+                store_tile(acc, c, bias, out, 0, row + tl.arange(0, rows), col + tl.arange(0, cols), M, N,
+                           ALPHA, BETA, HAS_C, HAS_BIAS, ACT)
 
 
 @triton.jit
@@ -146,6 +150,16 @@ def _a_map(a, M: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BK: tl.const
     else:
         a_map = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[ROWS, BK])
     return a_map
+
+
+@triton.jit
+def _b_map(b, N: tl.constexpr, K: tl.constexpr, COLS: tl.constexpr, BK: tl.constexpr, TRANS_B: tl.constexpr):
+    """A tensor map reading blocks of COLS columns of op(B) (stored N×K where ``TRANS_B``)."""
+    if TRANS_B:
+        b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[COLS, BK])
+    else:
+        b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, COLS])
+    return b_map
 
 
 @triton.jit
@@ -173,10 +187,7 @@ def boo_hopper_gemm_stream_k(a, b, c, bias, counters, partials, out, M: tl.const
     steps: tl.constexpr = (K + BK - 1) // BK
     total: tl.constexpr = tiles_m * tiles_n * steps
     a_map = _a_map(a, M, K, BM, BK, TRANS_A)
-    if TRANS_B:  # stored N×K
-        b_map = tl.make_tensor_descriptor(b, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
-    else:
-        b_map = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+    b_map = _b_map(b, N, K, BN, BK, TRANS_B)
     pid = tl.program_id(0)
     start = pid * total // PROGRAMS
     end = (pid + 1) * total // PROGRAMS

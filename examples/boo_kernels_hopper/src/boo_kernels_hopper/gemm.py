@@ -62,7 +62,7 @@ class GemmConfig:
     num_warps: int = 8
     num_stages: int = 4
     tma: bool = False  # the persistent kernel reading A and B through tensor maps (tma_serves)
-    split_tail: bool = False  # the TMA kernel: the last round's tiles in halves, where that fills it (tail_halves)
+    split_tail: bool = False  # the TMA kernel: the last round's tiles in pieces, where they fill it (tail_pieces)
     stream_k: bool = False  # the TMA kernel with the K steps shared out evenly (stream_k_serves)
 
     def __str__(self) -> str:
@@ -85,15 +85,23 @@ CONFIGS = (DEFAULT, GemmConfig(bm=128, bn=128), GemmConfig(bm=64, bn=128, num_wa
 #: Whether to offer the TMA kernel at all (bench.py --any-shape measures without it too).
 OFFER_TMA = True
 #: The persistent TMA kernel's tiles, each tried beside the same tiles of the other kernel: the
-#: best of a sweep on an H200 over ViT-B/16's and a decoder block's products (docs/gpu.md).
-TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=3, tma=True, split_tail=True),
+#: best of sweeps on an H200 and an H100 over ViT-B/16's and a decoder block's products
+#: (docs/gpu.md; 128 × 256 four stages deep: 229,408 bytes of shared memory, 1-6% faster than
+#: three on an H100 where its tiles fill whole rounds).
+TMA_CONFIGS = {(128, 256): GemmConfig(num_stages=4, tma=True, split_tail=True),
                (128, 128): GemmConfig(bm=128, bn=128, num_stages=5, tma=True, split_tail=True)}
 #: Throughput of one SM on a tile of each size, relative to 128×256 (larger tiles reuse each
-#: loaded element more): rounded from a sweep on an H200 (``bench.py --sweep``, docs/gpu.md),
-#: where the TMA kernel's 128×128 tiles, five stages deep, were as fast per element as 128×256
-#: ones; only ranks the configurations, the tuner measures them.
+#: loaded element more): rounded from sweeps (``bench.py --sweep``, docs/gpu.md); the TMA
+#: kernel's 128×128 tiles, five stages deep, ran at 0.98 of its 128×256 ones (three stages) on
+#: an H200 and at 0.89-0.91 of them (four stages) on an H100, on one to three whole rounds.
+#: Only ranks the configurations, the tuner measures them.
 _TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.85, (64, 128): 0.7, (64, 64): 0.55}
-_TMA_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.98}
+_TMA_TILE_EFFICIENCY = {(128, 256): 1.0, (128, 128): 0.9}
+#: A last round of pieces (:func:`tail_pieces`) in whole rounds of the tile's time, by tile and
+#: pieces: the pieces, one round of them alone on an H100 (672 × 768 × 3,072, docs/gpu.md),
+#: against one round of whole tiles (5,632 × 768 × 3,072): 64 × 256 halves 23.0 µs and 64 × 128
+#: quarters 18.6 against 128 × 256's 41.0; 64 × 128 halves against 128 × 128's 22.6.
+_TAIL_ROUND = {(128, 256, 2): 0.56, (128, 256, 4): 0.45, (128, 128, 2): 0.82}
 
 
 @dataclass(frozen=True)
@@ -160,7 +168,10 @@ def configs_for(problem: GemmProblem) -> list[GemmConfig]:
     tma_first = not problem.trans_a
 
     def cost(config: GemmConfig) -> float:
-        waves = math.ceil(problem.tiles(config) * problem.batch / SMS)
+        waves: float = math.ceil(problem.tiles(config) * problem.batch / SMS)
+        pieces = tail_pieces(problem, config)
+        if pieces:  # the last round is one of pieces
+            waves += _TAIL_ROUND[(config.bm, config.bn, pieces)] - 1
         efficiency = _TMA_TILE_EFFICIENCY if config.tma and tma_first else _TILE_EFFICIENCY
         return waves * config.bm * config.bn / efficiency[(config.bm, config.bn)]
 
@@ -179,21 +190,25 @@ def tma_serves(problem: GemmProblem) -> bool:
     return problem.batch == 1 and all(length * 2 % 16 == 0 for length in rows)
 
 
-#: The shortest reduction whose last round of tiles the TMA kernel cuts in halves: on an H200
+#: The shortest reduction whose last round of tiles the TMA kernel cuts in pieces: on an H200
 #: (``bench.py --sweep``, docs/gpu.md) halves gained 2-12% with K of 2,304 and 3,072, and with
 #: K = 768, where a program's fixed costs weigh more, lost up to 5% on 128 × 128 tiles.
 SPLIT_TAIL_FROM_K = 2048
 
 
-def tail_halves(problem: GemmProblem, config: GemmConfig) -> bool:
-    """Whether the TMA kernel with ``config`` cuts the tiles of its last round in halves: it
-    splits tails, K is long (:data:`SPLIT_TAIL_FROM_K`), there is more than one round, and
-    the tiles left over after the whole rounds, halved, fit one round (at most half the
-    programs). Not part of the ranking: it changes a tile's time by a few percent."""
+def tail_pieces(problem: GemmProblem, config: GemmConfig) -> int:
+    """Into how many pieces the TMA kernel with ``config`` cuts each tile of its last round (0:
+    it does not): where it splits tails, K is long (:data:`SPLIT_TAIL_FROM_K`) and there is
+    more than one round, into quarters (BM / 2 × BN / 2) where the tiles are 256 wide and the
+    quarters fit one round, else into halves (BM / 2 rows) where those fit one. A quarter of
+    a 128 × 128 tile (64 × 64) runs at a third of its speed, so those tiles are only halved."""
     tiles = problem.tiles(config)
     tail = tiles % SMS
-    return (config.tma and config.split_tail and problem.k >= SPLIT_TAIL_FROM_K and tiles > SMS
-            and 0 < tail <= SMS // 2)
+    if not (config.tma and config.split_tail and problem.k >= SPLIT_TAIL_FROM_K and tiles > SMS and tail):
+        return 0
+    if config.bn >= 256 and 4 * tail <= SMS:
+        return 4
+    return 2 if 2 * tail <= SMS else 0
 
 
 #: Whether to offer the stream-K kernel at all (bench.py --stream-k measures without it).
@@ -352,9 +367,9 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
             raise ValueError(f"the TMA kernel cannot read the operands of {p}")
         programs = min(SMS, p.tiles(config))
         constants.update(PROGRAMS=programs, SPLIT=2 if config.bn > 128 else 1,
-                         SPLIT_TAIL=int(tail_halves(p, config)))
+                         TAIL_PIECES=tail_pieces(p, config))
         compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants,
-                                         ORDER + ["PROGRAMS", "SPLIT", "SPLIT_TAIL"],
+                                         ORDER + ["PROGRAMS", "SPLIT", "TAIL_PIECES"],
                                          config.num_warps, config.num_stages, entry, types=types)
         grid: tuple[int, int, int] = (programs, 1, 1)
     else:
