@@ -229,6 +229,21 @@ def test_the_stream_k_module_zeroes_its_counters_before_each_launch(private_cach
                                                                        gemm.MAX_SHARED_BYTES)
 
 
+def _assembles_without_spills(ptx: str, entry: str, tmp_path) -> None:
+    """Triton's own ptxas for sm_90a assembles ``ptx``: no spills in ``entry``."""
+    import subprocess
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    source = tmp_path / f"{entry}.ptx"
+    source.write_text(ptx)
+    assembled = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", str(source), "-o", str(tmp_path / "k.o")],
+                               capture_output=True, text=True, timeout=300)
+    assert assembled.returncode == 0, assembled.stderr[-2000:]
+    report = assembled.stdout + assembled.stderr
+    assert "0 bytes spill stores" in report and f"Compiling entry function '{entry}'" in report, report
+
+
 @pytest.mark.parametrize("signature", [
     MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=torch.bfloat16),
     MatmulSignature(m=3072, n=768, k=6304, trans_a=True, dtype=torch.bfloat16)], ids=lambda s: s.func_name)
@@ -237,19 +252,25 @@ def test_the_stream_k_kernel_builds_for_sm_90a_in_its_registers_and_shared_memor
     rewritten), assembled by Triton's own ptxas for sm_90a: no spills, and the shared memory the
     module declares is enough. Needs Triton, not a GPU."""
     pytest.importorskip("triton")
-    import subprocess
-
-    from triton.backends.nvidia.compiler import get_ptxas
-
     made = gemm.generate(gemm.problem_of(signature), gemm.STREAM_K, hooks.STREAM_K_EXPORT)
     assert made.grid == (132, 1, 1) and made.block == 256 and made.shared_bytes == gemm.MAX_SHARED_BYTES
-    source = tmp_path / "stream_k.ptx"
-    source.write_text(made.ptx)
-    assembled = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", str(source), "-o", str(tmp_path / "k.o")],
-                               capture_output=True, text=True, timeout=300)
-    assert assembled.returncode == 0, assembled.stderr[-2000:]
-    report = assembled.stdout + assembled.stderr
-    assert "0 bytes spill stores" in report and "Compiling entry function 'hopper_gemm_stream_k'" in report, report
+    _assembles_without_spills(made.ptx, hooks.STREAM_K_EXPORT, tmp_path)
+
+
+@pytest.mark.parametrize("signature", [
+    MatmulSignature(m=6304, n=768, k=3072, trans_b=True, bias=True, beta=1.0, dtype=torch.bfloat16),  # quarters
+    MatmulSignature(m=6300, n=1000, k=1000, alpha=0.5, activation="gelu", dtype=torch.bfloat16)],
+    ids=lambda s: s.func_name)
+def test_the_tma_kernels_128x256_tiles_four_stages_deep_fit_an_sm(signature, tmp_path):
+    """The TMA kernel's 128 x 256 tiles, four stages deep, with the epilogues that take the most
+    registers and a last round in quarters: assembled for sm_90a without spills, in at most
+    the 227 KiB of shared memory a Hopper SM gives a kernel. Needs Triton, not a GPU."""
+    pytest.importorskip("triton")
+    problem, config = gemm.problem_of(signature), gemm.TMA_CONFIGS[(128, 256)]
+    assert config.num_stages == 4 and gemm.tail_pieces(problem, config) == (4 if signature.k == 3072 else 0)
+    made = gemm.generate(problem, config, "hopper_gemm_tma")
+    assert made.shared_bytes <= gemm.MAX_SHARED_BYTES
+    _assembles_without_spills(made.ptx, "hopper_gemm_tma", tmp_path)
 
 
 def test_it_knows_which_convolutions_it_serves():
