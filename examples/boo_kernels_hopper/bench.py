@@ -95,9 +95,9 @@ def _triton_run(signature: MatmulSignature, config: gemm.GemmConfig, args: tuple
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if config.tma:
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
-        programs = min(gemm.SMS, p.tiles(config))
-        return out, functools.partial(boo_hopper_gemm_tma[(programs,)], *common, programs,
-                                      2 if config.bn > 128 else 1, gemm.tail_pieces(p, config), **options)
+        schedule = gemm.tma_schedule(p, config)
+        return out, functools.partial(boo_hopper_gemm_tma[(schedule["PROGRAMS"],)], *common,
+                                      *schedule.values(), **options)
     return out, functools.partial(boo_hopper_gemm[(p.tiles(config), p.batch)], *common, **options)
 
 

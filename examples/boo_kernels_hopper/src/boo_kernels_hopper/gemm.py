@@ -211,6 +211,14 @@ def tail_pieces(problem: GemmProblem, config: GemmConfig) -> int:
     return 2 if 2 * tail <= SMS else 0
 
 
+def tma_schedule(problem: GemmProblem, config: GemmConfig) -> dict[str, int]:
+    """The TMA kernel's launch constants after the problem's own, in its parameters' order:
+    its programs (one an SM, or one a tile where there are fewer), the column slices it
+    stores a tile in, and the pieces of its last round (:func:`tail_pieces`)."""
+    return {"PROGRAMS": min(SMS, problem.tiles(config)), "SPLIT": 2 if config.bn > 128 else 1,
+            "TAIL_PIECES": tail_pieces(problem, config)}
+
+
 #: Whether to offer the stream-K kernel at all (bench.py --stream-k measures without it).
 OFFER_STREAM_K = True
 #: The stream-K kernel's tiles: the TMA kernel's 128 × 128 (a program that adds a split tile's
@@ -365,13 +373,11 @@ def generate(problem: GemmProblem, config: GemmConfig, entry: str) -> Kernel:
     if config.tma:
         if not tma_serves(p):
             raise ValueError(f"the TMA kernel cannot read the operands of {p}")
-        programs = min(SMS, p.tiles(config))
-        constants.update(PROGRAMS=programs, SPLIT=2 if config.bn > 128 else 1,
-                         TAIL_PIECES=tail_pieces(p, config))
-        compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants,
-                                         ORDER + ["PROGRAMS", "SPLIT", "TAIL_PIECES"],
+        schedule = tma_schedule(p, config)
+        constants.update(schedule)
+        compiled, ptx = compile_for_iree(boo_hopper_gemm_tma, pointers, constants, ORDER + list(schedule),
                                          config.num_warps, config.num_stages, entry, types=types)
-        grid: tuple[int, int, int] = (programs, 1, 1)
+        grid: tuple[int, int, int] = (schedule["PROGRAMS"], 1, 1)
     else:
         compiled, ptx = compile_for_iree(boo_hopper_gemm, pointers, constants, ORDER, config.num_warps,
                                          config.num_stages, entry, types=types)
