@@ -31,10 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
 #: handed out last keeps one worker busy while the other idles. So files run longest first
 #: (the others after them, in their order), which leaves the small ones to even out the end.
 HEAVY_FILES = {
-    "tests/integration/test_models.py": 112, "tests/integration/test_cli.py": 96,
+    "tests/integration/test_models.py": 112, "tests/integration/test_cli.py": 88,
     "tests/boo_core/test_cluster.py": 93, "tests/boo_ops_conv/test_formulations.py": 70,
     "tests/boo_ops_conv/test_numerics.py": 69, "tests/integration/test_torch_compile.py": 55,
-    "tests/boo_core/test_kernel_marker.py": 55, "tests/boo_ops_conv/test_modules.py": 53,
+    "tests/boo_core/test_kernel_marker.py": 30, "tests/boo_ops_conv/test_modules.py": 53,
     "tests/boo_core/test_cache_kill.py": 52, "tests/boo_ops_conv/test_corpus.py": 50,
     "tests/integration/test_fuzz_commands.py": 43, "tests/integration/test_softmax_example.py": 41,
     "tests/boo_core/test_tune.py": 36, "tests/boo_core/test_worker.py": 29, "tests/boo_ops_matmul/test_eager.py": 29,

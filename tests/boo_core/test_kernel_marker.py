@@ -37,27 +37,22 @@ def pytester(pytester, tmp_path, monkeypatch):
 
 @pytest.mark.kernel  # its inner sessions build kernels, which they log for themselves
 def test_tests_that_built_a_kernel_are_marked_on_the_next_run_and_the_fast_loop_skips_them(pytester):
+    """The first run is pytest-xdist's: each worker judges its own tests and the controller,
+    which gets every report, writes the record (the workers' own cache writes would overwrite
+    one another's). The later plain runs record for themselves."""
+    pytest.importorskip("xdist")
     pytester.makepyfile(test_inner=TESTS)
-    first = pytester.runpytest_subprocess()
+    first = pytester.runpytest_subprocess("-p", "xdist", "-n", "2")
     first.assert_outcomes(passed=3)  # nothing recorded yet: everything runs
     fast = pytester.runpytest_subprocess("-m", "not kernel", "-v")
     fast.assert_outcomes(passed=1, deselected=2)
     fast.stdout.fnmatch_lines(["*test_needs_no_kernel PASSED*"])
     kernels = pytester.runpytest_subprocess("-m", "kernel", "-v")
     kernels.assert_outcomes(passed=2, deselected=1)
-    # A test that stops needing kernels loses the mark once it has run again.
+    # A test that stops needing kernels loses the mark once it has run again (without xdist);
+    # the one whose child process loads a kernel keeps it.
     pytester.makepyfile(test_inner=TESTS.replace('get_launchable("gemm -m 4 -n 4 -k 4")', "pass"))
     pytester.runpytest_subprocess().assert_outcomes(passed=3)
-    pytester.runpytest_subprocess("-m", "not kernel").assert_outcomes(passed=2, deselected=1)
-
-
-@pytest.mark.kernel
-def test_the_mark_is_recorded_from_pytest_xdist_workers(pytester):
-    """Each worker judges its own tests; the controller, which gets every report, writes
-    the record (the workers' own cache writes would overwrite one another's)."""
-    pytest.importorskip("xdist")
-    pytester.makepyfile(test_inner=TESTS)
-    pytester.runpytest_subprocess("-p", "xdist", "-n", "2").assert_outcomes(passed=3)
     fast = pytester.runpytest_subprocess("-m", "not kernel", "-v")
-    fast.assert_outcomes(passed=1, deselected=2)
-    fast.stdout.fnmatch_lines(["*test_needs_no_kernel PASSED*"])
+    fast.assert_outcomes(passed=2, deselected=1)
+    fast.stdout.fnmatch_lines(["*test_needs_no_kernel PASSED*", "*test_builds_a_kernel PASSED*"])
