@@ -52,10 +52,12 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
     model, x = _workload(name)
     probe = torch.randn(x.shape[0], 10)
     model.train()  # batch statistics: the compiled graph and eager compute the same thing
-    # The reference is the backend without BOO: eager for iree_boo, Inductor for
-    # iree_boo_inductor (whose batch-norm gradients differ from eager's by up to 0.4% here).
+    # The reference is eager, except for the ResNet through iree_boo_inductor: Inductor's
+    # batch-norm gradients differ from eager's by up to 0.4% here, so there it is Inductor. (The
+    # ViT, with no batch norm, matches eager; its cold Inductor compile cost ~16 s on CI.)
     torch._dynamo.reset()
-    reference = model if backend == "iree_boo" else torch.compile(model, backend="inductor", dynamic=False)
+    inductor_reference = backend == "iree_boo_inductor" and name == "resnet18"
+    reference = torch.compile(model, backend="inductor", dynamic=False) if inductor_reference else model
     want_y, want_grads = _step(reference, model, x, probe)
     torch._dynamo.reset()
     reset_offload_summary()
