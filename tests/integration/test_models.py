@@ -54,7 +54,7 @@ def test_a_real_network_trains_and_infers_on_boo_kernels_as_eager_does(name, bac
     model.train()  # batch statistics: the compiled graph and eager compute the same thing
     # The reference is eager, except for the ResNet through iree_boo_inductor: Inductor's
     # batch-norm gradients differ from eager's by up to 0.4% here, so there it is Inductor. (The
-    # ViT, with no batch norm, matches eager; its cold Inductor compile cost ~16 s on CI.)
+    # ViT, with no batch norm, matches eager; its cold Inductor compile cost ~16 s on two cores.)
     torch._dynamo.reset()
     inductor_reference = backend == "iree_boo_inductor" and name == "resnet18"
     reference = torch.compile(model, backend="inductor", dynamic=False) if inductor_reference else model
