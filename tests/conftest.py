@@ -26,7 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: Seconds each test file of 8 s or more took in a fresh-clone CI run on two cores (at
-#: `8a920c7`, `--durations=0` summed by file). pytest-xdist hands out whole files (``--dist
+#: `8a920c7`, `--durations=0` summed by file; test_cli.py's and test_kernel_marker.py's lowered at
+#: `02f0ac1`, after their tests shrank). pytest-xdist hands out whole files (``--dist
 #: loadfile``) in collection order, and integration tests are collected last: a heavy file
 #: handed out last keeps one worker busy while the other idles. So files run longest first
 #: (the others after them, in their order), which leaves the small ones to even out the end.
